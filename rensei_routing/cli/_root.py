@@ -1,0 +1,73 @@
+"""The click root group, shared options and the error boundary. The CLI is the only layer that
+prints, exits, or reads the clock and environment for defaults."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import InputError, MalformedError, RenseiRoutingError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_HOME = ".rensei"
+
+
+class CommandError(click.ClickException):
+    """A failed command: one line on stderr, exit 1."""
+
+    exit_code = 1
+
+
+class _Root(click.Group):
+    """Turns every error we raise on purpose into one clear line and a non-zero exit."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RenseiRoutingError as e:
+            raise CommandError(str(e)) from e
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rensei-routing", prog_name="rensei")
+def cli() -> None:
+    """Where should this agent spawn run, and why? Policy, proof and audit on one host."""
+
+
+def home_option(f: F) -> F:
+    """``--home DIR`` (env ``RENSEI_HOME``, default ``./.rensei``): the directory holding the store."""
+    return click.option(
+        "--home",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="RENSEI_HOME",
+        default=DEFAULT_HOME,
+        show_default=True,
+        help="Home directory holding the SQLite store and keys (env RENSEI_HOME).",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    """``--json``: machine-readable output on stdout."""
+    return click.option("json_", "--json", is_flag=True, help="Output as JSON.")(f)
+
+
+def read_json_file(path: Path) -> Any:
+    """Read one JSON document, turning every failure into a typed :class:`InputError`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {path}: {e}") from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise MalformedError(str(path), f"not valid JSON: {e}") from e
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as indented JSON on stdout."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
