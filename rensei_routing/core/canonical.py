@@ -21,7 +21,7 @@ import rfc8785
 
 from ..errors import CanonicalEncodingError
 
-__all__ = ["SHA256_PREFIX", "canonical_bytes", "digest", "sha256_hex"]
+__all__ = ["SHA256_PREFIX", "canonical_bytes", "digest", "json_string", "sha256_hex"]
 
 SHA256_PREFIX: Final = "sha256:"
 _MAX_SAFE_INT: Final = 2**53 - 1
@@ -70,6 +70,14 @@ def _fast(value: Any, out: list[str]) -> None:
         out.append("]")
     else:
         raise _Fallback
+
+
+def json_string(value: str | None) -> str:
+    """The RFC 8785 text of one string (or ``null``), for emitters of fixed-shape values.
+
+    Valid for strings without lone surrogates, which every ``from_dict`` guarantees.
+    """
+    return "null" if value is None else str(encode_basestring(value))
 
 
 def canonical_bytes(value: Any) -> bytes:

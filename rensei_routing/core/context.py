@@ -1,0 +1,423 @@
+"""What a spawn brings to the resolver: repo identity, role, requirement, accounts, legacy route.
+
+Pure: frozen values with ``from_dict`` / ``to_dict``; no I/O, no clock. ``from_dict`` refuses
+what cannot be a context at all (unknown field, wrong type, value outside the vocabulary) with a
+:class:`~rensei_routing.errors.MalformedError` naming the field path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..errors import MalformedError
+from . import _parse as p
+from .canonical import json_string as _s
+from .vocabulary import (
+    CAPABILITY,
+    CONCRETE_MODEL,
+    DEFAULT_VOCABULARY,
+    LITERAL_FAMILY,
+    REQUIREMENT_KINDS,
+    Vocabulary,
+)
+
+__all__ = [
+    "CANONICAL",
+    "LEGACY_LOSSY",
+    "Account",
+    "LegacyRoute",
+    "ModelRequirement",
+    "RepoIdentity",
+    "RouteContext",
+    "canonicalize_repo",
+]
+
+CANONICAL: Final = "canonical"
+LEGACY_LOSSY: Final = "legacy-lossy"
+_SEGMENT: Final = re.compile(r"[a-z0-9_][a-z0-9._-]*")
+_MAX_ID: Final = 256
+
+
+def canonicalize_repo(value: object) -> str | None:
+    """``owner/repo`` (stripped, lowercased) when ``value`` is exactly that, else ``None``.
+
+    Exactly one slash between two segments, each starting with ``[a-z0-9_]`` then
+    ``[a-z0-9._-]*``, and no ``..``. A bare runtime slug (no slash) is never canonical.
+    """
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    owner, slash, name = text.partition("/")
+    if not slash or "/" in name or ".." in text:
+        return None
+    if not (_SEGMENT.fullmatch(owner) and _SEGMENT.fullmatch(name)):
+        return None
+    return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequirement:
+    """What a spawn asks for: ``kind`` is ``literal_family``, ``capability`` or ``concrete_model``."""
+
+    kind: str
+    value: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The identity used for matching and mapping: ``(kind, lowercased value)``."""
+        return (self.kind, self.value.lower())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value}
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> ModelRequirement:
+        """Read ``{"kind": ..., "value": ...}``, or a bare string whose kind is inferred.
+
+        A bare string names a literal family or a capability class when the vocabulary knows
+        it, and is a concrete model id otherwise.
+
+        Raises:
+            MalformedError: unknown kind, unknown family or class, or a bad concrete id.
+        """
+        if isinstance(data, str):
+            text = p.string(data, path, max_len=64)
+            lowered = text.lower()
+            if lowered in vocabulary.literal_families:
+                return cls(kind=LITERAL_FAMILY, value=lowered)
+            if lowered in vocabulary.capability_classes:
+                return cls(kind=CAPABILITY, value=lowered)
+            return cls(kind=CONCRETE_MODEL, value=text)
+        d = p.obj(data, path, required=("kind", "value"))
+        kind = p.choice(d["kind"], p.at(path, "kind"), REQUIREMENT_KINDS, what="requirement kind")
+        vpath = p.at(path, "value")
+        if kind == LITERAL_FAMILY:
+            value = p.choice(d["value"], vpath, vocabulary.literal_families, what="literal family")
+        elif kind == CAPABILITY:
+            value = p.choice(
+                d["value"], vpath, vocabulary.capability_classes, what="capability class"
+            )
+        else:
+            value = p.string(d["value"], vpath, max_len=64)
+        return cls(kind=kind, value=value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepoIdentity:
+    """A repository identity: ``canonical`` (``owner/repo``) or ``legacy-lossy`` (a runtime slug)."""
+
+    value: str
+    version: str
+
+    @classmethod
+    def from_canonical(cls, value: str) -> RepoIdentity:
+        """The canonical identity of ``owner/repo``.
+
+        Raises:
+            MalformedError: ``value`` is not a canonical repository id.
+        """
+        canonical = canonicalize_repo(value)
+        if canonical is None:
+            raise MalformedError("repo", f"not a canonical owner/repo id: {value!r}")
+        return cls(value=canonical, version=CANONICAL)
+
+    @classmethod
+    def from_runtime_slug(cls, slug: str) -> RepoIdentity:
+        """A lossy identity from a path-safe slug (``/`` flattened to ``-``); it never joins a policy."""
+        return cls(value=slug.strip().lower(), version=LEGACY_LOSSY)
+
+    @property
+    def canonical(self) -> bool:
+        return self.version == CANONICAL
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "version": self.version}
+
+    @classmethod
+    def from_dict(cls, data: Any, *, path: str = "") -> RepoIdentity:
+        """Read ``"owner/name"`` or ``{"value", "version"}``.
+
+        A plain string that is not canonical becomes a ``legacy-lossy`` identity: the route is
+        still resolved, only the join to repo-scoped policies is refused.
+
+        Raises:
+            MalformedError: wrong shape, or ``version: canonical`` on a non-canonical value.
+        """
+        if isinstance(data, str):
+            text = p.string(data, path, max_len=_MAX_ID)
+            canonical = canonicalize_repo(text)
+            if canonical is not None:
+                return cls(value=canonical, version=CANONICAL)
+            return cls.from_runtime_slug(text)
+        d = p.obj(data, path, required=("value",), optional=("version",))
+        value = p.string(d["value"], p.at(path, "value"), max_len=_MAX_ID)
+        version = p.choice(
+            d.get("version", CANONICAL),
+            p.at(path, "version"),
+            (CANONICAL, LEGACY_LOSSY),
+            what="identity version",
+        )
+        if version == LEGACY_LOSSY:
+            return cls.from_runtime_slug(value)
+        canonical = canonicalize_repo(value)
+        if canonical is None:
+            raise MalformedError(p.at(path, "value"), f"not a canonical owner/repo id: {value!r}")
+        return cls(value=canonical, version=CANONICAL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Account:
+    """An account the host can route to, and whether it is usable right now."""
+
+    account_id: str
+    provider_binding: str
+    configured: bool = True
+    administrative_state: str = "active"
+    _json: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def canonical_json(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
+        text = self._json
+        if text is None:
+            text = (
+                f'{{"account_id":{_s(self.account_id)},'
+                f'"administrative_state":{_s(self.administrative_state)},'
+                f'"configured":{"true" if self.configured else "false"},'
+                f'"provider_binding":{_s(self.provider_binding)}}}'
+            )
+            object.__setattr__(self, "_json", text)
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "account_id": self.account_id,
+            "provider_binding": self.provider_binding,
+            "configured": self.configured,
+            "administrative_state": self.administrative_state,
+        }
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> Account:
+        """Raises: MalformedError."""
+        d = p.obj(
+            data,
+            path,
+            required=("account_id", "provider_binding"),
+            optional=("configured", "administrative_state"),
+        )
+        return cls(
+            account_id=p.string(d["account_id"], p.at(path, "account_id"), max_len=_MAX_ID),
+            provider_binding=p.choice(
+                d["provider_binding"],
+                p.at(path, "provider_binding"),
+                vocabulary.provider_bindings,
+                what="provider binding",
+            ),
+            configured=p.boolean(d.get("configured", True), p.at(path, "configured")),
+            administrative_state=p.choice(
+                d.get("administrative_state", "active"),
+                p.at(path, "administrative_state"),
+                vocabulary.administrative_states,
+                what="administrative state",
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LegacyRoute:
+    """The route the legacy mechanisms actually took for this spawn, reported as it ran.
+
+    ``provider_binding`` is free text (a legacy provider name such as ``zai`` or ``gateway``),
+    because legacy dials never spoke the policy vocabulary.
+    """
+
+    provider_binding: str
+    account_id: str | None = None
+    model: str | None = None
+    mechanism: str | None = None
+    mechanism_detail: str | None = None
+
+    def canonical_json(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
+        return (
+            f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
+            f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
+            f'"provider_binding":{_s(self.provider_binding)}}}'
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "account_id": self.account_id,
+            "provider_binding": self.provider_binding,
+            "model": self.model,
+            "mechanism": self.mechanism,
+            "mechanism_detail": self.mechanism_detail,
+        }
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> LegacyRoute:
+        """Raises: MalformedError."""
+        d = p.obj(
+            data,
+            path,
+            required=("provider_binding",),
+            optional=("account_id", "model", "mechanism", "mechanism_detail"),
+        )
+        mechanism = d.get("mechanism")
+        return cls(
+            provider_binding=p.string(
+                d["provider_binding"], p.at(path, "provider_binding"), max_len=64
+            ).lower(),
+            account_id=p.opt_string(d.get("account_id"), p.at(path, "account_id"), max_len=_MAX_ID),
+            model=p.opt_string(d.get("model"), p.at(path, "model"), max_len=256),
+            mechanism=None
+            if mechanism is None
+            else p.choice(
+                mechanism, p.at(path, "mechanism"), vocabulary.legacy_mechanisms, what="mechanism"
+            ),
+            mechanism_detail=p.opt_string(
+                d.get("mechanism_detail"), p.at(path, "mechanism_detail"), max_len=1024
+            ),
+        )
+
+
+_CONTEXT_FIELDS: Final = (
+    "repo",
+    "repo_class",
+    "principal_id",
+    "role",
+    "model_requirement",
+    "request_face",
+    "legacy_route",
+    "accounts",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteContext:
+    """One spawn's routing question. ``role`` is the canonical worker role, or ``None``."""
+
+    repo: RepoIdentity | None = None
+    repo_class: str | None = None
+    principal_id: str | None = None
+    role: str | None = None
+    model_requirement: ModelRequirement | None = None
+    request_face: str = "unknown"
+    legacy_route: LegacyRoute | None = None
+    accounts: tuple[Account, ...] = ()
+    _canonical: bytes | None = field(default=None, init=False, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repo": None if self.repo is None else self.repo.to_dict(),
+            "repo_class": self.repo_class,
+            "principal_id": self.principal_id,
+            "role": self.role,
+            "model_requirement": None
+            if self.model_requirement is None
+            else self.model_requirement.to_dict(),
+            "request_face": self.request_face,
+            "legacy_route": None if self.legacy_route is None else self.legacy_route.to_dict(),
+            "accounts": [a.to_dict() for a in self.accounts],
+        }
+
+    def canonical(self) -> bytes:
+        """RFC 8785 bytes of :meth:`to_dict`, written directly and computed once per value.
+
+        The resolver hashes every context it decides; this skips building the dict. The test
+        suite checks it equals ``canonical_bytes(self.to_dict())`` on generated contexts.
+        """
+        cached = self._canonical
+        if cached is None:
+            repo, req, legacy = self.repo, self.model_requirement, self.legacy_route
+            accounts = ",".join(a.canonical_json() for a in self.accounts)
+            text = (
+                f'{{"accounts":[{accounts}],'
+                f'"legacy_route":{"null" if legacy is None else legacy.canonical_json()},'
+                '"model_requirement":'
+                + ("null" if req is None else f'{{"kind":{_s(req.kind)},"value":{_s(req.value)}}}')
+                + f',"principal_id":{_s(self.principal_id)},"repo":'
+                + (
+                    "null"
+                    if repo is None
+                    else f'{{"value":{_s(repo.value)},"version":{_s(repo.version)}}}'
+                )
+                + f',"repo_class":{_s(self.repo_class)},"request_face":{_s(self.request_face)},'
+                f'"role":{_s(self.role)}}}'
+            )
+            cached = text.encode("utf-8")
+            object.__setattr__(self, "_canonical", cached)
+        return cached
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> RouteContext:
+        """Read a context document. ``repo`` may be a plain ``"owner/name"`` string;
+        ``role``, when absent, is the canonical role of ``principal_id`` (or ``None``).
+
+        Raises:
+            MalformedError: naming the first offending field path.
+        """
+        d: Mapping[str, Any] = p.obj(data, path, optional=_CONTEXT_FIELDS)
+        repo = d.get("repo")
+        repo_class = d.get("repo_class")
+        principal = p.opt_string(d.get("principal_id"), p.at(path, "principal_id"), max_len=_MAX_ID)
+        role_in = d.get("role")
+        if role_in is not None:
+            role = vocabulary.canonical_worker_role(
+                p.string(role_in, p.at(path, "role"), max_len=_MAX_ID)
+            )
+        else:
+            role = vocabulary.canonical_worker_role(principal)
+        requirement = d.get("model_requirement")
+        legacy = d.get("legacy_route")
+        accounts_path = p.at(path, "accounts")
+        accounts = tuple(
+            Account.from_dict(a, path=p.at(accounts_path, i), vocabulary=vocabulary)
+            for i, a in enumerate(p.array(d.get("accounts", []), accounts_path))
+        )
+        seen: set[str] = set()
+        for i, account in enumerate(accounts):
+            if account.account_id in seen:
+                raise MalformedError(
+                    p.at(p.at(accounts_path, i), "account_id"),
+                    f"duplicate account id {account.account_id!r}",
+                )
+            seen.add(account.account_id)
+        return cls(
+            repo=None if repo is None else RepoIdentity.from_dict(repo, path=p.at(path, "repo")),
+            repo_class=None
+            if repo_class is None
+            else p.choice(
+                repo_class, p.at(path, "repo_class"), vocabulary.repo_classes, what="repo class"
+            ),
+            principal_id=principal,
+            role=role,
+            model_requirement=None
+            if requirement is None
+            else ModelRequirement.from_dict(
+                requirement, path=p.at(path, "model_requirement"), vocabulary=vocabulary
+            ),
+            request_face=p.choice(
+                d.get("request_face", "unknown"),
+                p.at(path, "request_face"),
+                vocabulary.request_faces,
+                what="request face",
+            ),
+            legacy_route=None
+            if legacy is None
+            else LegacyRoute.from_dict(
+                legacy, path=p.at(path, "legacy_route"), vocabulary=vocabulary
+            ),
+            accounts=accounts,
+        )

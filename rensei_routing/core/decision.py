@@ -1,0 +1,331 @@
+"""A resolved route: the decision, its reason code, and the self-sufficient explanation.
+
+Pure: frozen values with ``to_dict`` / ``from_dict``; the JSON field names and every code string
+are those of SEMANTICS.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from . import _parse as p
+from .context import RouteContext
+from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
+
+__all__ = [
+    "ConsideredPolicy",
+    "Explanation",
+    "RejectedAccount",
+    "RouteDecision",
+]
+
+# Outcomes.
+SELECTED: Final = "selected"
+HELD: Final = "held"
+REJECTED: Final = "rejected"
+OUTCOMES: Final = (SELECTED, HELD, REJECTED)
+
+# Policy sources.
+SOURCE_MANAGED: Final = "managed-policy"
+SOURCE_LEGACY: Final = "legacy-compatibility"
+SOURCE_NONE: Final = "none"
+POLICY_SOURCES: Final = (SOURCE_MANAGED, SOURCE_LEGACY, SOURCE_NONE)
+
+# Snapshot load states.
+STATE_OK: Final = "ok"
+STATE_ABSENT: Final = "absent"
+STATE_CORRUPT: Final = "corrupt"
+SNAPSHOT_STATES: Final = (STATE_OK, STATE_ABSENT, STATE_CORRUPT)
+
+# Decision reasons.
+SNAPSHOT_UNAVAILABLE: Final = "snapshot-unavailable"
+NO_LEGACY_ROUTE: Final = "no-legacy-route"
+NO_POLICY_APPLIES: Final = "no-policy-applies"
+POLICY_CONFLICT: Final = "policy-conflict"
+LITERAL_FAMILY_UNSATISFIABLE: Final = "literal-family-unsatisfiable"
+MODEL_NOT_ALLOWED: Final = "model-not-allowed"
+CAPABILITY_UNMAPPED: Final = "capability-unmapped"
+NO_ELIGIBLE_ACCOUNT: Final = "no-eligible-account"
+MATCHED_POLICY: Final = "matched-policy"
+DECISION_REASONS: Final = (
+    SNAPSHOT_UNAVAILABLE,
+    NO_LEGACY_ROUTE,
+    NO_POLICY_APPLIES,
+    POLICY_CONFLICT,
+    LITERAL_FAMILY_UNSATISFIABLE,
+    MODEL_NOT_ALLOWED,
+    CAPABILITY_UNMAPPED,
+    NO_ELIGIBLE_ACCOUNT,
+    MATCHED_POLICY,
+)
+
+# Match reasons, in evaluation order (the first failing dimension wins).
+POLICY_DISABLED: Final = "policy-disabled"
+REPO_IDENTITY_NOT_CANONICAL: Final = "repo-identity-not-canonical"
+REPO_NOT_IN_SET: Final = "repo-not-in-set"
+REPO_CLASS_NOT_IN_SET: Final = "repo-class-not-in-set"
+ROLE_NOT_CANONICAL: Final = "role-not-canonical"
+ROLE_NOT_IN_SET: Final = "role-not-in-set"
+PRINCIPAL_NOT_IN_SET: Final = "principal-not-in-set"
+REQUIREMENT_NOT_IN_SET: Final = "requirement-not-in-set"
+REQUEST_FACE_NOT_IN_SET: Final = "request-face-not-in-set"
+MATCHED: Final = "matched"
+OUTRANKED: Final = "outranked"
+MATCH_REASONS: Final = (
+    POLICY_DISABLED,
+    REPO_IDENTITY_NOT_CANONICAL,
+    REPO_NOT_IN_SET,
+    REPO_CLASS_NOT_IN_SET,
+    ROLE_NOT_CANONICAL,
+    ROLE_NOT_IN_SET,
+    PRINCIPAL_NOT_IN_SET,
+    REQUIREMENT_NOT_IN_SET,
+    REQUEST_FACE_NOT_IN_SET,
+    MATCHED,
+    OUTRANKED,
+)
+
+# Account rejection reasons, in the order they are checked.
+NOT_CONFIGURED: Final = "not-configured"
+ADMINISTRATIVE_DISABLED: Final = "administrative-disabled"
+ADMINISTRATIVE_DRAINING: Final = "administrative-draining"
+PROVIDER_LOCK_MISMATCH: Final = "provider-lock-mismatch"
+NOT_IN_POOL: Final = "not-in-pool"
+LITERAL_FAMILY_INCOMPATIBLE: Final = "literal-family-incompatible"
+ACCOUNT_REASONS: Final = (
+    NOT_CONFIGURED,
+    ADMINISTRATIVE_DISABLED,
+    ADMINISTRATIVE_DRAINING,
+    PROVIDER_LOCK_MISMATCH,
+    NOT_IN_POOL,
+    LITERAL_FAMILY_INCOMPATIBLE,
+)
+
+LEGACY_RUNG: Final = 9
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsideredPolicy:
+    """One policy as the resolver saw it for this context."""
+
+    policy_id: str
+    precedence_level: int
+    priority: int
+    matched: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy_id": self.policy_id,
+            "precedence_level": self.precedence_level,
+            "priority": self.priority,
+            "matched": self.matched,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectedAccount:
+    """An account the winning policy could not use, with the first rule that excluded it."""
+
+    account_id: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"account_id": self.account_id, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Explanation:
+    """Everything needed to re-check a decision without the resolver's process.
+
+    ``considered`` lists every policy in rank order under a full trace. Under a compact trace
+    (large snapshots) it lists the policies that matched (won, tied or were outranked), and
+    ``unlisted_policy_count`` counts the rest, none of which matched.
+    """
+
+    context: RouteContext
+    considered: tuple[ConsideredPolicy, ...] = ()
+    eligible_account_ids: tuple[str, ...] = ()
+    rejected_accounts: tuple[RejectedAccount, ...] = ()
+    conflicting_policy_ids: tuple[str, ...] = ()
+    unlisted_policy_count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "context": self.context.to_dict(),
+            "considered": [c.to_dict() for c in self.considered],
+            "eligible_account_ids": list(self.eligible_account_ids),
+            "rejected_accounts": [r.to_dict() for r in self.rejected_accounts],
+            "conflicting_policy_ids": list(self.conflicting_policy_ids),
+            "unlisted_policy_count": self.unlisted_policy_count,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteDecision:
+    """Exactly one outcome for one context against one snapshot."""
+
+    decision_id: str
+    outcome: str
+    reason: str
+    policy_source: str
+    policy_id: str | None
+    policy_revision: int
+    snapshot_hash: str
+    snapshot_state: str
+    precedence_level: int | None
+    precedence_priority: int | None
+    account_id: str | None
+    provider_binding: str | None
+    effective_model: str | None
+    explanation: Explanation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "policy_source": self.policy_source,
+            "policy_id": self.policy_id,
+            "policy_revision": self.policy_revision,
+            "snapshot_hash": self.snapshot_hash,
+            "snapshot_state": self.snapshot_state,
+            "precedence_level": self.precedence_level,
+            "precedence_priority": self.precedence_priority,
+            "account_id": self.account_id,
+            "provider_binding": self.provider_binding,
+            "effective_model": self.effective_model,
+            "explanation": self.explanation.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> RouteDecision:
+        """Read a decision back (e.g. from an audit record).
+
+        Raises:
+            MalformedError: naming the first offending field path.
+        """
+        d = p.obj(
+            data,
+            path,
+            required=(
+                "decision_id",
+                "outcome",
+                "reason",
+                "policy_source",
+                "policy_revision",
+                "snapshot_hash",
+                "snapshot_state",
+                "explanation",
+            ),
+            optional=(
+                "policy_id",
+                "precedence_level",
+                "precedence_priority",
+                "account_id",
+                "provider_binding",
+                "effective_model",
+            ),
+        )
+        epath = p.at(path, "explanation")
+        e = p.obj(
+            d["explanation"],
+            epath,
+            required=("context",),
+            optional=(
+                "considered",
+                "eligible_account_ids",
+                "rejected_accounts",
+                "conflicting_policy_ids",
+                "unlisted_policy_count",
+            ),
+        )
+        cpath = p.at(epath, "considered")
+        considered = []
+        for i, item in enumerate(p.array(e.get("considered", []), cpath)):
+            ipath = p.at(cpath, i)
+            c = p.obj(
+                item,
+                ipath,
+                required=("policy_id", "precedence_level", "priority", "matched", "reason"),
+            )
+            considered.append(
+                ConsideredPolicy(
+                    policy_id=p.string(c["policy_id"], p.at(ipath, "policy_id")),
+                    precedence_level=p.integer(
+                        c["precedence_level"], p.at(ipath, "precedence_level"), lo=1, hi=9
+                    ),
+                    priority=p.integer(c["priority"], p.at(ipath, "priority"), lo=0, hi=10_000),
+                    matched=p.boolean(c["matched"], p.at(ipath, "matched")),
+                    reason=p.choice(
+                        c["reason"], p.at(ipath, "reason"), MATCH_REASONS, what="reason"
+                    ),
+                )
+            )
+        rpath = p.at(epath, "rejected_accounts")
+        rejected = []
+        for i, item in enumerate(p.array(e.get("rejected_accounts", []), rpath)):
+            ipath = p.at(rpath, i)
+            r = p.obj(item, ipath, required=("account_id", "reason"))
+            rejected.append(
+                RejectedAccount(
+                    account_id=p.string(r["account_id"], p.at(ipath, "account_id")),
+                    reason=p.choice(
+                        r["reason"], p.at(ipath, "reason"), ACCOUNT_REASONS, what="reason"
+                    ),
+                )
+            )
+
+        def strings(value: Any, where: str) -> tuple[str, ...]:
+            return tuple(p.string(v, p.at(where, i)) for i, v in enumerate(p.array(value, where)))
+
+        def opt_int(key: str, lo: int, hi: int) -> int | None:
+            value = d.get(key)
+            return None if value is None else p.integer(value, p.at(path, key), lo=lo, hi=hi)
+
+        return cls(
+            decision_id=p.string(d["decision_id"], p.at(path, "decision_id")),
+            outcome=p.choice(d["outcome"], p.at(path, "outcome"), OUTCOMES, what="outcome"),
+            reason=p.choice(d["reason"], p.at(path, "reason"), DECISION_REASONS, what="reason"),
+            policy_source=p.choice(
+                d["policy_source"], p.at(path, "policy_source"), POLICY_SOURCES, what="source"
+            ),
+            policy_id=p.opt_string(d.get("policy_id"), p.at(path, "policy_id")),
+            policy_revision=p.integer(
+                d["policy_revision"], p.at(path, "policy_revision"), lo=0, hi=2**53 - 1
+            ),
+            snapshot_hash=p.string(d["snapshot_hash"], p.at(path, "snapshot_hash")),
+            snapshot_state=p.choice(
+                d["snapshot_state"], p.at(path, "snapshot_state"), SNAPSHOT_STATES, what="state"
+            ),
+            precedence_level=opt_int("precedence_level", 1, 9),
+            precedence_priority=opt_int("precedence_priority", 0, 10_000),
+            account_id=p.opt_string(d.get("account_id"), p.at(path, "account_id")),
+            provider_binding=p.opt_string(
+                d.get("provider_binding"), p.at(path, "provider_binding")
+            ),
+            effective_model=p.opt_string(d.get("effective_model"), p.at(path, "effective_model")),
+            explanation=Explanation(
+                context=RouteContext.from_dict(
+                    e["context"], path=p.at(epath, "context"), vocabulary=vocabulary
+                ),
+                considered=tuple(considered),
+                eligible_account_ids=strings(
+                    e.get("eligible_account_ids", []), p.at(epath, "eligible_account_ids")
+                ),
+                rejected_accounts=tuple(rejected),
+                conflicting_policy_ids=strings(
+                    e.get("conflicting_policy_ids", []), p.at(epath, "conflicting_policy_ids")
+                ),
+                unlisted_policy_count=p.integer(
+                    e.get("unlisted_policy_count", 0),
+                    p.at(epath, "unlisted_policy_count"),
+                    lo=0,
+                    hi=2**53 - 1,
+                ),
+            ),
+        )

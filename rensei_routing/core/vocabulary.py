@@ -1,0 +1,203 @@
+"""The routing vocabulary as data: roles, model requirements and their provenance rules, bindings.
+
+Pure: no I/O, no globals that change. Nothing about a particular vendor is wired into the
+resolver; it reads every such fact from a :class:`Vocabulary`, whose shipped default carries
+the values of the design sources (``DEFAULT_VOCABULARY``). A plugin extends a vocabulary with
+:meth:`Vocabulary.extended`, which returns a new value and never edits the default.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Final
+
+__all__ = [
+    "CAPABILITY",
+    "CONCRETE_MODEL",
+    "DEFAULT_VOCABULARY",
+    "LITERAL_FAMILY",
+    "REQUIREMENT_KINDS",
+    "LiteralFamily",
+    "Provenance",
+    "Vocabulary",
+    "canonical_worker_role",
+]
+
+LITERAL_FAMILY: Final = "literal_family"
+CAPABILITY: Final = "capability"
+CONCRETE_MODEL: Final = "concrete_model"
+REQUIREMENT_KINDS: Final = (LITERAL_FAMILY, CAPABILITY, CONCRETE_MODEL)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Provenance:
+    """Where a model id comes from, and which provider lanes may serve it.
+
+    A model id has this provenance when its lowercased form matches ``pattern`` and contains
+    none of ``foreign_markers``.
+    """
+
+    name: str
+    pattern: str
+    foreign_markers: tuple[str, ...] = ()
+    provider_bindings: frozenset[str] = frozenset()
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_regex", re.compile(self.pattern))
+
+    def claims(self, model: str) -> bool:
+        """True when ``model`` has this provenance."""
+        lowered = model.lower()
+        if not self._regex.match(lowered):
+            return False
+        return not any(marker in lowered for marker in self.foreign_markers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiteralFamily:
+    """A literal model family (``claude-opus``): a provenance plus a family token (``opus``)."""
+
+    name: str
+    token: str
+    provenance: Provenance
+
+    def satisfied_by(self, model: str) -> bool:
+        """True when ``model`` has the family's provenance and contains its token."""
+        return self.provenance.claims(model) and self.token in model.lower()
+
+
+ANTHROPIC_PROVENANCE: Final = Provenance(
+    name="anthropic",
+    pattern=r"^(?:anthropic\.|[a-z]{2,8}\.anthropic\.)?claude-",
+    foreign_markers=("glm", "qwen", "deepseek", "kimi"),
+    provider_bindings=frozenset({"anthropic"}),
+)
+
+
+def _frozen(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Vocabulary:
+    """Every closed set of names the resolver and the parsers check against."""
+
+    roles: frozenset[str]
+    literal_families: Mapping[str, LiteralFamily]
+    capability_classes: frozenset[str]
+    provider_bindings: frozenset[str]
+    repo_classes: frozenset[str]
+    request_faces: frozenset[str]
+    transports: frozenset[str]
+    legacy_mechanisms: frozenset[str]
+    administrative_states: frozenset[str] = frozenset({"active", "disabled", "draining"})
+    on_unavailable: frozenset[str] = frozenset({"hold", "reject"})
+    selections: frozenset[str] = frozenset({"ordered"})
+
+    def canonical_worker_role(self, principal: str | None) -> str | None:
+        """Strip and lowercase ``principal``; the role it names exactly, else ``None``.
+
+        A loop name such as ``adr_reviewer`` is never guessed into a role.
+        """
+        if not isinstance(principal, str):
+            return None
+        candidate = principal.strip().lower()
+        return candidate if candidate in self.roles else None
+
+    def provenance_of(self, model: str) -> Provenance | None:
+        """The provenance of the first literal family (by name) that claims ``model``, if any."""
+        for name in sorted(self.literal_families):
+            provenance = self.literal_families[name].provenance
+            if provenance.claims(model):
+                return provenance
+        return None
+
+    def satisfied_by(self, kind: str, value: str, model: str) -> bool:
+        """Whether ``model`` satisfies the requirement ``(kind, value)``.
+
+        Literal family: the model has the family's provenance and contains its token.
+        Concrete model: equal ignoring case. Capability: always.
+        """
+        if kind == LITERAL_FAMILY:
+            family = self.literal_families.get(value.lower())
+            return family is not None and family.satisfied_by(model)
+        if kind == CONCRETE_MODEL:
+            return model.lower() == value.lower()
+        return True
+
+    def extended(
+        self,
+        *,
+        roles: Iterable[str] = (),
+        literal_families: Iterable[LiteralFamily] = (),
+        capability_classes: Iterable[str] = (),
+        provider_bindings: Iterable[str] = (),
+        repo_classes: Iterable[str] = (),
+        request_faces: Iterable[str] = (),
+        transports: Iterable[str] = (),
+        legacy_mechanisms: Iterable[str] = (),
+    ) -> Vocabulary:
+        """A new vocabulary with these names added. A family name already present is an error.
+
+        Raises:
+            ValueError: a literal family of the same name is already defined.
+        """
+        families = dict(self.literal_families)
+        for family in literal_families:
+            if family.name in families:
+                raise ValueError(f"literal family {family.name!r} is already defined")
+            families[family.name] = family
+        return replace(
+            self,
+            roles=self.roles | _frozen(r.lower() for r in roles),
+            literal_families=MappingProxyType(families),
+            capability_classes=self.capability_classes | _frozen(capability_classes),
+            provider_bindings=self.provider_bindings | _frozen(provider_bindings),
+            repo_classes=self.repo_classes | _frozen(repo_classes),
+            request_faces=self.request_faces | _frozen(request_faces),
+            transports=self.transports | _frozen(transports),
+            legacy_mechanisms=self.legacy_mechanisms | _frozen(legacy_mechanisms),
+        )
+
+
+DEFAULT_VOCABULARY: Final = Vocabulary(
+    roles=frozenset(
+        {"explorer", "planner", "architect", "implementer", "debugger", "test_adequacy", "reviewer"}
+    ),
+    literal_families=MappingProxyType(
+        {
+            "claude-opus": LiteralFamily(
+                name="claude-opus", token="opus", provenance=ANTHROPIC_PROVENANCE
+            ),
+            "claude-sonnet": LiteralFamily(
+                name="claude-sonnet", token="sonnet", provenance=ANTHROPIC_PROVENANCE
+            ),
+        }
+    ),
+    capability_classes=frozenset({"high-reasoning", "balanced"}),
+    provider_bindings=frozenset({"anthropic", "zai-harness"}),
+    repo_classes=frozenset({"hydraflow", "client", "personal"}),
+    request_faces=frozenset({"agentic", "one-shot", "unknown"}),
+    transports=frozenset({"gateway", "harness-direct", "direct-http"}),
+    legacy_mechanisms=frozenset(
+        {
+            "default",
+            "role-dial",
+            "maintenance-default",
+            "repo-provider",
+            "fleet-ratchet",
+            "credit-failover",
+        }
+    ),
+)
+
+
+def canonical_worker_role(
+    principal: str | None, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> str | None:
+    """The worker role ``principal`` names exactly (strip + lowercase), else ``None``."""
+    return vocabulary.canonical_worker_role(principal)
