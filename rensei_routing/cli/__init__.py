@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import explain, policy  # noqa: F401  (each module attaches its commands to ``cli``)
 from ._root import cli
 
 __all__ = ["cli"]

@@ -60,7 +60,10 @@ def canonicalize_repo(value: object) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequirement:
-    """What a spawn asks for: ``kind`` is ``literal_family``, ``capability`` or ``concrete_model``."""
+    """What a spawn asks for.
+
+    ``kind`` is ``literal_family``, ``capability`` or ``concrete_model``.
+    """
 
     kind: str
     value: str
@@ -109,7 +112,7 @@ class ModelRequirement:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RepoIdentity:
-    """A repository identity: ``canonical`` (``owner/repo``) or ``legacy-lossy`` (a runtime slug)."""
+    """A repository identity: ``canonical`` (owner/repo) or ``legacy-lossy`` (a runtime slug)."""
 
     value: str
     version: str
@@ -128,7 +131,7 @@ class RepoIdentity:
 
     @classmethod
     def from_runtime_slug(cls, slug: str) -> RepoIdentity:
-        """A lossy identity from a path-safe slug (``/`` flattened to ``-``); it never joins a policy."""
+        """A lossy identity from a path-safe slug (``/`` became ``-``); it never joins a policy."""
         return cls(value=slug.strip().lower(), version=LEGACY_LOSSY)
 
     @property

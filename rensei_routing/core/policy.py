@@ -253,7 +253,7 @@ class RoutingAction:
         return None
 
     def allows(self, model: str) -> bool:
-        """Whether ``model`` matches ``allowed_patterns`` (fnmatch, case-insensitive; empty = all)."""
+        """Whether ``model`` matches ``allowed_patterns`` (fnmatch, any case; empty = all)."""
         if not self.allowed_patterns:
             return True
         regex = self._allowed
@@ -366,6 +366,19 @@ class RoutingPolicy:
                 d.get("action", {}), path=p.at(path, "action"), vocabulary=vocabulary
             ),
         )
+
+
+RUNG_NAMES: Final = {
+    1: "system safety",
+    2: "repo + role + requirement",
+    3: "repo + role",
+    4: "repo",
+    5: "repo class + role",
+    6: "repo class",
+    7: "role or requirement",
+    8: "global default",
+    9: "legacy compatibility",
+}
 
 
 def precedence_level(policy: RoutingPolicy) -> int:

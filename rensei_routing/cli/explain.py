@@ -1,0 +1,143 @@
+"""``rensei explain`` and ``rensei explain-batch``: resolve contexts and show why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..core.decision import RouteDecision
+from ..core.policy import RUNG_NAMES, PolicySnapshot
+from ..core.resolver import explain, explain_batch
+from ._inputs import read_context, read_context_lines, read_policy_file
+from ._root import cli, echo_json, home_option, json_option
+from ._store import load_current_snapshot, record_decisions
+
+_MARK = {"matched": "+", "outranked": "~"}
+
+
+def _snapshot(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
+    """The snapshot to resolve against: ``--policies FILE``, else the store's current revision."""
+    if policies is not None:
+        snapshot = read_policy_file(policies)
+        return snapshot, snapshot.state()
+    return load_current_snapshot(home)
+
+
+def _trace_option(f):  # type: ignore[no-untyped-def]
+    return click.option(
+        "--trace",
+        type=click.Choice(["auto", "full", "compact"]),
+        default="auto",
+        show_default=True,
+        help="Explanation detail: every policy (full), the matched ones plus a count (compact), "
+        "or full up to 256 policies (auto).",
+    )(f)
+
+
+def _policies_option(f):  # type: ignore[no-untyped-def]
+    return click.option(
+        "--policies",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Policy file to resolve against (default: the store's current revision).",
+    )(f)
+
+
+def _record_option(f):  # type: ignore[no-untyped-def]
+    return click.option(
+        "--record", is_flag=True, help="Append each decision to the home's audit log."
+    )(f)
+
+
+def render_decision(decision: RouteDecision) -> str:
+    """A readable, self-contained explanation of one decision."""
+    lines = [f"{decision.outcome}: {decision.reason}"]
+    if decision.policy_id is not None:
+        rung = decision.precedence_level
+        lines.append(
+            f"  policy      {decision.policy_id} (rung {rung}: {RUNG_NAMES.get(rung or 0, '?')}, "
+            f"priority {decision.precedence_priority}) [{decision.policy_source}]"
+        )
+    else:
+        lines.append(f"  source      {decision.policy_source}")
+    if decision.outcome == "selected":
+        model = decision.effective_model or "(account default)"
+        lines.append(
+            f"  route       account {decision.account_id or '-'}, "
+            f"binding {decision.provider_binding or '-'}, model {model}"
+        )
+    ex = decision.explanation
+    if ex.conflicting_policy_ids:
+        lines.append(f"  conflict    tied policies: {', '.join(ex.conflicting_policy_ids)}")
+    lines.append(
+        f"  snapshot    revision {decision.policy_revision}, {decision.snapshot_state}, "
+        f"{decision.snapshot_hash}"
+    )
+    lines.append(f"  decision    {decision.decision_id}")
+    if ex.considered or ex.unlisted_policy_count:
+        lines.append("policies (best first):")
+        for c in ex.considered:
+            mark = _MARK.get(c.reason, "x")
+            lines.append(
+                f"  {mark} {c.policy_id:<28} rung {c.precedence_level} "
+                f"priority {c.priority:<5} {c.reason}"
+            )
+        if ex.unlisted_policy_count:
+            lines.append(
+                f"  ({ex.unlisted_policy_count} more did not match; --trace full lists them)"
+            )
+    if ex.eligible_account_ids or ex.rejected_accounts:
+        lines.append("accounts:")
+        for i, account in enumerate(ex.eligible_account_ids):
+            chosen = " (chosen)" if account == decision.account_id and i == 0 else ""
+            lines.append(f"  + {account} eligible{chosen}")
+        for r in ex.rejected_accounts:
+            lines.append(f"  x {r.account_id}: {r.reason}")
+    return "\n".join(lines)
+
+
+@cli.command(name="explain")
+@click.argument("context")
+@_policies_option
+@_trace_option
+@_record_option
+@home_option
+@json_option
+def explain_cmd(
+    context: str, policies: Path | None, trace: str, record: bool, home: Path, json_: bool
+) -> None:
+    """Resolve one CONTEXT (a file, '-' for stdin, or inline JSON) and explain the decision."""
+    ctx = read_context(context)
+    snapshot, state = _snapshot(policies, home)
+    decision = explain(ctx, snapshot, snapshot_state=state, trace=trace)  # type: ignore[arg-type]
+    if record:
+        record_decisions(home, [decision])
+    if json_:
+        echo_json(decision.to_dict())
+    else:
+        click.echo(render_decision(decision))
+
+
+@cli.command(name="explain-batch")
+@click.argument("contexts", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+@_policies_option
+@_trace_option
+@_record_option
+@home_option
+def explain_batch_cmd(
+    contexts: Path, policies: Path | None, trace: str, record: bool, home: Path
+) -> None:
+    """Resolve every context of a JSON Lines file against ONE snapshot; one JSON decision a line.
+
+    Every line is read and checked before any decision is printed or recorded.
+    """
+    items = read_context_lines(contexts)
+    snapshot, state = _snapshot(policies, home)
+    decisions = explain_batch(items, snapshot, snapshot_state=state, trace=trace)  # type: ignore[arg-type]
+    if record:
+        record_decisions(home, decisions)
+    out = click.get_text_stream("stdout")
+    for decision in decisions:
+        out.write(json.dumps(decision.to_dict(), ensure_ascii=False, separators=(",", ":")))
+        out.write("\n")

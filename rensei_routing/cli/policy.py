@@ -1,0 +1,111 @@
+"""``rensei policy ...``: validate a policy file, save it as a revision, show and list revisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..core.policy import validate_policies
+from ..errors import PolicyValidationError
+from ._inputs import read_policy_file
+from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._store import now_rfc3339, open_policy_store
+
+
+@cli.group()
+def policy() -> None:
+    """Policy sets: validate, save as revisions, show, history."""
+
+
+@policy.command(name="validate")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+def policy_validate(file: Path, json_: bool) -> None:
+    """Check a policy FILE; list every issue. Exit 0 when valid, 1 otherwise."""
+    snapshot = read_policy_file(file)
+    issues = validate_policies(snapshot.policies)
+    if json_:
+        echo_json(
+            {
+                "valid": not issues,
+                "policy_count": len(snapshot.policies),
+                "content_hash": snapshot.content_hash,
+                "issues": [i.to_dict() for i in issues],
+            }
+        )
+    elif not issues:
+        click.echo(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
+    else:
+        for issue in issues:
+            click.echo(f"{issue.code}\t{issue.policy_id or '-'}\t{issue.detail}")
+    if issues:
+        raise CommandError(f"{len(issues)} validation issue(s) in {file}")
+
+
+@policy.command(name="save")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@home_option
+@json_option
+def policy_save(file: Path, home: Path, json_: bool) -> None:
+    """Validate a policy FILE and save it as the next revision (nothing is written on error)."""
+    snapshot = read_policy_file(file)
+    with open_policy_store(home, write=True) as store:
+        try:
+            saved = store.save(snapshot.policies, saved_at=now_rfc3339())
+        except PolicyValidationError as e:
+            for issue in e.issues:
+                click.echo(f"{issue.code}\t{issue.policy_id or '-'}\t{issue.detail}", err=True)
+            raise CommandError(f"{len(e.issues)} validation issue(s); nothing was saved") from e
+    if json_:
+        echo_json(
+            {
+                "revision": saved.revision,
+                "content_hash": saved.content_hash,
+                "policy_count": len(saved.policies),
+            }
+        )
+    else:
+        click.echo(
+            f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash}"
+        )
+
+
+@policy.command(name="show")
+@click.option("--rev", "revision", type=click.IntRange(min=1), help="Revision (default: current).")
+@home_option
+@json_option
+def policy_show(revision: int | None, home: Path, json_: bool) -> None:
+    """Show the current (or --rev N) policy revision and its load state."""
+    with open_policy_store(home, write=False) as store:
+        loaded = store.load(revision)
+    if json_:
+        doc = loaded.snapshot.to_dict()
+        doc["state"] = loaded.state
+        doc["detail"] = loaded.detail
+        echo_json(doc)
+        return
+    snap = loaded.snapshot
+    click.echo(f"state {loaded.state}, revision {snap.revision}, {snap.content_hash}")
+    if loaded.detail:
+        click.echo(f"detail: {loaded.detail}")
+    for pol in sorted(snap.policies, key=lambda p: p.id):
+        flag = "" if pol.enabled else " (disabled)"
+        click.echo(f"  {pol.id} priority {pol.priority}{flag}")
+
+
+@policy.command(name="history")
+@home_option
+@json_option
+def policy_history(home: Path, json_: bool) -> None:
+    """List every saved revision, oldest first."""
+    with open_policy_store(home, write=False) as store:
+        rows = store.history()
+    if json_:
+        echo_json([r.to_dict() for r in rows])
+        return
+    if not rows:
+        click.echo("no revisions saved yet")
+    for r in rows:
+        count = "?" if r.policy_count is None else str(r.policy_count)
+        click.echo(f"{r.revision}\t{r.saved_at}\t{count} policies\t{r.content_hash}")

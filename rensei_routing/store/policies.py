@@ -1,0 +1,204 @@
+"""Policy revisions in SQLite: validate, then write revision = current + 1; load ok/absent/corrupt.
+
+Adapter: owns the ``policy_revisions`` table and nothing else. It never reads the clock (the
+caller passes ``saved_at``) and never decides routes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from ..core import _parse as p
+from ..core.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
+from ..core.policy import (
+    PolicySnapshot,
+    RoutingPolicy,
+    hash_policies,
+    policy_canonical,
+    validate_policies,
+)
+from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..errors import (
+    CorruptSnapshotError,
+    InputError,
+    NotFoundError,
+    PolicyValidationError,
+    StoreError,
+)
+
+__all__ = ["PolicyStore", "RevisionInfo", "SnapshotLoad"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotLoad:
+    """A load result. ``corrupt`` never carries partial policies: its snapshot is empty at
+    revision 0, and ``detail`` says what was wrong."""
+
+    state: str
+    snapshot: PolicySnapshot
+    detail: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.state != STATE_CORRUPT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RevisionInfo:
+    """One row of the revision history."""
+
+    revision: int
+    content_hash: str
+    policy_count: int | None
+    saved_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "revision": self.revision,
+            "content_hash": self.content_hash,
+            "policy_count": self.policy_count,
+            "saved_at": self.saved_at,
+        }
+
+
+def _encode(policies: Iterable[RoutingPolicy]) -> bytes:
+    # Stored in hash order, so the body itself is independent of the caller's order.
+    return b"[" + b",".join(sorted(policy_canonical(pol) for pol in policies)) + b"]"
+
+
+class PolicyStore:
+    """Versioned policy sets over one apsw connection (a writer connection for ``save``)."""
+
+    def __init__(
+        self, conn: apsw.Connection, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> None:
+        self._conn = conn
+        self._vocabulary = vocabulary
+
+    def _row(self, revision: int | None) -> tuple[int, str, bytes] | None:
+        if revision is None:
+            sql = (
+                "SELECT revision, content_hash, body FROM policy_revisions "
+                "ORDER BY revision DESC LIMIT 1"
+            )
+            args: tuple[Any, ...] = ()
+        else:
+            sql = "SELECT revision, content_hash, body FROM policy_revisions WHERE revision = ?"
+            args = (revision,)
+        try:
+            row = self._conn.execute(sql, args).fetchone()
+        except apsw.Error as e:
+            raise StoreError(f"cannot read policy revisions: {e}") from e
+        if row is None:
+            return None
+        return int(row[0]), str(row[1]), bytes(row[2]) if row[2] is not None else b""
+
+    def _decode(self, revision: int, content_hash: str, body: bytes) -> SnapshotLoad:
+        try:
+            doc = json.loads(body.decode("utf-8"))
+            path = f"revision {revision}"
+            policies = tuple(
+                RoutingPolicy.from_dict(item, path=p.at(path, i), vocabulary=self._vocabulary)
+                for i, item in enumerate(p.array(doc, path))
+            )
+        except (UnicodeDecodeError, json.JSONDecodeError, InputError, RecursionError) as e:
+            return SnapshotLoad(
+                state=STATE_CORRUPT,
+                snapshot=PolicySnapshot.empty(),
+                detail=f"revision {revision} is unparseable: {e}",
+            )
+        actual = hash_policies(policies)
+        if actual != content_hash:
+            return SnapshotLoad(
+                state=STATE_CORRUPT,
+                snapshot=PolicySnapshot.empty(),
+                detail=f"revision {revision} content hash {content_hash} does not match "
+                f"its policies ({actual})",
+            )
+        return SnapshotLoad(
+            state=STATE_OK,
+            snapshot=PolicySnapshot(revision=revision, policies=policies, content_hash=actual),
+        )
+
+    def load(self, revision: int | None = None) -> SnapshotLoad:
+        """The current revision (or ``revision``) as ``ok``, ``absent`` or ``corrupt``.
+
+        Raises:
+            NotFoundError: an explicit ``revision`` does not exist.
+            StoreError: the database could not be read.
+        """
+        row = self._row(revision)
+        if row is None:
+            if revision is not None:
+                raise NotFoundError(f"no policy revision {revision}")
+            return SnapshotLoad(state=STATE_ABSENT, snapshot=PolicySnapshot.empty())
+        return self._decode(*row)
+
+    def save(self, policies: Iterable[RoutingPolicy], *, saved_at: str) -> PolicySnapshot:
+        """Validate, then write the set as revision = current + 1 (the first is 1).
+
+        Saving an empty set is a real revision. Nothing is written when anything fails.
+
+        Raises:
+            PolicyValidationError: carrying every validation issue.
+            CorruptSnapshotError: the current revision is corrupt (its bytes are untouched).
+            StoreError: the database could not be written.
+        """
+        items = tuple(policies)
+        issues = validate_policies(items, vocabulary=self._vocabulary)
+        if issues:
+            raise PolicyValidationError(issues)
+        content_hash = hash_policies(items)
+        body = _encode(items)
+        try:
+            with self._conn:
+                current = self._row(None)
+                if current is not None:
+                    loaded = self._decode(*current)
+                    if loaded.state == STATE_CORRUPT:
+                        raise CorruptSnapshotError(
+                            f"refusing to write over a corrupt store: {loaded.detail}; "
+                            "repair is an explicit operator act"
+                        )
+                revision = 1 if current is None else current[0] + 1
+                self._conn.execute(
+                    "INSERT INTO policy_revisions(revision, content_hash, body, saved_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (revision, content_hash, body, saved_at),
+                )
+        except apsw.Error as e:
+            raise StoreError(f"cannot save policy revision: {e}") from e
+        return PolicySnapshot(revision=revision, policies=items, content_hash=content_hash)
+
+    def history(self) -> list[RevisionInfo]:
+        """Every revision, oldest first, with its policy count (``None`` when unparseable).
+
+        Raises:
+            StoreError: the database could not be read.
+        """
+        out = []
+        try:
+            rows = self._conn.execute(
+                "SELECT revision, content_hash, body, saved_at FROM policy_revisions "
+                "ORDER BY revision"
+            )
+            for revision, content_hash, body, saved_at in rows:
+                try:
+                    count: int | None = len(json.loads(bytes(body).decode("utf-8")))
+                except (UnicodeDecodeError, json.JSONDecodeError, TypeError):
+                    count = None
+                out.append(
+                    RevisionInfo(
+                        revision=int(revision),
+                        content_hash=str(content_hash),
+                        policy_count=count,
+                        saved_at=str(saved_at),
+                    )
+                )
+        except apsw.Error as e:
+            raise StoreError(f"cannot read policy history: {e}") from e
+        return out
