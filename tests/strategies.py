@@ -1,0 +1,117 @@
+"""Hypothesis strategies for JSON-shaped policies and contexts, drawn from small pools so that
+matches, ties, conflicts and every rejection reason happen often."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+REPOS = ["acme/widgets", "acme/gadgets", "t-rav/hydraflow", "acme-widgets", "Acme/Widgets"]
+CLASSES = ["hydraflow", "client", "personal"]
+ROLES = ["implementer", "reviewer", "planner"]
+PRINCIPALS = ["implementer", "reviewer", "adr_reviewer", "Planner", "pr_unstick"]
+FACES = ["agentic", "one-shot", "unknown"]
+REQUIREMENTS: list[Any] = [
+    {"kind": "literal_family", "value": "claude-opus"},
+    {"kind": "literal_family", "value": "claude-sonnet"},
+    {"kind": "capability", "value": "high-reasoning"},
+    {"kind": "capability", "value": "balanced"},
+    {"kind": "concrete_model", "value": "claude-sonnet-4-5"},
+    {"kind": "concrete_model", "value": "glm-5.3"},
+    {"kind": "concrete_model", "value": "us.anthropic.claude-opus-4-1"},
+]
+MODELS = [
+    "claude-opus-4-1",
+    "claude-sonnet-4-5",
+    "glm-5.3",
+    "anthropic.claude-opus-4",
+    "claude-opus-glm-distill",
+    "qwen3-coder",
+]
+ACCOUNTS = [
+    ("anthropic-a", "anthropic"),
+    ("anthropic-b", "anthropic"),
+    ("zai-a", "zai-harness"),
+    ("zai-b", "zai-harness"),
+]
+PATTERNS = ["claude-*", "glm-*", "*opus*", "CLAUDE-SONNET-*"]
+
+
+def _subset(pool: list[Any], max_size: int = 2) -> st.SearchStrategy[list[Any]]:
+    return st.lists(st.sampled_from(pool), max_size=max_size, unique_by=repr)
+
+
+@st.composite
+def policy_dicts(draw: st.DrawFn, ids: list[str] | None = None) -> dict[str, Any]:
+    ids = ids or [f"p{i}" for i in range(6)]
+    match: dict[str, Any] = {}
+    for key, pool in (
+        ("repo_ids", REPOS[:3]),
+        ("repo_classes", CLASSES),
+        ("roles", ROLES),
+        ("principal_ids", PRINCIPALS),
+        ("model_requirements", REQUIREMENTS),
+        ("request_faces", FACES),
+    ):
+        values = draw(_subset(pool))
+        if values:
+            match[key] = values
+    mapping = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"requirement": st.sampled_from(REQUIREMENTS), "model": st.sampled_from(MODELS)}
+            ),
+            max_size=2,
+        )
+    )
+    pool = [a for a, _ in draw(_subset(ACCOUNTS, 3))]
+    return {
+        "id": draw(st.sampled_from(ids)),
+        "enabled": draw(st.booleans()),
+        "priority": draw(st.sampled_from([0, 5, 10])),
+        "system_safety": draw(st.booleans()) and draw(st.booleans()),
+        "match": match,
+        "action": {
+            "provider_lock": draw(st.sampled_from([None, "anthropic", "zai-harness"])),
+            "account_pool": pool,
+            "requirement_map": mapping,
+            "allowed_patterns": draw(_subset(PATTERNS)),
+            "on_unavailable": draw(st.sampled_from(["hold", "reject"])),
+        },
+    }
+
+
+@st.composite
+def context_dicts(draw: st.DrawFn) -> dict[str, Any]:
+    accounts = []
+    for account_id, binding in draw(_subset(ACCOUNTS, 4)):
+        accounts.append(
+            {
+                "account_id": account_id,
+                "provider_binding": binding,
+                "configured": draw(st.booleans()) or draw(st.booleans()),
+                "administrative_state": draw(st.sampled_from(["active", "active", "disabled", "draining"])),
+            }
+        )
+    legacy = draw(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {
+                    "provider_binding": st.sampled_from(["anthropic", "zai", "gateway"]),
+                    "account_id": st.sampled_from([None, "anthropic-a", "zai-a"]),
+                    "model": st.sampled_from([None, *MODELS]),
+                }
+            ),
+        )
+    )
+    return {
+        "repo": draw(st.sampled_from([None, *REPOS])),
+        "repo_class": draw(st.sampled_from([None, *CLASSES])),
+        "principal_id": draw(st.sampled_from([None, *PRINCIPALS])),
+        "model_requirement": draw(st.sampled_from([None, *REQUIREMENTS])),
+        "request_face": draw(st.sampled_from(FACES)),
+        "legacy_route": legacy,
+        "accounts": accounts,
+    }

@@ -1,0 +1,169 @@
+"""``rensei policy validate``, ``rensei explain`` and ``rensei explain-batch`` on files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rensei_routing.cli import cli
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
+POLICIES = str(EXAMPLES / "policies.json")
+
+
+def _run(runner: CliRunner, *args: str, input: str | None = None):
+    return runner.invoke(cli, list(args), input=input, catch_exceptions=False)
+
+
+def test_validate_accepts_the_shipped_example(runner: CliRunner) -> None:
+    result = _run(runner, "policy", "validate", POLICIES)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("valid: 7 policies, sha256:")
+
+
+def test_validate_lists_every_issue_and_exits_1(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps(
+            [
+                {"id": "Bad Id"},
+                {"id": "x", "match": {"repo_ids": ["not-canonical"]}},
+                {
+                    "id": "y",
+                    "action": {
+                        "requirement_map": [
+                            {"requirement": "claude-opus", "model": "glm-5.3"},
+                        ]
+                    },
+                },
+            ]
+        )
+    )
+    result = _run(runner, "policy", "validate", str(bad), "--json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["valid"] is False
+    codes = sorted(i["code"] for i in doc["issues"])
+    assert codes == [
+        "equal-precedence-conflict",
+        "invalid-policy-id",
+        "literal-family-mapped-to-foreign-model",
+        "non-canonical-repo-id",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("{not json", "not valid JSON"),
+        ('[{"id": "a", "priority": 99999}]', "policies[0].priority"),
+        ('[{"id": "a", "match": {"roles": ["wizard"]}}]', "policies[0].match.roles[0]"),
+        ('[{"id": "a", "colour": "red"}]', "policies[0].colour: unknown field"),
+        ('{"policies": "nope"}', "policies: expected an array"),
+    ],
+    ids=["not-json", "out-of-range", "outside-vocabulary", "unknown-field", "wrong-type"],
+)
+def test_malformed_policy_files_fail_with_one_clear_line(
+    runner: CliRunner, tmp_path: Path, content: str, needle: str
+) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    result = runner.invoke(cli, ["policy", "validate", str(path)])
+    assert result.exit_code == 1
+    assert needle in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_is_a_clear_error(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(cli, ["policy", "validate", str(tmp_path / "nope.json")])
+    assert result.exit_code == 1
+    assert "cannot read" in result.stderr
+
+
+def test_explain_prints_a_readable_explanation(runner: CliRunner) -> None:
+    result = _run(runner, "explain", str(EXAMPLES / "context.json"), "--policies", POLICIES)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.startswith("selected: matched-policy")
+    assert "acme-widgets-implementer (rung 3: repo + role, priority 50)" in out
+    assert "account anthropic-backup, binding anthropic, model claude-opus-4-1" in out
+    assert "~ global-default" in out and "outranked" in out
+    assert "x zai-main: not-in-pool" in out
+
+
+def test_explain_json_is_the_full_decision(runner: CliRunner) -> None:
+    result = _run(
+        runner, "explain", str(EXAMPLES / "context.json"), "--policies", POLICIES, "--json"
+    )
+    doc = json.loads(result.stdout)
+    assert doc["policy_id"] == "acme-widgets-implementer"
+    assert doc["precedence_level"] == 3 and doc["precedence_priority"] == 50
+    assert doc["decision_id"].startswith("sha256:")
+    assert len(doc["explanation"]["considered"]) == 7
+
+
+def test_explain_takes_inline_json_and_stdin(runner: CliRunner) -> None:
+    ctx = '{"repo": "me/notes", "repo_class": "personal", "legacy_route": {"provider_binding": "zai"}}'
+    inline = _run(runner, "explain", ctx, "--policies", POLICIES, "--json")
+    stdin = _run(runner, "explain", "-", "--policies", POLICIES, "--json", input=ctx)
+    assert json.loads(inline.stdout) == json.loads(stdin.stdout)
+    # global-default matches; with no accounts offered, nothing is eligible.
+    assert json.loads(inline.stdout)["reason"] == "no-eligible-account"
+
+
+def test_explain_a_corrupt_policy_file_holds(runner: CliRunner, tmp_path: Path) -> None:
+    doc = json.loads(Path(POLICIES).read_text())
+    doc["content_hash"] = "sha256:" + "0" * 64
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(doc))
+    result = _run(
+        runner, "explain", str(EXAMPLES / "context.json"), "--policies", str(path), "--json"
+    )
+    decision = json.loads(result.stdout)
+    assert (decision["outcome"], decision["reason"], decision["snapshot_state"]) == (
+        "held",
+        "snapshot-unavailable",
+        "corrupt",
+    )
+
+
+def test_explain_batch_prints_one_decision_per_line(runner: CliRunner) -> None:
+    result = _run(runner, "explain-batch", str(EXAMPLES / "contexts.jsonl"), "--policies", POLICIES)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == 6
+    decisions = [json.loads(line) for line in lines]
+    assert {d["snapshot_hash"] for d in decisions} == {decisions[0]["snapshot_hash"]}
+    assert [d["reason"] for d in decisions][:3] == [
+        "matched-policy",
+        "matched-policy",
+        "matched-policy",
+    ]
+
+
+def test_explain_batch_refuses_a_bad_line_before_printing_anything(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    lines = (EXAMPLES / "contexts.jsonl").read_text().splitlines()
+    lines.insert(2, '{"repo": "a/b", "request_face": "telepathic"}')
+    path = tmp_path / "batch.jsonl"
+    path.write_text("\n".join(lines))
+    result = runner.invoke(cli, ["explain-batch", str(path), "--policies", POLICIES])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert f"{path}:3: request_face" in result.stderr
+
+
+def test_usage_errors_exit_2(runner: CliRunner) -> None:
+    assert runner.invoke(cli, ["explain"]).exit_code == 2
+    assert runner.invoke(cli, ["explain", "x", "--trace", "loud"]).exit_code == 2
+
+
+def test_help_and_version(runner: CliRunner) -> None:
+    assert runner.invoke(cli, ["-h"]).exit_code == 0
+    version = runner.invoke(cli, ["--version"])
+    assert version.exit_code == 0 and "rensei" in version.output

@@ -1,0 +1,167 @@
+"""D4 swept over a generated matrix: no managed policy ever serves a literal family off its lane
+or with a model that fails ``satisfied_by``; a legacy route that defies it is reported as it ran."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from rensei_routing import (
+    DEFAULT_VOCABULARY,
+    PolicySnapshot,
+    RouteContext,
+    RoutingPolicy,
+    explain_batch,
+)
+
+FAMILIES = ["claude-opus", "claude-sonnet"]
+MAPPED = [
+    None,
+    "claude-opus-4-1",
+    "claude-sonnet-4-5",
+    "glm-5.3",
+    "us.anthropic.claude-opus-4",
+    "claude-opus-qwen-mix",
+]
+LOCKS = [None, "anthropic", "zai-harness"]
+POOLS = [[], ["zai-a"], ["zai-a", "anthropic-a"], ["anthropic-b", "anthropic-a"]]
+MATCHES: list[dict[str, Any]] = [
+    {},
+    {"repo_classes": ["hydraflow"]},
+    {"roles": ["reviewer"]},
+    {"model_requirements": [{"kind": "literal_family", "value": "claude-opus"}]},
+]
+ACCOUNT_SETS = [
+    [("zai-a", "zai-harness")],
+    [("zai-a", "zai-harness"), ("anthropic-a", "anthropic")],
+    [("anthropic-a", "anthropic"), ("anthropic-b", "anthropic")],
+    [("zai-a", "zai-harness"), ("anthropic-b", "anthropic")],
+]
+LEGACY = [
+    None,
+    {
+        "provider_binding": "zai",
+        "account_id": "zai-a",
+        "model": "glm-5.1",
+        "mechanism": "credit-failover",
+    },
+    {"provider_binding": "anthropic", "account_id": "anthropic-a", "model": "claude-opus-4-1"},
+]
+
+
+def _policy_sets() -> list[list[RoutingPolicy]]:
+    sets = []
+    for i, (match, lock, pool, mapped, posture) in enumerate(
+        itertools.product(MATCHES, LOCKS, POOLS, MAPPED, ["hold", "reject"])
+    ):
+        mapping = (
+            []
+            if mapped is None
+            else [
+                {
+                    "requirement": {"kind": "literal_family", "value": FAMILIES[i % 2]},
+                    "model": mapped,
+                }
+            ]
+        )
+        sets.append(
+            [
+                RoutingPolicy.from_dict(
+                    {
+                        "id": f"p{i}",
+                        "match": match,
+                        "action": {
+                            "provider_lock": lock,
+                            "account_pool": pool,
+                            "requirement_map": mapping,
+                            "on_unavailable": posture,
+                        },
+                    }
+                )
+            ]
+        )
+    return sets
+
+
+def _contexts() -> list[RouteContext]:
+    out = []
+    for family, repo_class, principal, accounts, legacy in itertools.product(
+        FAMILIES,
+        ["hydraflow", "client"],
+        ["reviewer", "adr_reviewer", "implementer"],
+        ACCOUNT_SETS,
+        LEGACY,
+    ):
+        out.append(
+            RouteContext.from_dict(
+                {
+                    "repo": "t-rav/hydraflow",
+                    "repo_class": repo_class,
+                    "principal_id": principal,
+                    "model_requirement": {"kind": "literal_family", "value": family},
+                    "accounts": [{"account_id": a, "provider_binding": b} for a, b in accounts],
+                    "legacy_route": legacy,
+                }
+            )
+        )
+    return out
+
+
+def test_no_managed_policy_ever_routes_a_literal_family_off_its_lane() -> None:
+    contexts = _contexts()
+    policy_sets = _policy_sets()
+    assert len(contexts) * len(policy_sets) >= 50_000
+    checked = selected_by_policy = legacy_reported = 0
+    for policies in policy_sets:
+        for ctx, decision in zip(contexts, explain_batch(contexts, PolicySnapshot.of(policies))):
+            checked += 1
+            req = ctx.model_requirement
+            assert req is not None
+            family = DEFAULT_VOCABULARY.literal_families[req.value]
+            if decision.policy_source == "managed-policy" and decision.outcome == "selected":
+                selected_by_policy += 1
+                assert decision.provider_binding in family.provenance.provider_bindings, decision
+                if decision.effective_model is not None:
+                    assert family.satisfied_by(decision.effective_model), decision
+            if decision.policy_source == "legacy-compatibility":
+                legacy_reported += 1
+                legacy = ctx.legacy_route
+                assert legacy is not None
+                # Reported exactly as it ran, never attributed to a policy, never rewritten.
+                assert decision.policy_id is None
+                assert decision.precedence_level == 9
+                assert (
+                    decision.provider_binding,
+                    decision.account_id,
+                    decision.effective_model,
+                ) == (
+                    legacy.provider_binding,
+                    legacy.account_id,
+                    legacy.model,
+                )
+    assert checked >= 50_000
+    # The sweep must actually exercise both sides of the invariant.
+    assert selected_by_policy > 5_000 and legacy_reported > 1_000
+
+
+def test_a_legacy_route_that_defies_the_requirement_is_reported_not_suppressed() -> None:
+    ctx = RouteContext.from_dict(
+        {
+            "repo": "t-rav/hydraflow",
+            "principal_id": "adr_reviewer",
+            "model_requirement": "claude-opus",
+            "legacy_route": {
+                "provider_binding": "zai",
+                "account_id": "zai-a",
+                "model": "glm-5.1",
+                "mechanism": "credit-failover",
+            },
+        }
+    )
+    (decision,) = explain_batch([ctx], PolicySnapshot.of([]))
+    assert (decision.outcome, decision.reason, decision.policy_source) == (
+        "selected",
+        "no-policy-applies",
+        "legacy-compatibility",
+    )
+    assert decision.effective_model == "glm-5.1" and decision.provider_binding == "zai"
