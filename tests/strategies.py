@@ -91,7 +91,9 @@ def context_dicts(draw: st.DrawFn) -> dict[str, Any]:
                 "account_id": account_id,
                 "provider_binding": binding,
                 "configured": draw(st.booleans()) or draw(st.booleans()),
-                "administrative_state": draw(st.sampled_from(["active", "active", "disabled", "draining"])),
+                "administrative_state": draw(
+                    st.sampled_from(["active", "active", "disabled", "draining"])
+                ),
             }
         )
     legacy = draw(

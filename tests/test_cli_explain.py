@@ -107,7 +107,9 @@ def test_explain_json_is_the_full_decision(runner: CliRunner) -> None:
 
 
 def test_explain_takes_inline_json_and_stdin(runner: CliRunner) -> None:
-    ctx = '{"repo": "me/notes", "repo_class": "personal", "legacy_route": {"provider_binding": "zai"}}'
+    ctx = json.dumps(
+        {"repo": "me/notes", "repo_class": "personal", "legacy_route": {"provider_binding": "zai"}}
+    )
     inline = _run(runner, "explain", ctx, "--policies", POLICIES, "--json")
     stdin = _run(runner, "explain", "-", "--policies", POLICIES, "--json", input=ctx)
     assert json.loads(inline.stdout) == json.loads(stdin.stdout)

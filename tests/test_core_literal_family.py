@@ -113,7 +113,9 @@ def test_no_managed_policy_ever_routes_a_literal_family_off_its_lane() -> None:
     assert len(contexts) * len(policy_sets) >= 50_000
     checked = selected_by_policy = legacy_reported = 0
     for policies in policy_sets:
-        for ctx, decision in zip(contexts, explain_batch(contexts, PolicySnapshot.of(policies))):
+        for ctx, decision in zip(
+            contexts, explain_batch(contexts, PolicySnapshot.of(policies)), strict=True
+        ):
             checked += 1
             req = ctx.model_requirement
             assert req is not None

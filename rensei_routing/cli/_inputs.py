@@ -30,7 +30,8 @@ def read_document(source: str) -> Any:
 
 
 def read_policy_file(path: Path) -> PolicySnapshot:
-    """A policy file: an array of policies, or ``{"policies": [...], "revision"?, "content_hash"?}``.
+    """A policy file: an array of policies, or ``{"policies": [...]}`` with optional
+    ``revision`` and ``content_hash``.
 
     Raises:
         InputError: unreadable, not JSON, or not a policy set (the message names the field).

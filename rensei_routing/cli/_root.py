@@ -40,7 +40,7 @@ def cli() -> None:
 
 
 def home_option(f: F) -> F:
-    """``--home DIR`` (env ``RENSEI_HOME``, default ``./.rensei``): the directory holding the store."""
+    """``--home DIR`` (env ``RENSEI_HOME``, default ``./.rensei``): holds the store and keys."""
     return click.option(
         "--home",
         type=click.Path(file_okay=False, path_type=Path),
