@@ -1,0 +1,570 @@
+"""Audit-chain link rules, checkpoint notes and the streaming verifier. Pure: no I/O, no clock, no
+key material (the adapter signs notes and supplies a signature check).
+
+The chain (SEMANTICS.md "Audit chain", document 001 §D6):
+
+* ``seq`` counts from 0; the first record's ``prev_hash`` is :data:`GENESIS_HASH`
+  (``sha256:`` + 64 zeros); every later one carries the previous ``record_hash``.
+* The payload is redacted, then written as RFC 8785 canonical bytes; those bytes are what is
+  stored, and ``payload_hash = digest(redacted payload)`` = ``sha256:`` + SHA-256 of those bytes.
+* ``record_hash = digest({seq, prev_hash, recorded_at, payload_hash})``. **``recorded_at`` is
+  covered** (the reference leaves it outside the hash, so a record could be re-dated without
+  breaking the chain; here re-dating is a ``record-hash-mismatch``).
+
+Checkpoints follow the C2SP tlog-checkpoint / signed-note text format::
+
+    <origin>
+    <size>
+    <base64 of the 32 head-hash bytes>
+
+    — <key name> <base64(key hash ‖ signature)>
+
+where the head hash is the ``record_hash`` of record ``size - 1`` (the genesis hash for size 0),
+the key hash is the first 4 bytes of SHA-256(key name ‖ ``\\n`` ‖ 0x01 ‖ Ed25519 public key), and
+the Ed25519 signature covers the note body (everything before the blank line, newline included).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from ..errors import CheckpointFormatError, MalformedError
+from .canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
+from .redact import DEFAULT_REDACTOR, Redactor
+
+__all__ = [
+    "GENESIS_HASH",
+    "NOTE_MAX_BYTES",
+    "PROGRESS_EVERY",
+    "REASONS",
+    "ROW_COLUMNS",
+    "AuditRecord",
+    "Checkpoint",
+    "NoteSignature",
+    "Reason",
+    "VerifyResult",
+    "check_timestamp",
+    "checkpoint_origin",
+    "encode_payload",
+    "format_timestamp",
+    "link_rows",
+    "note_key_hash",
+    "parse_checkpoint",
+    "payload_hash",
+    "record_hash",
+    "verify_chain",
+]
+
+GENESIS_HASH: Final = SHA256_PREFIX + "0" * 64
+
+Reason = Literal[
+    "seq-gap",
+    "prev-hash-mismatch",
+    "payload-hash-mismatch",
+    "record-hash-mismatch",
+    "unparseable-record",
+    "truncated-below-checkpoint",
+    "checkpoint-signature-invalid",
+]
+#: Every reason code :func:`verify_chain` can report, in the order checks run on one record.
+REASONS: Final[tuple[Reason, ...]] = (
+    "unparseable-record",
+    "seq-gap",
+    "prev-hash-mismatch",
+    "payload-hash-mismatch",
+    "record-hash-mismatch",
+    "truncated-below-checkpoint",
+    "checkpoint-signature-invalid",
+)
+
+#: The column order of a stored row, as :func:`verify_chain` expects it.
+ROW_COLUMNS: Final = ("seq", "recorded_at", "prev_hash", "payload_hash", "record_hash", "payload")
+Row = tuple[int, str, str, str, str, bytes]
+
+NOTE_MAX_BYTES: Final = 16 * 1024
+_MAX_SIGNATURES: Final = 64
+_MAX_SIZE: Final = 2**63 - 1
+_HASH = re.compile(r"sha256:[0-9a-f]{64}")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
+_KEY_NAME = re.compile(r"[^\s+]+")
+_SIG_PREFIX: Final = "\u2014 "
+PROGRESS_EVERY: Final = 10_000
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+def check_timestamp(recorded_at: str) -> str:
+    """Return ``recorded_at`` if it is RFC 3339 UTC (``...Z``, at most 6 fraction digits).
+
+    Raises:
+        MalformedError: anything else.
+    """
+    if not isinstance(recorded_at, str) or not _TIMESTAMP.fullmatch(recorded_at):
+        raise MalformedError("recorded_at", f"not an RFC 3339 UTC timestamp: {recorded_at!r}")
+    try:
+        datetime.fromisoformat(recorded_at[:-1] + "+00:00")
+    except ValueError as e:
+        raise MalformedError("recorded_at", f"not a valid date and time: {recorded_at!r}") from e
+    return recorded_at
+
+
+def format_timestamp(moment: datetime) -> str:
+    """RFC 3339 UTC text of an aware datetime, in microseconds: ``2025-01-02T03:04:05.000000Z``.
+
+    Raises:
+        MalformedError: ``moment`` is naive (no time zone).
+    """
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise MalformedError("recorded_at", "a naive datetime has no defined UTC instant")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def encode_payload(payload: Any, redactor: Redactor = DEFAULT_REDACTOR) -> bytes:
+    """The stored form of a payload: the RFC 8785 bytes of its redacted value.
+
+    The redaction pre-check runs on the canonical text, so a payload with nothing
+    credential-shaped is encoded once and never walked by a regex.
+
+    Raises:
+        CanonicalEncodingError: the payload is not a JSON value with a canonical form.
+    """
+    data = canonical_bytes(payload)
+    if redactor.might_match(data.decode("utf-8")):
+        data = canonical_bytes(redactor.redact(payload))
+    return data
+
+
+def payload_hash(data: bytes) -> str:
+    """``sha256:`` + SHA-256 of stored payload bytes (equal to ``digest`` of the redacted value)."""
+    return SHA256_PREFIX + sha256_hex(data)
+
+
+def record_hash(seq: int, prev_hash: str, recorded_at: str, payload_hash: str) -> str:
+    """The link digest over seq, previous hash, timestamp and payload hash."""
+    return digest(
+        {
+            "seq": seq,
+            "prev_hash": prev_hash,
+            "recorded_at": recorded_at,
+            "payload_hash": payload_hash,
+        }
+    )
+
+
+def link_rows(
+    payloads: Iterable[bytes], *, seq: int, prev_hash: str, recorded_at: str
+) -> list[Row]:
+    """Chain encoded payloads after the head (``seq`` is the next seq, ``prev_hash`` the head hash).
+
+    Returns rows in :data:`ROW_COLUMNS` order, ready to insert.
+    """
+    rows: list[Row] = []
+    for data in payloads:
+        p_hash = SHA256_PREFIX + hashlib.sha256(data).hexdigest()
+        r_hash = record_hash(seq, prev_hash, recorded_at, p_hash)
+        rows.append((seq, recorded_at, prev_hash, p_hash, r_hash, data))
+        prev_hash = r_hash
+        seq += 1
+    return rows
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRecord:
+    """One stored audit record; ``payload_bytes`` are the redacted canonical bytes."""
+
+    seq: int
+    recorded_at: str
+    prev_hash: str
+    payload_hash: str
+    record_hash: str
+    payload_bytes: bytes
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> AuditRecord:
+        """Build from a row in :data:`ROW_COLUMNS` order (no checks: see :func:`verify_chain`)."""
+        seq, recorded_at, prev_hash, p_hash, r_hash, data = row
+        return cls(
+            seq=seq,
+            recorded_at=recorded_at,
+            prev_hash=prev_hash,
+            payload_hash=p_hash,
+            record_hash=r_hash,
+            payload_bytes=bytes(data),
+        )
+
+    @property
+    def payload(self) -> Any:
+        """The redacted payload as a JSON value.
+
+        Raises:
+            MalformedError: the stored bytes are not JSON (the record is damaged).
+        """
+        try:
+            return json.loads(self.payload_bytes)
+        except (ValueError, RecursionError) as e:
+            raise MalformedError(f"audit[{self.seq}].payload", f"not JSON: {e}") from e
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the five chain fields and the decoded payload.
+
+        Raises:
+            MalformedError: the stored payload is not JSON.
+        """
+        return {
+            "seq": self.seq,
+            "recorded_at": self.recorded_at,
+            "prev_hash": self.prev_hash,
+            "payload_hash": self.payload_hash,
+            "record_hash": self.record_hash,
+            "payload": self.payload,
+        }
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+
+
+def checkpoint_origin(org_id: str) -> str:
+    """Origin line and signing key name of an org's audit log: ``rensei-routing/<org>/audit``."""
+    return f"rensei-routing/{org_id}/audit"
+
+
+def note_key_hash(key_name: str, public_key: bytes) -> bytes:
+    """C2SP signed-note key hash of an Ed25519 key: SHA-256(name ‖ ``\\n`` ‖ 0x01 ‖ key)[:4]."""
+    return hashlib.sha256(key_name.encode("utf-8") + b"\n\x01" + public_key).digest()[:4]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoteSignature:
+    """One signature line of a note: key name, 4-byte key hash, raw signature."""
+
+    name: str
+    key_hash: bytes
+    signature: bytes
+
+    def to_line(self) -> str:
+        """The ``— <name> <base64>`` line, newline included."""
+        blob = base64.b64encode(self.key_hash + self.signature).decode("ascii")
+        return f"{_SIG_PREFIX}{self.name} {blob}\n"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """A checkpoint of a log: ``size`` records whose last ``record_hash`` is ``head_hash``."""
+
+    origin: str
+    size: int
+    head_hash: str
+    extensions: tuple[str, ...] = ()
+    signatures: tuple[NoteSignature, ...] = ()
+
+    @property
+    def body(self) -> bytes:
+        """The signed text: origin, size, base64 head hash, extensions, each ending in ``\\n``."""
+        raw = bytes.fromhex(self.head_hash[len(SHA256_PREFIX) :])
+        lines = [
+            self.origin,
+            str(self.size),
+            base64.b64encode(raw).decode("ascii"),
+            *self.extensions,
+        ]
+        return "".join(f"{line}\n" for line in lines).encode("utf-8")
+
+    def to_text(self) -> str:
+        """The whole note: body, blank line, signature lines."""
+        return self.body.decode("utf-8") + "\n" + "".join(s.to_line() for s in self.signatures)
+
+    def signature_by(self, name: str, key_hash: bytes) -> bytes | None:
+        """The signature made by the named key with that key hash, if the note carries one."""
+        for s in self.signatures:
+            if s.name == name and s.key_hash == key_hash:
+                return s.signature
+        return None
+
+    def with_signature(self, signature: NoteSignature) -> Checkpoint:
+        """A copy carrying one more signature line."""
+        return replace(self, signatures=(*self.signatures, signature))
+
+
+def parse_checkpoint(note: str | bytes) -> Checkpoint:
+    """Parse a C2SP-style checkpoint note (signatures are parsed, not checked).
+
+    Raises:
+        CheckpointFormatError: the text is too long, not UTF-8, lacks the blank line or a
+            signature, or has a malformed origin, size, hash or signature line.
+    """
+    raw = note if isinstance(note, bytes) else note.encode("utf-8", "surrogatepass")
+    if len(raw) > NOTE_MAX_BYTES:
+        raise CheckpointFormatError(f"checkpoint note longer than {NOTE_MAX_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointFormatError("checkpoint note is not UTF-8") from e
+    if any(c < " " and c != "\n" for c in text) or "\x7f" in text:
+        raise CheckpointFormatError("checkpoint note contains control characters")
+    if not text.endswith("\n"):
+        raise CheckpointFormatError("checkpoint note must end with a newline")
+    split = text.find("\n\n")
+    if split < 0:
+        raise CheckpointFormatError("checkpoint note has no blank line before its signatures")
+    body_lines = text[:split].split("\n")
+    sig_lines = text[split + 2 : -1].split("\n") if text[split + 2 :] else []
+    if len(body_lines) < 3:
+        raise CheckpointFormatError("checkpoint body needs origin, size and hash lines")
+    origin, size_text, hash_text, *extensions = body_lines
+    if not origin or origin != origin.strip():
+        raise CheckpointFormatError("checkpoint origin line is empty or padded")
+    if not _DECIMAL.fullmatch(size_text) or int(size_text) > _MAX_SIZE:
+        raise CheckpointFormatError(f"checkpoint size is not a decimal count: {size_text!r}")
+    head = _decode_b64(hash_text, "checkpoint hash")
+    if len(head) != 32:
+        raise CheckpointFormatError("checkpoint hash is not 32 bytes")
+    if any(not line for line in extensions):
+        raise CheckpointFormatError("checkpoint has an empty extension line")
+    if not sig_lines:
+        raise CheckpointFormatError("checkpoint note carries no signature")
+    if len(sig_lines) > _MAX_SIGNATURES:
+        raise CheckpointFormatError("checkpoint note carries too many signatures")
+    signatures = tuple(_parse_signature(line) for line in sig_lines)
+    return Checkpoint(
+        origin=origin,
+        size=int(size_text),
+        head_hash=SHA256_PREFIX + head.hex(),
+        extensions=tuple(extensions),
+        signatures=signatures,
+    )
+
+
+def _decode_b64(text: str, what: str) -> bytes:
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as e:
+        raise CheckpointFormatError(f"{what} is not base64") from e
+    if base64.b64encode(data).decode("ascii") != text:
+        raise CheckpointFormatError(f"{what} is not canonical base64")
+    return data
+
+
+def _parse_signature(line: str) -> NoteSignature:
+    if not line.startswith(_SIG_PREFIX):
+        raise CheckpointFormatError("checkpoint signature line must start with '— '")
+    parts = line[len(_SIG_PREFIX) :].split(" ")
+    if len(parts) != 2 or not _KEY_NAME.fullmatch(parts[0]):
+        raise CheckpointFormatError("checkpoint signature line must be '— <name> <base64>'")
+    blob = _decode_b64(parts[1], "checkpoint signature")
+    if len(blob) < 5:
+        raise CheckpointFormatError("checkpoint signature is too short")
+    return NoteSignature(name=parts[0], key_hash=blob[:4], signature=blob[4:])
+
+
+# -- verification -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyResult:
+    """What :func:`verify_chain` found; truthy when the chain (and every checkpoint) holds.
+
+    ``first_broken_seq`` is the seq at which the chain stops holding (records below it verified),
+    ``None`` when intact or when a checkpoint itself is untrustworthy.
+    """
+
+    ok: bool
+    records_checked: int
+    first_broken_seq: int | None = None
+    reason: Reason | None = None
+    detail: str = ""
+    head_hash: str = GENESIS_HASH
+    checkpoints_checked: int = 0
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (keys as the field names)."""
+        return {
+            "ok": self.ok,
+            "records_checked": self.records_checked,
+            "first_broken_seq": self.first_broken_seq,
+            "reason": self.reason,
+            "detail": self.detail,
+            "head_hash": self.head_hash,
+            "checkpoints_checked": self.checkpoints_checked,
+        }
+
+
+def verify_chain(
+    rows: Iterable[Sequence[Any]],
+    *,
+    checkpoints: Sequence[Checkpoint] = (),
+    origin: str | None = None,
+    signature_ok: Callable[[Checkpoint], bool] | None = None,
+    progress: Callable[[int], None] | None = None,
+    start_seq: int = 0,
+    start_hash: str = GENESIS_HASH,
+) -> VerifyResult:
+    """Walk stored rows (``ROW_COLUMNS`` order, ascending seq) once, in constant memory.
+
+    Per record, in order: the row is readable (types, hash syntax, payload is JSON) else
+    ``unparseable-record``; ``seq`` is the next expected one else ``seq-gap``; ``prev_hash`` is the
+    previous record hash else ``prev-hash-mismatch``; the payload bytes hash to ``payload_hash``
+    else ``payload-hash-mismatch``; the recomputed record hash matches else
+    ``record-hash-mismatch``. The first failure ends the walk.
+
+    Checkpoints are checked first: each must name ``origin`` (when given) and pass
+    ``signature_ok``, else ``checkpoint-signature-invalid`` (``first_broken_seq`` is ``None``).
+    While walking, the record at each checkpoint's size must carry its head hash, and the log
+    must reach every checkpoint's size, else ``truncated-below-checkpoint`` at the seq concerned.
+    ``progress(records_checked)`` is called every 10,000 records and at the end.
+
+    ``start_seq``/``start_hash`` resume after a trusted prefix (e.g. a verified checkpoint): the
+    rows must then begin at ``start_seq`` and link to ``start_hash``; counts include the prefix,
+    and checkpoints inside the prefix are not compared.
+
+    Raises:
+        ValueError: checkpoints were given without ``signature_ok``.
+    """
+    if checkpoints and signature_ok is None:
+        raise ValueError("checkpoints need a signature check")
+    marks: dict[int, list[str]] = {}
+    for cp in checkpoints:
+        if origin is not None and cp.origin != origin:
+            return _broken(
+                0,
+                None,
+                "checkpoint-signature-invalid",
+                f"checkpoint origin {cp.origin!r} is not this log ({origin!r})",
+            )
+        assert signature_ok is not None
+        if not signature_ok(cp):
+            return _broken(
+                0,
+                None,
+                "checkpoint-signature-invalid",
+                f"checkpoint of size {cp.size} is not signed by this host's key",
+            )
+        marks.setdefault(cp.size, []).append(cp.head_hash)
+    for want in marks.get(0, ()):
+        if want != GENESIS_HASH:
+            return _broken(
+                0,
+                0,
+                "truncated-below-checkpoint",
+                "checkpoint of size 0 does not carry the genesis hash",
+            )
+
+    expected = start_seq
+    prev = start_hash
+    hash_ok = _HASH.fullmatch
+    for row in rows:
+        try:
+            seq, recorded_at, prev_hash, p_hash, r_hash, data = row
+        except (TypeError, ValueError):
+            return _broken(
+                expected, expected, "unparseable-record", "row has the wrong shape", prev
+            )
+        if not (
+            type(seq) is int
+            and type(recorded_at) is str
+            and type(prev_hash) is str
+            and type(p_hash) is str
+            and type(r_hash) is str
+            and type(data) is bytes
+            and hash_ok(prev_hash)
+            and hash_ok(p_hash)
+            and hash_ok(r_hash)
+        ):
+            return _broken(
+                expected,
+                expected,
+                "unparseable-record",
+                f"record {expected} has a field of the wrong type or form",
+                prev,
+            )
+        try:
+            json.loads(data)
+        except (ValueError, RecursionError):
+            return _broken(
+                expected,
+                expected,
+                "unparseable-record",
+                f"record {expected} payload is not JSON",
+                prev,
+            )
+        if seq != expected:
+            return _broken(
+                expected, expected, "seq-gap", f"expected seq {expected}, found {seq}", prev
+            )
+        if prev_hash != prev:
+            return _broken(
+                expected,
+                expected,
+                "prev-hash-mismatch",
+                f"record {seq} does not link to record {seq - 1}",
+                prev,
+            )
+        if SHA256_PREFIX + hashlib.sha256(data).hexdigest() != p_hash:
+            return _broken(
+                expected,
+                expected,
+                "payload-hash-mismatch",
+                f"record {seq} payload does not match its payload hash",
+                prev,
+            )
+        if record_hash(seq, prev_hash, recorded_at, p_hash) != r_hash:
+            return _broken(
+                expected,
+                expected,
+                "record-hash-mismatch",
+                f"record {seq} fields do not match its record hash",
+                prev,
+            )
+        prev = r_hash
+        expected += 1
+        if marks and expected in marks:
+            for want in marks[expected]:
+                if want != r_hash:
+                    return _broken(
+                        seq,
+                        seq,
+                        "truncated-below-checkpoint",
+                        f"record {seq} differs from the checkpoint of size {expected}",
+                        prev,
+                    )
+        if progress is not None and expected % PROGRESS_EVERY == 0:
+            progress(expected)
+    if progress is not None:
+        progress(expected)
+    beyond = [size for size in marks if size > expected]
+    if beyond:
+        return _broken(
+            expected,
+            expected,
+            "truncated-below-checkpoint",
+            f"log has {expected} records, a checkpoint vouches for {max(beyond)}",
+            prev,
+        )
+    return VerifyResult(
+        ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=len(checkpoints)
+    )
+
+
+def _broken(
+    checked: int, seq: int | None, reason: Reason, detail: str, head: str = GENESIS_HASH
+) -> VerifyResult:
+    return VerifyResult(
+        ok=False,
+        records_checked=checked,
+        first_broken_seq=seq,
+        reason=reason,
+        detail=detail,
+        head_hash=head,
+    )

@@ -1,0 +1,307 @@
+"""Redaction of credential-shaped substrings inside JSON values. Pure: no I/O, no clock, no state.
+
+A match is replaced by ``[REDACTED:<label>]``. Patterns are data: a tuple of
+:class:`RedactionPattern` (label, compiled regex, optional literal triggers), so a plugin hook
+can add to :data:`DEFAULT_PATTERNS` without touching this module.
+
+What is redacted:
+
+* every *string value* anywhere in the value (nested dicts and lists), by every pattern;
+* every string leaf under a dict key that names a secret (``password``, ``client_secret``,
+  ``apiKey``, ``github_token``, ...; see :data:`SECRET_KEY_PATTERN`), wholesale, with the label
+  ``secret-field``: ``{"password": "hunter2"}`` is the structured form of ``password = '...'``.
+
+What is not: dict *keys* are left as they are (they are the payload's schema; rewriting them
+could merge two keys into one), and numbers, booleans and null are never changed.
+
+Guarantees (tested, including by hypothesis):
+
+* idempotent: ``redact(redact(v)) == redact(v)``;
+* no pattern matches anywhere in the output: a marker never matches a pattern (every pattern
+  refuses a value that starts with ``[REDACTED:``, and markers contain no token alphabet run),
+  and the patterns are re-applied until nothing changes, so a replacement cannot expose a new
+  match next to it.
+
+Speed: each pattern may list lowercase literal *triggers*, substrings at least one of which
+every match contains (compared against the lowercased text). A string containing no trigger is
+returned untouched without running any regex, so the common case (no credential) costs a few
+substring searches. A pattern without triggers always runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "DEFAULT_REDACTOR",
+    "MARKER_PREFIX",
+    "SECRET_KEY_PATTERN",
+    "RedactionPattern",
+    "Redactor",
+    "marker",
+    "redact",
+]
+
+MARKER_PREFIX: Final = "[REDACTED:"
+_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_MAX_ROUNDS: Final = 16
+_NOT_MARKER = r"(?!\[REDACTED:)"
+
+
+def marker(label: str) -> str:
+    """The replacement text for a match of ``label``: ``[REDACTED:<label>]``."""
+    return f"{MARKER_PREFIX}{label}]"
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionPattern:
+    """One credential shape: a label, a regex, and literal triggers for the cheap pre-check.
+
+    If the regex has a group named ``secret`` only that group is replaced (so
+    ``password = 'x'`` keeps its name); otherwise the whole match is.
+
+    Raises:
+        ValueError: the label is not ``[a-z0-9-]``, a trigger is not lowercase printable ASCII
+            without quotes or backslashes, or a case-insensitive regex with triggers lacks
+            ``re.ASCII`` (Unicode case folding could match text whose lowercase has no trigger).
+    """
+
+    label: str
+    regex: re.Pattern[str]
+    triggers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _LABEL.fullmatch(self.label):
+            raise ValueError(f"redaction label {self.label!r} must match {_LABEL.pattern}")
+        for t in self.triggers:
+            plain = t.isascii() and t.isprintable() and t == t.lower()
+            if not t or not plain or '"' in t or "\\" in t:
+                raise ValueError(f"redaction trigger {t!r} must be non-empty lowercase ASCII")
+        folds = self.regex.flags & re.IGNORECASE or "(?i" in self.regex.pattern
+        if self.triggers and folds and not self.regex.flags & re.ASCII:
+            raise ValueError(f"case-insensitive {self.label!r} with triggers needs re.ASCII")
+
+    def replace(self, text: str) -> str:
+        """Replace every match in ``text`` by this pattern's marker."""
+        if "secret" in self.regex.groupindex:
+            mark = marker(self.label)
+
+            def _sub(m: re.Match[str]) -> str:
+                base = m.start()
+                whole = m.group(0)
+                return whole[: m.start("secret") - base] + mark + whole[m.end("secret") - base :]
+
+            return self.regex.sub(_sub, text)
+        return self.regex.sub(marker(self.label), text)
+
+
+_A = re.ASCII
+_AI = re.ASCII | re.IGNORECASE
+_SECRET_WORD = r"(?:secret|password|passwd|token|api[_-]?key)"
+
+#: The built-in credential shapes of SEMANTICS.md, in the order they are applied.
+DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
+    RedactionPattern(
+        "private-key",
+        re.compile(
+            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)",
+            _A,
+        ),
+        ("-----begin",),
+    ),
+    RedactionPattern(
+        "github-token",
+        re.compile(r"(?<![A-Za-z0-9_])(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}", _A),
+        ("gh",),
+    ),
+    RedactionPattern(
+        "github-pat",
+        re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{20,}", _A),
+        ("gh",),
+    ),
+    RedactionPattern(
+        "aws-access-key-id",
+        re.compile(
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)"
+            r"[A-Z0-9]{16}(?![A-Za-z0-9])",
+            _A,
+        ),
+        ("akia", "asia", "abia", "acca"),
+    ),
+    RedactionPattern(
+        "aws-secret-access-key",
+        re.compile(
+            r"aws[A-Za-z0-9_.-]{0,20}?secret[A-Za-z0-9_.-]{0,20}[\"']?[ \t]*[:=][ \t]*[\"']?"
+            r"(?P<secret>" + _NOT_MARKER + r"[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+            _AI,
+        ),
+        ("secret",),
+    ),
+    RedactionPattern(
+        "slack-token",
+        re.compile(r"(?<![A-Za-z0-9])xox[a-z]-[A-Za-z0-9-]{10,}", _A),
+        ("xox",),
+    ),
+    RedactionPattern(
+        "anthropic-api-key",
+        re.compile(r"(?<![A-Za-z0-9_-])sk-ant-[A-Za-z0-9_-]{20,}", _A),
+        ("sk-",),
+    ),
+    RedactionPattern(
+        "sk-api-key",
+        re.compile(r"(?<![A-Za-z0-9_-])sk-(?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{20,}", _A),
+        ("sk-",),
+    ),
+    RedactionPattern(
+        "secret-assignment",
+        re.compile(
+            _SECRET_WORD + r"[A-Za-z0-9_.-]{0,32}[\"']?[ \t]*[:=][ \t]*(?P<q>[\"'])"
+            r"(?P<secret>" + _NOT_MARKER + r"[^\"'\r\n]+)(?P=q)",
+            _AI,
+        ),
+        ("secret", "passw", "token", "key"),
+    ),
+    RedactionPattern(
+        "secret-assignment",
+        re.compile(
+            _SECRET_WORD + r"[ \t]*[:=][ \t]*(?P<secret>" + _NOT_MARKER + r"[^\s\"',;&]{6,})",
+            _AI,
+        ),
+        ("secret", "passw", "token", "key"),
+    ),
+)
+
+#: A dict key naming a secret, matched against the key with camelCase split into ``_`` words and
+#: lowercased: ``password``, ``db_password``, ``clientSecret``, ``api-key``, ``githubToken``, ...
+SECRET_KEY_PATTERN: Final = re.compile(
+    r"(?:^|[^a-z0-9])(?:secrets?|password|passwd|token|api[^a-z0-9]?key|apikey|private[^a-z0-9]?key"
+    r"|access[^a-z0-9]?key|credentials?)$",
+    _A,
+)
+_SECRET_KEY_TRIGGERS: Final = ("secret", "passw", "token", "key", "credential")
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+SECRET_FIELD_LABEL: Final = "secret-field"
+
+
+@dataclass(frozen=True, slots=True)
+class Redactor:
+    """Patterns compiled for repeated use; immutable. ``Redactor()`` uses the defaults.
+
+    ``secret_keys`` (``None`` to disable) selects the dict keys whose string leaves are
+    redacted wholesale.
+    """
+
+    patterns: tuple[RedactionPattern, ...] = DEFAULT_PATTERNS
+    secret_keys: re.Pattern[str] | None = SECRET_KEY_PATTERN
+    #: Every trigger, or ``None`` when some pattern has none (the pre-check can never skip).
+    triggers: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        out: list[str] | None = list(_SECRET_KEY_TRIGGERS) if self.secret_keys is not None else []
+        for p in self.patterns:
+            if not p.triggers:
+                out = None
+                break
+            assert out is not None
+            out.extend(p.triggers)
+        object.__setattr__(self, "triggers", None if out is None else tuple(dict.fromkeys(out)))
+
+    def might_match(self, text: str) -> bool:
+        """Cheap pre-check: ``False`` means no pattern and no secret key can match in ``text``.
+
+        ``text`` may be any text containing every string and key of a value (its JSON form, for
+        instance): triggers contain no character that JSON escapes.
+        """
+        if self.triggers is None:
+            return True
+        low = text.lower()
+        return any(t in low for t in self.triggers)
+
+    def redact_text(self, text: str) -> str:
+        """Redact one string: every pattern, repeated until nothing changes."""
+        low = text.lower()
+        active = [p for p in self.patterns if not p.triggers or any(t in low for t in p.triggers)]
+        if not active:
+            return text
+        for _ in range(_MAX_ROUNDS):
+            before = text
+            for p in active:
+                text = p.replace(text)
+            if text == before:
+                break
+            active = list(self.patterns)
+        return text
+
+    def is_secret_key(self, key: str) -> bool:
+        """Whether the dict key ``key`` names a secret (its string leaves are redacted)."""
+        if self.secret_keys is None:
+            return False
+        return self.secret_keys.search(_CAMEL.sub(r"\1_\2", key).lower()) is not None
+
+    def redact(self, value: Any) -> Any:
+        """Return ``value`` with every credential-shaped substring replaced by its marker.
+
+        When nothing can match, ``value`` itself is returned; otherwise containers are rebuilt
+        (dicts stay dicts, lists lists, tuples tuples) and the input is never modified. Values
+        that are neither strings nor containers are returned as they are.
+        """
+        if self.triggers is not None:
+            texts: list[str] = []
+            _collect(value, texts)
+            if not self.might_match("\n".join(texts)):
+                return value
+        return self._walk(value, False)
+
+    def _walk(self, value: Any, under_secret: bool) -> Any:
+        if isinstance(value, str):
+            if under_secret and value and not _is_marker(value):
+                return marker(SECRET_FIELD_LABEL)
+            return self.redact_text(value)
+        if isinstance(value, Mapping):
+            return {
+                k: self._walk(v, under_secret or (isinstance(k, str) and self.is_secret_key(k)))
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self._walk(v, under_secret) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self._walk(v, under_secret) for v in value)
+        return value
+
+
+def _collect(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            if isinstance(k, str):
+                out.append(k)
+            _collect(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect(v, out)
+
+
+def _is_marker(text: str) -> bool:
+    if not (text.startswith(MARKER_PREFIX) and text.endswith("]")):
+        return False
+    return _LABEL.fullmatch(text[len(MARKER_PREFIX) : -1]) is not None
+
+
+DEFAULT_REDACTOR: Final = Redactor()
+
+
+def redact(value: Any, patterns: Iterable[RedactionPattern] = DEFAULT_PATTERNS) -> Any:
+    """Redact credential-shaped substrings in a JSON value (see the module docstring).
+
+    Raises:
+        Nothing: every JSON value has a redacted form.
+    """
+    pats = tuple(patterns)
+    redactor = DEFAULT_REDACTOR if pats == DEFAULT_PATTERNS else Redactor(pats)
+    return redactor.redact(value)

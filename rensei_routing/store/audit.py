@@ -1,0 +1,452 @@
+"""The hash-chained audit log in the home database: append, read, verify, checkpoint. Owns the
+``audit_records`` and ``audit_checkpoints`` tables; must not read the clock (callers pass
+``recorded_at``) and leaves the link rules to :mod:`rensei_routing.core.chain`.
+
+Appends read the chain head inside their own ``BEGIN IMMEDIATE`` transaction, so any number of
+processes appending to one database produce one unbroken chain; a batch is one transaction.
+Verification streams one read snapshot through a cursor (constant memory at any log size).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import apsw
+
+from .. import signing
+from ..core.chain import (
+    GENESIS_HASH,
+    NOTE_MAX_BYTES,
+    ROW_COLUMNS,
+    AuditRecord,
+    Checkpoint,
+    NoteSignature,
+    VerifyResult,
+    check_timestamp,
+    checkpoint_origin,
+    encode_payload,
+    link_rows,
+    note_key_hash,
+    parse_checkpoint,
+    verify_chain,
+)
+from ..core.redact import DEFAULT_REDACTOR, Redactor
+from ..errors import (
+    AuditError,
+    CheckpointFormatError,
+    HomeError,
+    InputError,
+    NotFoundError,
+    StoreError,
+)
+from .db import connect
+from .home import Home
+
+__all__ = ["AppendResult", "AuditLog", "read_checkpoint", "write_checkpoint"]
+
+_COLUMNS: Final = ", ".join(ROW_COLUMNS)
+_SELECT: Final = f"SELECT {_COLUMNS} FROM audit_records"
+_INSERT: Final = f"INSERT INTO audit_records({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
+_HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendResult:
+    """What one ``append_many`` wrote: seqs ``first_seq .. first_seq + count - 1``."""
+
+    first_seq: int
+    count: int
+    head_hash: str
+
+    @property
+    def seqs(self) -> range:
+        """The seqs written, in order."""
+        return range(self.first_seq, self.first_seq + self.count)
+
+
+class AuditLog:
+    """The audit log of one database file. Opens a writer and a reader connection lazily and
+    closes both in :meth:`close` (or on leaving a ``with`` block). Not for use by several threads
+    at once; each process opens its own.
+
+    ``origin`` names the log in checkpoints; ``public_key`` checks them; ``private_key`` (a key or
+    a loader, called only by :meth:`checkpoint`) signs them.
+    """
+
+    __slots__ = ("_key", "_path", "_public", "_reader", "_redactor", "_writer", "origin")
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        origin: str,
+        public_key: signing.PublicKey | None = None,
+        private_key: signing.PrivateKey | Callable[[], signing.PrivateKey] | None = None,
+        redactor: Redactor = DEFAULT_REDACTOR,
+    ) -> None:
+        self._path = Path(path)
+        self.origin = origin
+        self._public = public_key
+        self._key = private_key
+        self._redactor = redactor
+        self._writer: apsw.Connection | None = None
+        self._reader: apsw.Connection | None = None
+
+    @classmethod
+    def open(cls, home: Home, *, redactor: Redactor = DEFAULT_REDACTOR) -> AuditLog:
+        """The audit log of an initialised home, with its host key.
+
+        Raises:
+            HomeError: the home is not initialised, or its public key does not match it.
+            StoreError: the database cannot be read.
+        """
+        info = home.info()
+        public = home.public_key()
+        if public.key_id != info.key_id:
+            raise HomeError(f"public key {home.public_key_path} does not match this home")
+        return cls(
+            home.db_path,
+            origin=checkpoint_origin(info.org),
+            public_key=public,
+            private_key=home.private_key,
+            redactor=redactor,
+        )
+
+    # -- connections --------------------------------------------------------------------------
+
+    def _write_conn(self) -> apsw.Connection:
+        if self._writer is None:
+            self._writer = connect(self._path, write=True)
+        return self._writer
+
+    def _read_conn(self) -> apsw.Connection:
+        if self._reader is None:
+            self._write_conn()  # creates and migrates a missing database first
+            self._reader = connect(self._path)
+        return self._reader
+
+    def close(self) -> None:
+        """Close the connections this log opened (idempotent)."""
+        for conn in (self._reader, self._writer):
+            if conn is not None:
+                conn.close()
+        self._reader = self._writer = None
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, payload: Any, *, recorded_at: str) -> AuditRecord:
+        """Redact, encode, link and store one payload; returns the stored (redacted) record.
+
+        Raises:
+            MalformedError: ``recorded_at`` is not an RFC 3339 UTC timestamp.
+            CanonicalEncodingError: the payload is not a canonical JSON value.
+            StoreError: the database write failed (nothing was written).
+        """
+        rows = self._append((encode_payload(payload, self._redactor),), recorded_at)[1]
+        return AuditRecord.from_row(rows[0])
+
+    def append_many(self, payloads: Iterable[Any], *, recorded_at: str) -> AppendResult:
+        """Append several payloads in one transaction (all or nothing), in the given order.
+
+        Raises:
+            MalformedError: ``recorded_at`` is not an RFC 3339 UTC timestamp.
+            CanonicalEncodingError: a payload is not a canonical JSON value (nothing written).
+            StoreError: the database write failed (nothing was written).
+        """
+        redactor = self._redactor
+        encoded = [encode_payload(p, redactor) for p in payloads]
+        return self._append(encoded, recorded_at)[0]
+
+    def _append(
+        self, encoded: Sequence[bytes], recorded_at: str
+    ) -> tuple[AppendResult, list[tuple[int, str, str, str, str, bytes]]]:
+        check_timestamp(recorded_at)
+        conn = self._write_conn()
+        try:
+            with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
+                head = conn.execute(_HEAD).fetchone()
+                seq, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
+                rows = link_rows(encoded, seq=seq, prev_hash=prev, recorded_at=recorded_at)
+                if rows:
+                    conn.executemany(_INSERT, rows)
+        except apsw.Error as e:
+            raise StoreError(f"cannot append to the audit log: {e}") from e
+        last = rows[-1][4] if rows else prev
+        return AppendResult(first_seq=seq, count=len(rows), head_hash=last), rows
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def get(self, seq: int) -> AuditRecord:
+        """The record with this seq.
+
+        Raises:
+            NotFoundError: no such record.
+            StoreError: the database read failed.
+        """
+        row = self._query_one(f"{_SELECT} WHERE seq = ?", (seq,))
+        if row is None:
+            raise NotFoundError(f"no audit record with seq {seq}")
+        return AuditRecord.from_row(row)
+
+    def tail(self, n: int = 10) -> tuple[AuditRecord, ...]:
+        """The last ``n`` records, oldest first.
+
+        Raises:
+            StoreError: the database read failed.
+        """
+        try:
+            rows = list(self._read_conn().execute(f"{_SELECT} ORDER BY seq DESC LIMIT ?", (n,)))
+        except apsw.Error as e:
+            raise StoreError(f"cannot read the audit log: {e}") from e
+        return tuple(AuditRecord.from_row(r) for r in reversed(rows))
+
+    def count(self) -> int:
+        """How many records are stored.
+
+        Raises:
+            StoreError: the database read failed.
+        """
+        row = self._query_one("SELECT count(*) FROM audit_records", ())
+        return int(row[0]) if row else 0
+
+    def head(self) -> tuple[int, str]:
+        """``(next seq, head hash)`` as stored (not verified); ``(0, GENESIS_HASH)`` when empty.
+
+        Raises:
+            StoreError: the database read failed.
+        """
+        row = self._query_one(_HEAD, ())
+        return (0, GENESIS_HASH) if row is None else (int(row[0]) + 1, str(row[1]))
+
+    def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
+        try:
+            return self._read_conn().execute(sql, args).fetchone()
+        except apsw.Error as e:
+            raise StoreError(f"cannot read the audit log: {e}") from e
+
+    # -- verification -------------------------------------------------------------------------
+
+    def verify(
+        self,
+        checkpoints: Sequence[Checkpoint] = (),
+        *,
+        stored: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> VerifyResult:
+        """Walk the whole chain in one read snapshot (see :func:`.chain.verify_chain`).
+
+        ``checkpoints`` (e.g. exported notes) and, with ``stored``, every checkpoint saved in the
+        database are checked against the host public key and then against the log. A stored
+        note that no longer parses is reported as ``checkpoint-signature-invalid``.
+
+        Raises:
+            AuditError: checkpoints must be checked but this log has no public key.
+            StoreError: the database could not be read.
+        """
+        conn = self._read_conn()
+        try:
+            with conn:
+                result = self._verify_in(conn, checkpoints, stored, progress)
+        except apsw.Error as e:
+            raise StoreError(f"cannot read the audit log: {e}") from e
+        return result
+
+    def _verify_in(
+        self,
+        conn: apsw.Connection,
+        checkpoints: Sequence[Checkpoint],
+        stored: bool,
+        progress: Callable[[int], None] | None,
+    ) -> VerifyResult:
+        cps = list(checkpoints)
+        if stored and self._public is not None:
+            try:
+                cps.extend(self._stored_checkpoints(conn))
+            except CheckpointFormatError as e:
+                return VerifyResult(
+                    ok=False,
+                    records_checked=0,
+                    reason="checkpoint-signature-invalid",
+                    detail=f"a stored checkpoint is unreadable: {e}",
+                )
+        if cps and self._public is None:
+            raise AuditError("no public key to check checkpoints with")
+        cursor = conn.execute(f"{_SELECT} ORDER BY seq")
+        try:
+            return verify_chain(
+                cursor,
+                checkpoints=cps,
+                origin=self.origin,
+                signature_ok=self._signature_ok if cps else None,
+                progress=progress,
+            )
+        finally:
+            cursor.close(True)
+
+    def _stored_checkpoints(self, conn: apsw.Connection) -> list[Checkpoint]:
+        rows = conn.execute("SELECT id, note FROM audit_checkpoints ORDER BY size, id").fetchall()
+        out = []
+        for cp_id, note in rows:
+            try:
+                out.append(parse_checkpoint(str(note)))
+            except CheckpointFormatError as e:
+                raise CheckpointFormatError(f"checkpoint {cp_id}: {e}") from e
+        return out
+
+    def _signature_ok(self, cp: Checkpoint) -> bool:
+        public = self._public
+        if public is None:
+            return False
+        sig = cp.signature_by(self.origin, note_key_hash(self.origin, public.raw))
+        return sig is not None and signing.check(public, cp.body, sig)
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def checkpoint(self, *, export_to: Path | None = None) -> Checkpoint:
+        """Sign and store a checkpoint of the log as it is now; optionally write it to a file.
+
+        The chain is verified first (from the latest valid stored checkpoint, or from genesis)
+        in a read snapshot, so a broken log is never vouched for; the checkpoint covers exactly
+        the records verified.
+
+        Raises:
+            AuditError: the log does not verify, or there is no private key.
+            HomeError: the home's key cannot be loaded.
+            InputError: the export file cannot be written.
+            StoreError: the database read or write failed.
+        """
+        key = self._private_key()
+        conn = self._read_conn()
+        try:
+            with conn:
+                result = self._verify_since_checkpoint(conn)
+        except apsw.Error as e:
+            raise StoreError(f"cannot read the audit log: {e}") from e
+        if not result:
+            raise AuditError(
+                f"refusing to checkpoint a broken log: seq {result.first_broken_seq}: "
+                f"{result.reason} ({result.detail})"
+            )
+        cp = Checkpoint(origin=self.origin, size=result.records_checked, head_hash=result.head_hash)
+        key_hash = note_key_hash(self.origin, key.public_key.raw)
+        cp = cp.with_signature(
+            NoteSignature(name=self.origin, key_hash=key_hash, signature=key.sign(cp.body))
+        )
+        writer = self._write_conn()
+        try:
+            with writer:
+                writer.execute(
+                    "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)",
+                    (cp.size, cp.head_hash, cp.to_text()),
+                )
+        except apsw.Error as e:
+            raise StoreError(f"cannot store the checkpoint: {e}") from e
+        if export_to is not None:
+            write_checkpoint(cp, export_to)
+        return cp
+
+    def _verify_since_checkpoint(self, conn: apsw.Connection) -> VerifyResult:
+        base: Checkpoint | None = None
+        if self._public is not None:
+            try:
+                stored = self._stored_checkpoints(conn)
+            except CheckpointFormatError:
+                stored = []
+            for cp in sorted(stored, key=lambda c: c.size, reverse=True):
+                if cp.origin == self.origin and self._signature_ok(cp):
+                    base = cp
+                    break
+        if base is not None and base.size > 0:
+            row = conn.execute(
+                "SELECT record_hash FROM audit_records WHERE seq = ?", (base.size - 1,)
+            ).fetchone()
+            if row is None or row[0] != base.head_hash:
+                return VerifyResult(
+                    ok=False,
+                    records_checked=base.size - 1,
+                    first_broken_seq=base.size - 1,
+                    reason="truncated-below-checkpoint",
+                    detail=f"record {base.size - 1} differs from checkpoint of size {base.size}",
+                )
+        start, start_hash = (0, GENESIS_HASH) if base is None else (base.size, base.head_hash)
+        cursor = conn.execute(f"{_SELECT} WHERE seq >= ? ORDER BY seq", (start,))
+        try:
+            return verify_chain(cursor, start_seq=start, start_hash=start_hash)
+        finally:
+            cursor.close(True)
+
+    def _private_key(self) -> signing.PrivateKey:
+        key = self._key
+        if key is None:
+            raise AuditError("this audit log has no signing key")
+        return key if isinstance(key, signing.PrivateKey) else key()
+
+    def checkpoints(self) -> tuple[Checkpoint, ...]:
+        """Every stored checkpoint, smallest first.
+
+        Raises:
+            CheckpointFormatError: a stored note no longer parses.
+            StoreError: the database read failed.
+        """
+        conn = self._read_conn()
+        try:
+            with conn:
+                stored = tuple(self._stored_checkpoints(conn))
+        except apsw.Error as e:
+            raise StoreError(f"cannot read checkpoints: {e}") from e
+        return stored
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """Read and parse a checkpoint note file (at most ``NOTE_MAX_BYTES``).
+
+    Raises:
+        InputError: the file cannot be read.
+        CheckpointFormatError: the file is not a checkpoint note (the message names the file).
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(NOTE_MAX_BYTES + 1)
+    except OSError as e:
+        raise InputError(f"cannot read checkpoint {path}: {e.strerror}") from e
+    try:
+        return parse_checkpoint(data)
+    except CheckpointFormatError as e:
+        raise CheckpointFormatError(f"{path}: {e}") from e
+
+
+def write_checkpoint(cp: Checkpoint, path: Path) -> None:
+    """Write a checkpoint note to ``path`` atomically (temporary file, then rename).
+
+    Raises:
+        InputError: the file cannot be written.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(cp.to_text())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise InputError(f"cannot write checkpoint {path}: {e.strerror}") from e
