@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import click
 
 from ..core.decision import STATE_ABSENT, RouteDecision
 from ..core.policy import PolicySnapshot
+from ..errors import HomeError
+from ..store.audit import AuditLog
+from ..store.home import Home
 from ..store.policies import PolicyStore
 
 
 def now_rfc3339() -> str:
     """The current UTC time, RFC 3339 with microseconds (the CLI is the layer that reads clocks)."""
-    return (
-        dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-    )
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 @contextmanager
@@ -28,18 +29,16 @@ def open_policy_store(home: Path, *, write: bool) -> Iterator[PolicyStore]:
     Raises:
         HomeError: the home is not initialised (``rensei init``).
     """
-    from ..store.home import Home
-
-    with Home(home).connect(write=write) as conn:
+    with closing(Home(home).connect(write=write)) as conn:
         yield PolicyStore(conn)
 
 
 def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
     """The current revision and its load state. A home that does not exist yet is ``absent``
     (said on stderr, so a mistyped --home is visible), never an error."""
-    from ..store.home import Home
-
-    if not Home(home).initialised():
+    try:
+        Home(home).info()
+    except HomeError:
         click.echo(
             f"note: no store at {home}; resolving against the empty snapshot (absent)", err=True
         )
@@ -53,9 +52,5 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
 
 def record_decisions(home: Path, decisions: Sequence[RouteDecision]) -> None:
     """Append each decision to the home's audit log, in one transaction."""
-    from ..store.audit import AuditLog
-    from ..store.home import Home
-
-    recorded_at = now_rfc3339()
-    with Home(home).connect(write=True) as conn:
-        AuditLog(conn).append_many([d.to_dict() for d in decisions], recorded_at=recorded_at)
+    with AuditLog.open(Home(home)) as log:
+        log.append_many([d.to_dict() for d in decisions], recorded_at=now_rfc3339())

@@ -1,0 +1,219 @@
+"""Policy revisions on a real SQLite file: absent / ok / corrupt, refusals that change nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import closing
+from pathlib import Path
+
+import apsw
+import pytest
+from click.testing import CliRunner
+
+from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain
+from rensei_routing.cli import cli
+from rensei_routing.errors import CorruptSnapshotError, NotFoundError, PolicyValidationError
+from rensei_routing.store.home import Home
+from rensei_routing.store.policies import PolicyStore
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
+T = "2026-11-29T12:00:00Z"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    h = Home(tmp_path / "home")
+    h.init(org="test")
+    return h
+
+
+def _store(home: Home, write: bool = True) -> closing:
+    return closing(home.connect(write=write))
+
+
+def _policies(*ids: str) -> list[RoutingPolicy]:
+    return [RoutingPolicy.from_dict({"id": i, "match": {"repo_ids": [f"acme/{i}"]}}) for i in ids]
+
+
+def _file_state(home: Home) -> str:
+    """A digest of every row of every table (bar SQLite's own statistics), read afresh."""
+    h = hashlib.sha256()
+    conn = apsw.Connection(str(home.db_path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
+        for table in tables:
+            h.update(table.encode())
+            for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid'):
+                h.update(repr(row).encode())
+    finally:
+        conn.close()
+    return h.hexdigest()
+
+
+def _tamper(home: Home, sql: str, *args: object) -> None:
+    conn = apsw.Connection(str(home.db_path))
+    try:
+        with conn:
+            conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+def test_a_new_store_is_absent_and_resolves_normally(home: Home) -> None:
+    with _store(home) as conn:
+        loaded = PolicyStore(conn).load()
+    assert loaded.state == "absent"
+    assert loaded.snapshot == PolicySnapshot.empty()
+    ctx = RouteContext.from_dict({"legacy_route": {"provider_binding": "anthropic"}})
+    decision = explain(ctx, loaded.snapshot, snapshot_state=loaded.state)
+    assert (decision.outcome, decision.reason) == ("selected", "no-policy-applies")
+
+
+def test_save_writes_revisions_from_one_and_loads_them_back(home: Home) -> None:
+    with _store(home) as conn:
+        store = PolicyStore(conn)
+        first = store.save(_policies("a", "b"), saved_at=T)
+        second = store.save(list(reversed(_policies("a", "b"))), saved_at=T)
+        loaded = store.load()
+        old = store.load(1)
+    assert (first.revision, second.revision) == (1, 2)
+    assert first.content_hash == second.content_hash  # order-independent
+    assert loaded.state == "ok" and loaded.snapshot.revision == 2
+    assert sorted(p.id for p in loaded.snapshot.policies) == ["a", "b"]
+    assert old.snapshot.revision == 1
+
+
+def test_an_empty_set_is_a_real_revision(home: Home) -> None:
+    with _store(home) as conn:
+        store = PolicyStore(conn)
+        store.save(_policies("a"), saved_at=T)
+        empty = store.save([], saved_at=T)
+        assert empty.revision == 2
+        loaded = store.load()
+    assert loaded.state == "ok" and loaded.snapshot.policies == ()
+    assert loaded.snapshot.revision == 2
+
+
+def test_revisions_stay_monotonic_across_reopen(home: Home) -> None:
+    for expected in (1, 2, 3):
+        with _store(home) as conn:
+            assert PolicyStore(conn).save(_policies("a"), saved_at=T).revision == expected
+    with _store(home, write=False) as conn:
+        assert [r.revision for r in PolicyStore(conn).history()] == [1, 2, 3]
+
+
+def test_validation_refusal_writes_nothing(home: Home) -> None:
+    with _store(home) as conn:
+        PolicyStore(conn).save(_policies("a"), saved_at=T)
+    before = _file_state(home)
+    bad = [RoutingPolicy.from_dict({"id": "Bad!"}), *_policies("a", "a")]
+    with _store(home) as conn:
+        with pytest.raises(PolicyValidationError) as info:
+            PolicyStore(conn).save(bad, saved_at=T)
+        assert {i.code for i in info.value.issues} == {"invalid-policy-id", "duplicate-policy-id"}
+        assert PolicyStore(conn).load().snapshot.revision == 1
+    assert _file_state(home) == before
+
+
+@pytest.mark.parametrize(
+    ("sql", "args", "detail"),
+    [
+        ("UPDATE policy_revisions SET body = ? WHERE revision = 2", (b"{not json",), "unparseable"),
+        (
+            "UPDATE policy_revisions SET body = ? WHERE revision = 2",
+            (b'[{"id":"evil","enabled":true}]',),
+            "does not match",
+        ),
+        (
+            "UPDATE policy_revisions SET content_hash = ? WHERE revision = 2",
+            ("sha256:" + "0" * 64,),
+            "does not match",
+        ),
+        (
+            "UPDATE policy_revisions SET body = ? WHERE revision = 2",
+            (b'[{"id":"x","match":{"roles":["wizard"]}}]',),
+            "unparseable",
+        ),
+    ],
+    ids=["unparseable", "edited-policies", "edited-hash", "outside-vocabulary"],
+)
+def test_corrupt_current_revision_holds_and_refuses_writes(
+    home: Home, sql: str, args: tuple, detail: str
+) -> None:
+    with _store(home) as conn:
+        store = PolicyStore(conn)
+        store.save(_policies("a"), saved_at=T)
+        store.save(_policies("a", "b"), saved_at=T)
+    _tamper(home, sql, *args)
+    with _store(home) as conn:
+        loaded = PolicyStore(conn).load()
+    assert loaded.state == "corrupt" and not loaded
+    assert detail in (loaded.detail or "")
+    # Never partial policies; revision 0.
+    assert loaded.snapshot.policies == () and loaded.snapshot.revision == 0
+    ctx = RouteContext.from_dict({"legacy_route": {"provider_binding": "anthropic"}})
+    decision = explain(ctx, loaded.snapshot, snapshot_state=loaded.state)
+    assert (decision.outcome, decision.reason) == ("held", "snapshot-unavailable")
+    before = _file_state(home)
+    with _store(home) as conn:
+        with pytest.raises(CorruptSnapshotError):
+            PolicyStore(conn).save(_policies("c"), saved_at=T)
+    assert _file_state(home) == before
+    with _store(home) as conn:
+        assert [r.revision for r in PolicyStore(conn).history()] == [1, 2]
+
+
+def test_an_unknown_revision_is_not_found(home: Home) -> None:
+    with _store(home) as conn, pytest.raises(NotFoundError):
+        PolicyStore(conn).load(7)
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+
+
+def test_cli_save_show_history_and_explain_from_the_store(runner: CliRunner, home: Home) -> None:
+    args = ["--home", str(home.path)]
+    saved = runner.invoke(cli, ["policy", "save", str(EXAMPLES / "policies.json"), *args])
+    assert saved.exit_code == 0, saved.output
+    assert saved.stdout.startswith("saved revision 1: 7 policies")
+    show = runner.invoke(cli, ["policy", "show", "--json", *args])
+    doc = json.loads(show.stdout)
+    assert doc["state"] == "ok" and doc["revision"] == 1 and len(doc["policies"]) == 7
+    history = runner.invoke(cli, ["policy", "history", "--json", *args])
+    assert [r["revision"] for r in json.loads(history.stdout)] == [1]
+    explained = runner.invoke(cli, ["explain", str(EXAMPLES / "context.json"), "--json", *args])
+    decision = json.loads(explained.stdout)
+    assert decision["policy_revision"] == 1 and decision["policy_id"] == "acme-widgets-implementer"
+
+
+def test_cli_save_refuses_an_invalid_file_and_keeps_the_revision(
+    runner: CliRunner, home: Home, tmp_path: Path
+) -> None:
+    args = ["--home", str(home.path)]
+    runner.invoke(cli, ["policy", "save", str(EXAMPLES / "policies.json"), *args])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"id": "a"}, {"id": "a"}]))
+    result = runner.invoke(cli, ["policy", "save", str(bad), *args])
+    assert result.exit_code == 1
+    assert "duplicate-policy-id" in result.stderr and "nothing was saved" in result.stderr
+    show = runner.invoke(cli, ["policy", "show", "--json", *args])
+    assert json.loads(show.stdout)["revision"] == 1
+
+
+def test_cli_on_an_uninitialised_home(runner: CliRunner, tmp_path: Path) -> None:
+    missing = ["--home", str(tmp_path / "nowhere")]
+    saved = runner.invoke(cli, ["policy", "save", str(EXAMPLES / "policies.json"), *missing])
+    assert saved.exit_code == 1 and "rensei init" in saved.stderr
+    # explain still resolves (absent), and says so on stderr.
+    ctx = json.dumps({"legacy_route": {"provider_binding": "anthropic"}})
+    explained = runner.invoke(cli, ["explain", ctx, "--json", *missing])
+    assert explained.exit_code == 0
+    assert json.loads(explained.stdout)["snapshot_state"] == "absent"
+    assert "no store" in explained.stderr
