@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import explain, policy  # noqa: F401  (each module attaches its commands to ``cli``)
+# each command module attaches its commands to ``cli`` when imported
+from . import audit, explain, init, policy  # noqa: F401
 from ._root import cli
 
 __all__ = ["cli"]

@@ -1,0 +1,30 @@
+"""``rensei init``: create or confirm a home directory, its database and host key. Prints where
+the home is and the public key id; must never print the private key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..store.home import DEFAULT_ORG, Home
+from ._root import cli, echo_json, home_option, json_option
+
+
+@cli.command(name="init")
+@click.option(
+    "--org",
+    default=None,
+    help=f"Organisation id of a new home (default: {DEFAULT_ORG}); an existing home keeps its own.",
+)
+@home_option
+@json_option
+def init(org: str | None, home: Path, json_: bool) -> None:
+    """Create the home, its SQLite store and the host signing key (idempotent)."""
+    info = Home(home).init(org=org)
+    where = info.path.resolve()
+    if json_:
+        echo_json({**info.to_dict(), "home": str(where)})
+        return
+    state = "initialised" if info.created else "already initialised"
+    click.echo(f"{state}: rensei home at {where} (org {info.org}, host key {info.key_id})")
