@@ -116,13 +116,13 @@ DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
     ),
     RedactionPattern(
         "github-token",
-        re.compile(r"(?<![A-Za-z0-9_])(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}", _A),
+        re.compile(r"(?<![A-Za-z0-9])(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9_]{20,}", _A),
         ("gh",),
     ),
     RedactionPattern(
         "github-pat",
-        re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{20,}", _A),
-        ("gh",),
+        re.compile(r"(?<![A-Za-z0-9])github_pat_[A-Za-z0-9_]{20,}", _A),
+        ("github_pat_",),
     ),
     RedactionPattern(
         "aws-access-key-id",
@@ -137,7 +137,7 @@ DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
         "aws-secret-access-key",
         re.compile(
             r"aws[A-Za-z0-9_.-]{0,20}?secret[A-Za-z0-9_.-]{0,20}[\"']?[ \t]*[:=][ \t]*[\"']?"
-            r"(?P<secret>" + _NOT_MARKER + r"[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+            r"(?P<secret>" + _NOT_MARKER + r"[A-Za-z0-9/+=]{16,})",
             _AI,
         ),
         ("secret",),
