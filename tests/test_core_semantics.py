@@ -959,15 +959,6 @@ LANE_EXEMPTION_CASES = [
         {"requirement_map": {"claude-sonnet-4-5": "claude-sonnet-4-5"}},
         ("held", "literal-family-unsatisfiable", None, None),
         id="identity-mapping-did-not-move-the-model",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason=(
-                "SPEC MISMATCH: SEMANTICS step 5 exempts an Anthropic-provenance concrete id "
-                "from the lane rule only 'unless a mapping moved the model'; a mapping of "
-                "claude-sonnet-4-5 to itself moves nothing, yet the implementation exempts any "
-                "mapped concrete id and selects zai-1 serving claude-sonnet-4-5"
-            ),
-        ),
     ),
 ]
 
@@ -1506,38 +1497,14 @@ def test_one_run_reports_every_issue() -> None:
         pytest.param(
             "",
             id="empty-id",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "SPEC MISMATCH: 'from_dict refuses only ... unknown field, wrong type, "
-                    "out-of-range number, a value outside the vocabulary'; 'an id that breaks "
-                    "the pattern ... constructs fine and is reported by validate_policies'. "
-                    "An empty id raises MalformedError('id: expected 1..256 characters')"
-                ),
-            ),
         ),
         pytest.param(
             "x" * 300,
             id="300-char-id",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "SPEC MISMATCH: an over-long id breaks ^[a-z0-9][a-z0-9._-]{0,63}$ and "
-                    "should be invalid-policy-id from validation; from_dict raises "
-                    "MalformedError('id: expected 1..256 characters, got 300') instead"
-                ),
-            ),
         ),
         pytest.param(
             " padded",
             id="whitespace-padded-id",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "SPEC MISMATCH: ' padded' breaks the id pattern, but from_dict strips it "
-                    "to 'padded', so validate_policies reports nothing"
-                ),
-            ),
         ),
     ],
 )

@@ -43,23 +43,28 @@ def obj(
     return value
 
 
-def string(value: Any, path: str, *, max_len: int = 4096, min_len: int = 1) -> str:
-    """A well-formed Unicode string, stripped, of ``min_len..max_len`` characters."""
+def string(
+    value: Any, path: str, *, max_len: int = 4096, min_len: int = 1, verbatim: bool = False
+) -> str:
+    """A well-formed Unicode string of ``min_len..max_len`` characters, stripped unless
+    ``verbatim`` (values that must be reported exactly as written, such as ids)."""
     if not isinstance(value, str):
         raise MalformedError(path, f"expected a string, got {_type_name(value)}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
         raise MalformedError(path, "string is not valid Unicode (lone surrogate)") from e
-    text = value.strip()
+    text = value if verbatim else value.strip()
     if not min_len <= len(text) <= max_len:
         raise MalformedError(path, f"expected {min_len}..{max_len} characters, got {len(text)}")
     return text
 
 
-def opt_string(value: Any, path: str, *, max_len: int = 4096) -> str | None:
+def opt_string(
+    value: Any, path: str, *, max_len: int = 4096, verbatim: bool = False
+) -> str | None:
     """``None`` or a non-empty string."""
-    return None if value is None else string(value, path, max_len=max_len)
+    return None if value is None else string(value, path, max_len=max_len, verbatim=verbatim)
 
 
 def boolean(value: Any, path: str) -> bool:

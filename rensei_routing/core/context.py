@@ -277,11 +277,14 @@ class LegacyRoute:
         )
         mechanism = d.get("mechanism")
         return cls(
+            # Reported exactly as it ran: no case folding, no trimming.
             provider_binding=p.string(
-                d["provider_binding"], p.at(path, "provider_binding"), max_len=64
-            ).lower(),
-            account_id=p.opt_string(d.get("account_id"), p.at(path, "account_id"), max_len=_MAX_ID),
-            model=p.opt_string(d.get("model"), p.at(path, "model"), max_len=256),
+                d["provider_binding"], p.at(path, "provider_binding"), max_len=64, verbatim=True
+            ),
+            account_id=p.opt_string(
+                d.get("account_id"), p.at(path, "account_id"), max_len=_MAX_ID, verbatim=True
+            ),
+            model=p.opt_string(d.get("model"), p.at(path, "model"), max_len=256, verbatim=True),
             mechanism=None
             if mechanism is None
             else p.choice(

@@ -6,6 +6,7 @@ are those of SEMANTICS.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -136,21 +137,96 @@ class RejectedAccount:
         return {"account_id": self.account_id, "reason": self.reason}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Explanation:
     """Everything needed to re-check a decision without the resolver's process.
 
     ``considered`` lists every policy in rank order under a full trace. Under a compact trace
     (large snapshots) it lists the policies that matched (won, tied or were outranked), and
     ``unlisted_policy_count`` counts the rest, none of which matched.
+
+    The resolver captures what the trace needs at decision time and builds ``considered`` on
+    first read, so a batch that only routes never pays for listing every policy; the value
+    read is the same either way. Immutable: attributes cannot be set after construction.
     """
 
+    __slots__ = (
+        "_considered",
+        "_trace",
+        "conflicting_policy_ids",
+        "context",
+        "eligible_account_ids",
+        "rejected_accounts",
+        "unlisted_policy_count",
+    )
+
     context: RouteContext
-    considered: tuple[ConsideredPolicy, ...] = ()
-    eligible_account_ids: tuple[str, ...] = ()
-    rejected_accounts: tuple[RejectedAccount, ...] = ()
-    conflicting_policy_ids: tuple[str, ...] = ()
-    unlisted_policy_count: int = 0
+    eligible_account_ids: tuple[str, ...]
+    rejected_accounts: tuple[RejectedAccount, ...]
+    conflicting_policy_ids: tuple[str, ...]
+    unlisted_policy_count: int
+
+    def __init__(
+        self,
+        *,
+        context: RouteContext,
+        considered: tuple[ConsideredPolicy, ...] | None = (),
+        eligible_account_ids: tuple[str, ...] = (),
+        rejected_accounts: tuple[RejectedAccount, ...] = (),
+        conflicting_policy_ids: tuple[str, ...] = (),
+        unlisted_policy_count: int = 0,
+        trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None,
+    ) -> None:
+        if considered is None and trace is None:
+            raise ValueError("an explanation needs considered policies or a trace to build them")
+        init = object.__setattr__
+        init(self, "context", context)
+        init(self, "_considered", considered)
+        init(self, "_trace", trace if considered is None else None)
+        init(self, "eligible_account_ids", eligible_account_ids)
+        init(self, "rejected_accounts", rejected_accounts)
+        init(self, "conflicting_policy_ids", conflicting_policy_ids)
+        init(self, "unlisted_policy_count", unlisted_policy_count)
+
+    @property
+    def considered(self) -> tuple[ConsideredPolicy, ...]:
+        """The policies as the resolver saw them, best first."""
+        considered = self._considered
+        if considered is None:
+            assert self._trace is not None
+            considered = self._trace()
+            object.__setattr__(self, "_considered", considered)
+            object.__setattr__(self, "_trace", None)
+        return considered
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Explanation is immutable; cannot set {name!r}")
+
+    def _key(self) -> tuple[Any, ...]:
+        return (
+            self.context,
+            self.considered,
+            self.eligible_account_ids,
+            self.rejected_accounts,
+            self.conflicting_policy_ids,
+            self.unlisted_policy_count,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Explanation):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Explanation(context={self.context!r}, considered={self.considered!r}, "
+            f"eligible_account_ids={self.eligible_account_ids!r}, "
+            f"rejected_accounts={self.rejected_accounts!r}, "
+            f"conflicting_policy_ids={self.conflicting_policy_ids!r}, "
+            f"unlisted_policy_count={self.unlisted_policy_count!r})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

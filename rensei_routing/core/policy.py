@@ -354,7 +354,9 @@ class RoutingPolicy:
         """Raises: MalformedError."""
         d = p.obj(data, path, required=("id",), optional=_POLICY_FIELDS)
         return cls(
-            id=p.string(d["id"], p.at(path, "id"), max_len=_MAX_ID),
+            # Read verbatim: an id that breaks the pattern (empty, too long, padded) is an
+            # author mistake that validation reports, not a malformed document.
+            id=p.string(d["id"], p.at(path, "id"), min_len=0, max_len=4096, verbatim=True),
             enabled=p.boolean(d.get("enabled", True), p.at(path, "enabled")),
             priority=p.integer(d.get("priority", 0), p.at(path, "priority"), lo=0, hi=MAX_PRIORITY),
             system_safety=p.boolean(d.get("system_safety", False), p.at(path, "system_safety")),

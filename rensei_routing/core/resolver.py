@@ -14,7 +14,7 @@ and the cost of a decision grows with the policies that could match it, not with
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Literal
 
 from .canonical import SHA256_PREFIX, canonical_bytes
@@ -119,7 +119,7 @@ def _mismatch(policy: RoutingPolicy, ctx: RouteContext, keys: tuple[Any, ...]) -
 class _Compiled:
     """A snapshot's policies in rank order with one bitmask index per match dimension."""
 
-    __slots__ = ("enabled", "levels", "lookup", "policies", "wild")
+    __slots__ = ("_considered", "enabled", "levels", "lookup", "policies", "wild")
 
     def __init__(self, snapshot: PolicySnapshot) -> None:
         ranked = sorted(snapshot.policies, key=rank_key)
@@ -154,6 +154,22 @@ class _Compiled:
         for bit, pol in enumerate(ranked):
             if pol.enabled:
                 self.enabled |= 1 << bit
+        self._considered: dict[tuple[int, str], ConsideredPolicy] = {}
+
+    def considered(self, bit: int, reason: str) -> ConsideredPolicy:
+        """The (shared, immutable) trace entry for policy ``bit`` with ``reason``."""
+        entry = self._considered.get((bit, reason))
+        if entry is None:
+            rung, priority = self.levels[bit]
+            entry = ConsideredPolicy(
+                policy_id=self.policies[bit].id,
+                precedence_level=rung,
+                priority=priority,
+                matched=reason in (MATCHED, OUTRANKED),
+                reason=reason,
+            )
+            self._considered[(bit, reason)] = entry
+        return entry
 
     def candidates(self, keys: tuple[Any, ...]) -> int:
         """Bitmask of the enabled policies matching a context on every dimension."""
@@ -302,9 +318,12 @@ def _apply_policy(
         if requirement.kind == LITERAL_FAMILY:
             family = vocabulary.literal_families.get(requirement.value.lower())
             lane = frozenset() if family is None else family.provenance.provider_bindings
-        elif requirement.kind == CONCRETE_MODEL and mapped is None:
+        elif requirement.kind == CONCRETE_MODEL:
             provenance = vocabulary.provenance_of(requirement.value)
-            lane = None if provenance is None else provenance.provider_bindings
+            # "Unless a mapping moved the model": a mapping to itself, or to another model of
+            # the same provenance, moved nothing that would make another lane honest.
+            if provenance is not None and (mapped is None or provenance.claims(mapped)):
+                lane = provenance.provider_bindings
     eligible: list[Account] = []
     rejected: list[RejectedAccount] = []
     for account in ctx.accounts:
@@ -341,28 +360,24 @@ def _resolve(
     vocabulary: Vocabulary,
     full_trace: bool,
 ) -> RouteDecision:
-    considered: tuple[ConsideredPolicy, ...] = ()
+    trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None
     unlisted = 0
     if state == STATE_CORRUPT:
         res = _Resolution(HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE)
+        winners: list[int] = []
     else:
         keys = _context_keys(ctx)
         matched = compiled.candidates(keys)
         policies = compiled.policies
         levels = compiled.levels
-        winners: list[int] = []
+        winners = []
         for bit in _bits(matched):
             if winners and levels[bit] != levels[winners[0]]:
                 break
             winners.append(bit)
-        if full_trace:
-            considered = _full_trace(compiled, ctx, keys, matched, winners)
-        else:
-            considered = tuple(
-                _considered(policies[bit], levels[bit], MATCHED if bit in winners else OUTRANKED)
-                for bit in _bits(matched)
-            )
-            unlisted = len(policies) - len(considered)
+        trace = _Trace(compiled, ctx, keys, matched, winners[-1] if winners else -1, full_trace)
+        if not full_trace:
+            unlisted = len(policies) - matched.bit_count()
         if not winners:
             legacy = ctx.legacy_route
             if legacy is None:
@@ -411,7 +426,8 @@ def _resolve(
         effective_model=res.model,
         explanation=Explanation(
             context=ctx,
-            considered=considered,
+            considered=() if trace is None else None,
+            trace=trace,
             eligible_account_ids=res.eligible,
             rejected_accounts=res.rejected,
             conflicting_policy_ids=res.conflicting,
@@ -420,31 +436,44 @@ def _resolve(
     )
 
 
-def _considered(policy: RoutingPolicy, level: tuple[int, int], reason: str) -> ConsideredPolicy:
-    return ConsideredPolicy(
-        policy_id=policy.id,
-        precedence_level=level[0],
-        priority=level[1],
-        matched=reason in (MATCHED, OUTRANKED),
-        reason=reason,
-    )
+class _Trace:
+    """What an explanation's ``considered`` list is built from, on first read."""
 
+    __slots__ = ("compiled", "ctx", "full", "keys", "last_winner", "matched")
 
-def _full_trace(
-    compiled: _Compiled,
-    ctx: RouteContext,
-    keys: tuple[Any, ...],
-    matched: int,
-    winners: Sequence[int],
-) -> tuple[ConsideredPolicy, ...]:
-    out = []
-    for bit, policy in enumerate(compiled.policies):
-        if matched >> bit & 1:
-            reason = MATCHED if bit in winners else OUTRANKED
-        else:
-            reason = _mismatch(policy, ctx, keys) or OUTRANKED
-        out.append(_considered(policy, compiled.levels[bit], reason))
-    return tuple(out)
+    def __init__(
+        self,
+        compiled: _Compiled,
+        ctx: RouteContext,
+        keys: tuple[Any, ...],
+        matched: int,
+        last_winner: int,
+        full: bool,
+    ) -> None:
+        self.compiled = compiled
+        self.ctx = ctx
+        self.keys = keys
+        self.matched = matched
+        self.last_winner = last_winner
+        self.full = full
+
+    def __call__(self) -> tuple[ConsideredPolicy, ...]:
+        compiled, matched, last = self.compiled, self.matched, self.last_winner
+        # Winners are the matched bits up to and including the last winner (rank order).
+        if not self.full:
+            return tuple(
+                compiled.considered(bit, MATCHED if bit <= last else OUTRANKED)
+                for bit in _bits(matched)
+            )
+        out = []
+        for bit, policy in enumerate(compiled.policies):
+            if matched >> bit & 1:
+                reason = MATCHED if bit <= last else OUTRANKED
+            else:
+                # The index said no: the first failing dimension says why.
+                reason = _mismatch(policy, self.ctx, self.keys) or POLICY_DISABLED
+            out.append(compiled.considered(bit, reason))
+        return tuple(out)
 
 
 def _check_state(snapshot_state: str) -> str:
