@@ -64,8 +64,12 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 #: Several processes append to one log; apsw's recommended 100 ms is too short for that.
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
 
+#: apsw's recommended per-connection settings, except its 100 ms busy timeout (ours is longer and
+#: must already hold while ``PRAGMA optimize`` and the WAL switch wait for a lock).
 _SETUP: Final[tuple[Callable[[apsw.Connection], None], ...]] = tuple(
-    f for f in apsw.bestpractice.recommended if f.__name__.startswith("connection_")
+    f
+    for f in apsw.bestpractice.recommended
+    if f.__name__.startswith("connection_") and f is not apsw.bestpractice.connection_busy_timeout
 )
 
 
@@ -93,7 +97,6 @@ def connect(
         version = _identify(conn, path)
         for setup in _SETUP:
             setup(conn)
-        conn.set_busy_timeout(busy_timeout_ms)
         conn.pragma("synchronous", "FULL")
         if version < SCHEMA_VERSION:
             _migrate(conn, path)

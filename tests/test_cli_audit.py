@@ -1,0 +1,241 @@
+"""``rensei init`` and ``rensei audit ...`` end to end on real home directories."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+from click.testing import CliRunner, Result
+
+from rensei_routing.cli import cli
+from rensei_routing.core.chain import parse_checkpoint
+from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.home import Home
+
+T0 = "2025-03-01T12:00:00.000000Z"
+
+
+def _run(runner: CliRunner, *args: str) -> Result:
+    return runner.invoke(cli, list(args), catch_exceptions=False)
+
+
+def _one_clean_error_line(result: Result) -> str:
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def home(tmp_path: Path, runner: CliRunner) -> Path:
+    path = tmp_path / "h"
+    assert _run(runner, "init", "--home", str(path), "--org", "acme").exit_code == 0
+    return path
+
+
+@pytest.fixture
+def filled(home: Path) -> Iterator[Path]:
+    with AuditLog.open(Home(home)) as log:
+        log.append_many([{"n": i, "who": "ghp_" + "S3cr3t" * 6} for i in range(10)], recorded_at=T0)
+    yield home
+
+
+def _sql(home: Path, statement: str) -> None:
+    conn = apsw.Connection(str(home / "rensei.db"))
+    try:
+        with conn:
+            conn.execute(statement)
+    finally:
+        conn.close()
+
+
+# -- init ---------------------------------------------------------------------------------------
+
+
+def test_init_creates_a_private_key_it_never_prints(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "h"
+    first = _run(runner, "init", "--home", str(path))
+    assert first.exit_code == 0, first.output
+    assert first.stdout.startswith("initialised: rensei home at ")
+    assert str(path.resolve()) in first.stdout and "org local" in first.stdout
+    key_file = path / "keys" / "host.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    secret = key_file.read_text().strip().split(":", 1)[1]
+    key_bytes = key_file.read_bytes()
+
+    again = _run(runner, "init", "--home", str(path), "--json")
+    assert again.exit_code == 0
+    info = json.loads(again.stdout)
+    assert (
+        info["created"] is False and info["org"] == "local" and info["home"] == str(path.resolve())
+    )
+    assert key_file.read_bytes() == key_bytes  # the second run kept the key
+    for result in (first, again):
+        assert secret not in result.output
+
+
+def test_init_uses_rensei_home_from_the_environment(runner: CliRunner, tmp_path: Path) -> None:
+    result = _run(runner, "init", "--org", "acme")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "home" / "rensei.db").is_file()  # conftest points RENSEI_HOME here
+
+
+def test_init_refuses_another_org_on_an_existing_home(runner: CliRunner, home: Path) -> None:
+    result = _run(runner, "init", "--home", str(home), "--org", "globex")
+    assert "initialised for org 'acme'" in _one_clean_error_line(result)
+    assert _run(runner, "init", "--home", str(home), "--org", "acme").exit_code == 0
+
+
+def test_init_refuses_a_malformed_org(runner: CliRunner, tmp_path: Path) -> None:
+    result = _run(runner, "init", "--home", str(tmp_path / "h"), "--org", "Not An Org")
+    assert "org" in _one_clean_error_line(result)
+
+
+def test_commands_on_an_uninitialised_home_say_to_run_init(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    for args in (["audit", "verify"], ["audit", "tail"], ["audit", "checkpoint"]):
+        result = _run(runner, *args, "--home", str(tmp_path / "nowhere"))
+        assert "rensei init" in _one_clean_error_line(result)
+        assert result.exit_code == 1
+
+
+# -- verify ---------------------------------------------------------------------------------------
+
+
+def test_verify_intact_exits_0(runner: CliRunner, filled: Path) -> None:
+    result = _run(runner, "audit", "verify", "--home", str(filled))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("intact: 10 records, head sha256:")
+    as_json = _run(runner, "audit", "verify", "--home", str(filled), "--json")
+    assert json.loads(as_json.stdout)["ok"] is True
+
+
+def test_verify_broken_exits_1_naming_seq_and_reason(runner: CliRunner, filled: Path) -> None:
+    _sql(
+        filled, "UPDATE audit_records SET recorded_at = '2025-03-01T12:00:09.000000Z' WHERE seq = 6"
+    )
+    result = _run(runner, "audit", "verify", "--home", str(filled))
+    assert result.exit_code == 1
+    assert result.stdout.startswith("broken at seq 6: record-hash-mismatch")
+    assert "seq 6: record-hash-mismatch" in _one_clean_error_line(result)
+    as_json = _run(runner, "audit", "verify", "--home", str(filled), "--json")
+    assert as_json.exit_code == 1
+    verdict = json.loads(as_json.stdout)
+    assert (verdict["ok"], verdict["first_broken_seq"], verdict["reason"]) == (
+        False,
+        6,
+        "record-hash-mismatch",
+    )
+
+
+def test_exported_checkpoint_catches_a_truncated_tail(
+    runner: CliRunner, filled: Path, tmp_path: Path
+) -> None:
+    note = tmp_path / "cp.txt"
+    made = _run(runner, "audit", "checkpoint", "--home", str(filled), "-o", str(note))
+    assert made.exit_code == 0, made.output
+    assert "checkpoint of 10 records" in made.stdout
+    assert parse_checkpoint(note.read_text()).size == 10
+
+    _sql(filled, "DELETE FROM audit_records WHERE seq >= 7")
+    _sql(filled, "DELETE FROM audit_checkpoints")
+    assert _run(runner, "audit", "verify", "--home", str(filled)).exit_code == 0
+    result = _run(runner, "audit", "verify", "--home", str(filled), "--checkpoint", str(note))
+    assert result.exit_code == 1
+    assert result.stdout.startswith("broken at seq 7: truncated-below-checkpoint")
+
+
+def test_checkpoint_prints_a_signed_note(runner: CliRunner, filled: Path) -> None:
+    result = _run(runner, "audit", "checkpoint", "--home", str(filled))
+    assert result.exit_code == 0
+    cp = parse_checkpoint(result.stdout)
+    assert (cp.origin, cp.size) == ("rensei-routing/acme/audit", 10)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"rensei-routing/acme/audit\n10\nnot-a-hash\n\n", b"\xff\xfe binary"],
+    ids=["empty", "bad-hash", "binary"],
+)
+def test_malformed_checkpoint_file_is_one_clear_line(
+    runner: CliRunner, filled: Path, tmp_path: Path, content: bytes
+) -> None:
+    note = tmp_path / "bad.txt"
+    note.write_bytes(content)
+    result = _run(runner, "audit", "verify", "--home", str(filled), "--checkpoint", str(note))
+    assert "bad.txt" in _one_clean_error_line(result)
+    assert result.stdout == ""
+
+
+def test_missing_checkpoint_file_is_one_clear_line(
+    runner: CliRunner, filled: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "absent.txt"
+    result = _run(runner, "audit", "verify", "--home", str(filled), "--checkpoint", str(missing))
+    assert "absent.txt" in _one_clean_error_line(result)
+
+
+# -- show and tail --------------------------------------------------------------------------------
+
+
+def test_show_and_tail(runner: CliRunner, filled: Path) -> None:
+    shown = _run(runner, "audit", "show", "3", "--home", str(filled), "--json")
+    assert shown.exit_code == 0
+    record = json.loads(shown.stdout)
+    assert record["seq"] == 3 and record["payload"]["who"] == "[REDACTED:github-token]"
+    text = _run(runner, "audit", "show", "3", "--home", str(filled))
+    assert "seq:          3" in text.stdout and "S3cr3t" not in text.stdout
+
+    tail = _run(runner, "audit", "tail", "-n", "3", "--home", str(filled), "--json")
+    assert [r["seq"] for r in json.loads(tail.stdout)] == [7, 8, 9]
+    lines = _run(runner, "audit", "tail", "--home", str(filled)).stdout.splitlines()
+    assert len(lines) == 10 and lines[0].startswith("0\t2025-03-01T12:00:00.000000Z\tsha256:")
+
+
+def test_show_missing_and_bad_seq(runner: CliRunner, filled: Path) -> None:
+    assert "no audit record with seq 99" in _one_clean_error_line(
+        _run(runner, "audit", "show", "99", "--home", str(filled))
+    )
+    assert _run(runner, "audit", "show", "-1", "--home", str(filled)).exit_code == 2
+
+
+def test_private_key_never_reaches_stdout(runner: CliRunner, filled: Path) -> None:
+    secret = (filled / "keys" / "host.key").read_text().strip().split(":", 1)[1]
+    outputs = [
+        _run(runner, *args, "--home", str(filled)).output
+        for args in (
+            ["init"],
+            ["audit", "verify"],
+            ["audit", "checkpoint"],
+            ["audit", "tail"],
+            ["audit", "show", "0"],
+        )
+    ]
+    assert all(secret not in out for out in outputs)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rensei_routing.cli import audit as audit_cli
+
+    with audit_cli._progress(50_000) as progress:
+        assert progress is None  # pytest's stderr is not a terminal
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with audit_cli._progress(50_000) as progress:
+        assert progress is not None
+        progress(10_000)
+        progress(50_000)
+    assert "verifying" in terminal.getvalue()

@@ -1,0 +1,363 @@
+"""The audit log on a real database file: appends, tamper matrix, checkpoints, redaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import apsw
+import pytest
+
+from rensei_routing import signing
+from rensei_routing.core.canonical import canonical_bytes
+from rensei_routing.core.chain import (
+    GENESIS_HASH,
+    Checkpoint,
+    NoteSignature,
+    VerifyResult,
+    note_key_hash,
+    parse_checkpoint,
+)
+from rensei_routing.core.redact import redact
+from rensei_routing.errors import (
+    AuditError,
+    CanonicalEncodingError,
+    CheckpointFormatError,
+    InputError,
+    MalformedError,
+    NotFoundError,
+    StoreError,
+)
+from rensei_routing.store.audit import AuditLog, read_checkpoint
+from rensei_routing.store.home import Home
+
+from .test_core_redact import CREDENTIALS, IDS
+
+T0 = "2025-03-01T12:00:00.000000Z"
+T1 = "2025-03-01T12:00:01.000000Z"
+N = 12
+
+
+def _payload(i: int) -> dict[str, object]:
+    return {
+        "decision_id": f"d{i}",
+        "outcome": "selected",
+        "explanation": {"considered": [i, i + 1]},
+    }
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    h = Home(tmp_path / "home")
+    h.init(org="acme")
+    return h
+
+
+@pytest.fixture
+def log(home: Home) -> Iterator[AuditLog]:
+    with AuditLog.open(home) as audit:
+        audit.append_many([_payload(i) for i in range(N)], recorded_at=T0)
+        yield audit
+
+
+def _raw(home: Home) -> apsw.Connection:
+    """A plain apsw connection, as an attacker with file access would use."""
+    return apsw.Connection(str(home.db_path))
+
+
+def _sql(home: Home, *statements: str, args: tuple[object, ...] = ()) -> None:
+    conn = _raw(home)
+    try:
+        with conn:
+            for s in statements:
+                conn.execute(s, args if "?" in s else ())
+    finally:
+        conn.close()
+
+
+def _verify(home: Home, *checkpoints: Checkpoint, stored: bool = True) -> VerifyResult:
+    with AuditLog.open(home) as fresh:
+        return fresh.verify(checkpoints, stored=stored)
+
+
+# -- appends ------------------------------------------------------------------------------------
+
+
+def test_append_returns_the_stored_redacted_record(home: Home) -> None:
+    token = "ghp_" + "T0k3n" * 8
+    with AuditLog.open(home) as audit:
+        first = audit.append({"k": token, "n": 1}, recorded_at=T0)
+        second = audit.append({"n": 2}, recorded_at=T1)
+        assert (first.seq, first.prev_hash) == (0, GENESIS_HASH)
+        assert (second.seq, second.prev_hash) == (1, first.record_hash)
+        assert first.payload == {"k": "[REDACTED:github-token]", "n": 1}
+        assert first.payload_bytes == canonical_bytes(redact({"k": token, "n": 1}))
+        assert audit.get(0) == first and audit.get(1) == second
+        assert audit.count() == 2 and audit.head() == (2, second.record_hash)
+        assert audit.tail(1) == (second,) and audit.tail(5) == (first, second)
+
+
+def test_chain_continues_across_reopen_and_several_handles(home: Home) -> None:
+    with AuditLog.open(home) as a, AuditLog.open(home) as b:
+        a.append({"x": 1}, recorded_at=T0)
+        b.append({"x": 2}, recorded_at=T0)
+        a.append_many([{"x": 3}, {"x": 4}], recorded_at=T0)
+    with AuditLog.open(home) as c:
+        result = c.append_many([{"x": 5}], recorded_at=T1)
+        assert list(result.seqs) == [4]
+        assert c.verify().records_checked == 5
+
+
+def test_append_many_is_all_or_nothing(log: AuditLog) -> None:
+    with pytest.raises(CanonicalEncodingError):
+        log.append_many([{"ok": 1}, {"bad": float("nan")}], recorded_at=T1)
+    assert log.count() == N
+    assert log.append_many([], recorded_at=T1).count == 0
+
+
+def test_store_failures_are_translated_and_write_nothing(home: Home, log: AuditLog) -> None:
+    _sql(
+        home,
+        "CREATE TRIGGER no_more BEFORE INSERT ON audit_records "
+        "BEGIN SELECT RAISE(ABORT, 'append refused'); END",
+    )
+    with pytest.raises(StoreError) as info:
+        log.append_many([{"a": 1}, {"a": 2}], recorded_at=T1)
+    assert isinstance(info.value.__cause__, apsw.Error)
+    assert log.count() == N
+
+
+@pytest.mark.parametrize("stamp", ["yesterday", "2025-03-01T12:00:00+01:00", ""])
+def test_recorded_at_must_be_rfc3339_utc(log: AuditLog, stamp: str) -> None:
+    with pytest.raises(MalformedError):
+        log.append({"a": 1}, recorded_at=stamp)
+    assert log.count() == N
+
+
+def test_missing_record_is_not_found(log: AuditLog) -> None:
+    with pytest.raises(NotFoundError):
+        log.get(N)
+
+
+# -- the tamper matrix --------------------------------------------------------------------------
+
+
+def _swap(home: Home, a: int, b: int) -> None:
+    cols = "recorded_at, prev_hash, payload_hash, record_hash, payload"
+    conn = _raw(home)
+    try:
+        with conn:
+            ra = conn.execute(f"SELECT {cols} FROM audit_records WHERE seq = ?", (a,)).fetchone()
+            rb = conn.execute(f"SELECT {cols} FROM audit_records WHERE seq = ?", (b,)).fetchone()
+            sets = ", ".join(f"{c.strip()} = ?" for c in cols.split(","))
+            conn.execute(f"UPDATE audit_records SET {sets} WHERE seq = ?", (*rb, a))
+            conn.execute(f"UPDATE audit_records SET {sets} WHERE seq = ?", (*ra, b))
+    finally:
+        conn.close()
+
+
+def _close_gap(home: Home, gone: int) -> None:
+    conn = _raw(home)
+    try:
+        with conn:
+            conn.execute("DELETE FROM audit_records WHERE seq = ?", (gone,))
+            for seq in range(gone + 1, N):
+                conn.execute("UPDATE audit_records SET seq = ? WHERE seq = ?", (seq - 1, seq))
+    finally:
+        conn.close()
+
+
+EDITED = json.dumps({"decision_id": "d5", "outcome": "rejected"}).encode()
+FORGED = "sha256:" + "f" * 64
+
+
+def _set5(column: str, value: object) -> Callable[[Home], None]:
+    return lambda h: _sql(h, f"UPDATE audit_records SET {column} = ? WHERE seq = 5", args=(value,))
+
+
+def _run(*statements: str) -> Callable[[Home], None]:
+    return lambda h: _sql(h, *statements)
+
+
+TAMPERS: dict[str, tuple[Callable[[Home], None], str, int]] = {
+    "edit-payload": (_set5("payload", EDITED), "payload-hash-mismatch", 5),
+    "edit-recorded-at": (_set5("recorded_at", T1), "record-hash-mismatch", 5),
+    "edit-record-hash": (_set5("record_hash", FORGED), "record-hash-mismatch", 5),
+    "edit-payload-hash": (_set5("payload_hash", FORGED), "payload-hash-mismatch", 5),
+    "edit-prev-hash": (_set5("prev_hash", FORGED), "prev-hash-mismatch", 5),
+    "payload-not-json": (_set5("payload", b"\x00\xff"), "unparseable-record", 5),
+    "delete-middle-row": (_run("DELETE FROM audit_records WHERE seq = 5"), "seq-gap", 5),
+    "delete-first-row": (_run("DELETE FROM audit_records WHERE seq = 0"), "seq-gap", 0),
+    "swap-two-rows": (lambda h: _swap(h, 4, 8), "prev-hash-mismatch", 4),
+    "renumber-shift": (
+        _run("UPDATE audit_records SET seq = seq + 100 WHERE seq >= 5"),
+        "seq-gap",
+        5,
+    ),
+    "renumber-all": (_run("UPDATE audit_records SET seq = seq + 1000"), "seq-gap", 0),
+    "renumber-close-gap": (lambda h: _close_gap(h, 5), "prev-hash-mismatch", 5),
+}
+
+
+@pytest.mark.parametrize("name", list(TAMPERS), ids=list(TAMPERS))
+def test_tamper_matrix_names_exact_reason_and_seq(home: Home, log: AuditLog, name: str) -> None:
+    assert log.verify()
+    tamper, reason, seq = TAMPERS[name]
+    tamper(home)
+    result = _verify(home)
+    assert (result.ok, result.reason, result.first_broken_seq) == (False, reason, seq), result
+    assert result.records_checked == seq
+
+
+def test_truncated_tail_is_only_caught_with_a_checkpoint(
+    home: Home, log: AuditLog, tmp_path: Path
+) -> None:
+    exported = tmp_path / "cp.txt"
+    log.checkpoint(export_to=exported)
+    _sql(home, "DELETE FROM audit_records WHERE seq >= 9")
+    _sql(home, "DELETE FROM audit_checkpoints")  # a careful attacker removes the stored ones too
+    assert _verify(home).ok  # undetected without a checkpoint
+    result = _verify(home, read_checkpoint(exported))
+    assert (result.ok, result.reason, result.first_broken_seq) == (
+        False,
+        "truncated-below-checkpoint",
+        9,
+    )
+    assert result.records_checked == 9
+
+
+def test_stored_checkpoints_catch_a_careless_truncation(home: Home, log: AuditLog) -> None:
+    log.checkpoint()
+    _sql(home, "DELETE FROM audit_records WHERE seq >= 10")
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq) == ("truncated-below-checkpoint", 10)
+    assert _verify(home, stored=False).ok
+
+
+def test_truncate_then_regrow_is_caught_at_the_checkpoint_size(
+    home: Home, log: AuditLog, tmp_path: Path
+) -> None:
+    cp = log.checkpoint()
+    _sql(home, "DELETE FROM audit_records WHERE seq >= 6", "DELETE FROM audit_checkpoints")
+    with AuditLog.open(home) as again:
+        again.append_many([{"rewritten": i} for i in range(8)], recorded_at=T1)
+        assert again.verify().ok
+    result = _verify(home, cp)
+    assert (result.reason, result.first_broken_seq) == ("truncated-below-checkpoint", N - 1)
+
+
+def _forge(cp: Checkpoint, key: signing.PrivateKey, key_hash: bytes | None = None) -> Checkpoint:
+    bare = Checkpoint(origin=cp.origin, size=cp.size, head_hash=cp.head_hash)
+    khash = key_hash or note_key_hash(cp.origin, key.public_key.raw)
+    return bare.with_signature(
+        NoteSignature(name=cp.origin, key_hash=khash, signature=key.sign(bare.body))
+    )
+
+
+def test_checkpoint_forged_with_another_key_is_refused(home: Home, log: AuditLog) -> None:
+    real = log.checkpoint()
+    assert _verify(home, real).ok
+    other = signing.generate()
+    forged = parse_checkpoint(_forge(real, other).to_text())
+    result = _verify(home, forged)
+    assert (result.ok, result.reason, result.first_broken_seq) == (
+        False,
+        "checkpoint-signature-invalid",
+        None,
+    )
+    # The same forgery claiming our key's hash fails the signature itself.
+    ours = note_key_hash(real.origin, home.public_key().raw)
+    result = _verify(home, _forge(real, other, key_hash=ours))
+    assert result.reason == "checkpoint-signature-invalid"
+    # A checkpoint from another org's log is refused too.
+    foreign = _forge(
+        Checkpoint(origin="rensei-routing/other/audit", size=N, head_hash=real.head_hash),
+        home.private_key(),
+    )
+    assert _verify(home, foreign).reason == "checkpoint-signature-invalid"
+
+
+def test_edited_stored_checkpoint_is_reported(home: Home, log: AuditLog) -> None:
+    cp = log.checkpoint()
+    lying = cp.to_text().replace(f"\n{N}\n", f"\n{N + 5}\n")
+    _sql(home, "UPDATE audit_checkpoints SET note = ?", args=(lying,))
+    assert _verify(home).reason == "checkpoint-signature-invalid"
+    _sql(home, "UPDATE audit_checkpoints SET note = 'garbage'")
+    assert _verify(home).reason == "checkpoint-signature-invalid"
+
+
+def test_checkpoint_refuses_to_vouch_for_a_broken_log(home: Home, log: AuditLog) -> None:
+    _sql(home, f"UPDATE audit_records SET recorded_at = '{T1}' WHERE seq = 3")
+    with AuditLog.open(home) as fresh, pytest.raises(AuditError, match="seq 3"):
+        fresh.checkpoint()
+
+
+def test_checkpoints_are_incremental_and_cover_what_was_verified(home: Home, log: AuditLog) -> None:
+    first = log.checkpoint()
+    log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
+    second = log.checkpoint()
+    assert (first.size, second.size) == (N, N + 3)
+    assert second.head_hash == log.head()[1]
+    assert [c.size for c in log.checkpoints()] == [N, N + 3]
+    assert log.verify().checkpoints_checked == 2
+
+
+def test_checkpoint_files(tmp_path: Path, log: AuditLog) -> None:
+    path = tmp_path / "cp.txt"
+    cp = log.checkpoint(export_to=path)
+    assert read_checkpoint(path) == cp
+    path.write_text("not a checkpoint\n")
+    with pytest.raises(CheckpointFormatError, match=r"cp\.txt"):
+        read_checkpoint(path)
+    with pytest.raises(InputError):
+        read_checkpoint(tmp_path / "absent.txt")
+    with pytest.raises(InputError):
+        log.checkpoint(export_to=tmp_path / "no" / "such" / "dir.txt")
+
+
+def test_log_without_keys_verifies_but_cannot_checkpoint(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "bare.db", origin="rensei-routing/x/audit") as bare:
+        bare.append({"a": 1}, recorded_at=T0)
+        assert bare.verify()
+        with pytest.raises(AuditError):
+            bare.checkpoint()
+
+
+# -- redaction on disk --------------------------------------------------------------------------
+
+
+def _database_bytes(home: Home) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(home.path.glob("rensei.db*")))
+
+
+def test_no_credential_reaches_the_database_files(home: Home) -> None:
+    with AuditLog.open(home) as audit:
+        for name, text, _secret, _label in CREDENTIALS:
+            audit.append(
+                {"case": name, "ctx": {"env": [{"value": f"x {text} y"}]}, "nested": [[text]]},
+                recorded_at=T0,
+            )
+        audit.append_many(
+            [{"batch": [{"deep": {"deeper": text}}]} for _n, text, _s, _l in CREDENTIALS],
+            recorded_at=T1,
+        )
+        assert audit.verify().records_checked == 2 * len(CREDENTIALS)
+        stored = [audit.get(i).payload for i in range(len(CREDENTIALS))]
+    on_disk = _database_bytes(home)
+    assert (home.path / "rensei.db-wal").exists() or len(on_disk) > 0
+    for (_name, _text, secret, label), payload in zip(CREDENTIALS, stored, strict=True):
+        assert secret.encode() not in on_disk, label
+        assert f"[REDACTED:{label}]" in json.dumps(payload)
+
+
+@pytest.mark.parametrize(("name", "text", "secret", "label"), CREDENTIALS, ids=IDS)
+def test_each_credential_kind_alone_stays_off_disk(
+    home: Home, name: str, text: str, secret: str, label: str
+) -> None:
+    with AuditLog.open(home) as audit:
+        record = audit.append({"k": {"v": [text]}}, recorded_at=T0)
+        assert audit.verify()
+    assert secret.encode() not in _database_bytes(home)
+    (stored,) = record.payload["k"]["v"]
+    assert f"[REDACTED:{label}]" in stored and secret not in stored
