@@ -60,9 +60,7 @@ def string(
     return text
 
 
-def opt_string(
-    value: Any, path: str, *, max_len: int = 4096, verbatim: bool = False
-) -> str | None:
+def opt_string(value: Any, path: str, *, max_len: int = 4096, verbatim: bool = False) -> str | None:
     """``None`` or a non-empty string."""
     return None if value is None else string(value, path, max_len=max_len, verbatim=verbatim)
 

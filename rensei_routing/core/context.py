@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _e  # type: ignore[attr-defined]
 from typing import Any, Final
 
 from ..errors import MalformedError
@@ -188,10 +189,10 @@ class Account:
         text = self._json
         if text is None:
             text = (
-                f'{{"account_id":{_s(self.account_id)},'
-                f'"administrative_state":{_s(self.administrative_state)},'
+                f'{{"account_id":{_e(self.account_id)},'
+                f'"administrative_state":{_e(self.administrative_state)},'
                 f'"configured":{"true" if self.configured else "false"},'
-                f'"provider_binding":{_s(self.provider_binding)}}}'
+                f'"provider_binding":{_e(self.provider_binding)}}}'
             )
             object.__setattr__(self, "_json", text)
         return text
@@ -252,7 +253,7 @@ class LegacyRoute:
         return (
             f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
             f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
-            f'"provider_binding":{_s(self.provider_binding)}}}'
+            f'"provider_binding":{_e(self.provider_binding)}}}'
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -350,14 +351,14 @@ class RouteContext:
                 f'{{"accounts":[{accounts}],'
                 f'"legacy_route":{"null" if legacy is None else legacy.canonical_json()},'
                 '"model_requirement":'
-                + ("null" if req is None else f'{{"kind":{_s(req.kind)},"value":{_s(req.value)}}}')
+                + ("null" if req is None else f'{{"kind":{_e(req.kind)},"value":{_e(req.value)}}}')
                 + f',"principal_id":{_s(self.principal_id)},"repo":'
                 + (
                     "null"
                     if repo is None
-                    else f'{{"value":{_s(repo.value)},"version":{_s(repo.version)}}}'
+                    else f'{{"value":{_e(repo.value)},"version":{_e(repo.version)}}}'
                 )
-                + f',"repo_class":{_s(self.repo_class)},"request_face":{_s(self.request_face)},'
+                + f',"repo_class":{_s(self.repo_class)},"request_face":{_e(self.request_face)},'
                 f'"role":{_s(self.role)}}}'
             )
             cached = text.encode("utf-8")

@@ -14,7 +14,8 @@ and the cost of a decision grows with the policies that could match it, not with
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from json.encoder import encode_basestring as _e  # type: ignore[attr-defined]
 from typing import Any, Final, Literal
 
 from .canonical import SHA256_PREFIX, canonical_bytes
@@ -116,10 +117,62 @@ def _mismatch(policy: RoutingPolicy, ctx: RouteContext, keys: tuple[Any, ...]) -
     return None
 
 
-class _Compiled:
-    """A snapshot's policies in rank order with one bitmask index per match dimension."""
+class _Group:
+    """Policies sharing one repo id (or naming none), bit-indexed on the other five dimensions.
 
-    __slots__ = ("_considered", "enabled", "levels", "lookup", "policies", "wild")
+    Local bit ``i`` stands for global rank position ``members[i]``; members are in rank order,
+    so local bit order is rank order too.
+    """
+
+    __slots__ = ("enabled", "lookup", "members", "wild")
+
+    def __init__(self, members: Sequence[int], policies: Sequence[RoutingPolicy]) -> None:
+        self.members = tuple(members)
+        self.enabled = 0
+        self.wild: list[int] = []
+        self.lookup: list[dict[Any, int]] = []
+        for bit, pos in enumerate(self.members):
+            if policies[pos].enabled:
+                self.enabled |= 1 << bit
+        for dim in MATCH_DIMENSIONS[1:]:
+            wild = 0
+            by_value: dict[Any, int] = {}
+            for bit, pos in enumerate(self.members):
+                values = policies[pos].match.dimension(dim)
+                if not values:
+                    wild |= 1 << bit
+                for value in values:
+                    by_value[value] = by_value.get(value, 0) | (1 << bit)
+            self.wild.append(wild)
+            self.lookup.append({value: mask | wild for value, mask in by_value.items()})
+
+    def matched(self, keys: tuple[Any, ...]) -> list[int]:
+        """Global positions of the enabled members matching ``keys`` on dimensions 2..6."""
+        mask = self.enabled
+        wild, lookup = self.wild, self.lookup
+        for dim in range(5):
+            key = keys[dim + 1]
+            mask &= wild[dim] if key is None else lookup[dim].get(key, wild[dim])
+            if not mask:
+                return []
+        members = self.members
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(members[low.bit_length() - 1])
+            mask ^= low
+        return out
+
+
+class _Compiled:
+    """A snapshot's policies in rank order, indexed for candidate lookup.
+
+    Policies naming no repo form one group; the policies naming each repo id form another,
+    built on first use. A context consults at most two small groups, so the cost of a
+    decision follows the policies that could match it, not the size of the snapshot.
+    """
+
+    __slots__ = ("_considered", "_groups", "by_repo", "levels", "open", "policies")
 
     def __init__(self, snapshot: PolicySnapshot) -> None:
         ranked = sorted(snapshot.policies, key=rank_key)
@@ -137,51 +190,47 @@ class _Compiled:
         self.levels: tuple[tuple[int, int], ...] = tuple(
             (rank_key(pol)[0], pol.priority) for pol in ranked
         )
-        self.enabled = 0
-        self.wild: list[int] = []
-        self.lookup: list[dict[Any, int]] = []
-        for dim in MATCH_DIMENSIONS:
-            wild = 0
-            by_value: dict[Any, int] = {}
-            for bit, pol in enumerate(ranked):
-                values = pol.match.dimension(dim)
-                if not values:
-                    wild |= 1 << bit
-                for value in values:
-                    by_value[value] = by_value.get(value, 0) | (1 << bit)
-            self.wild.append(wild)
-            self.lookup.append({value: mask | wild for value, mask in by_value.items()})
-        for bit, pol in enumerate(ranked):
-            if pol.enabled:
-                self.enabled |= 1 << bit
+        self.by_repo: dict[str, list[int]] = {}
+        open_members = []
+        for pos, pol in enumerate(ranked):
+            if not pol.match.repo_ids:
+                open_members.append(pos)
+            for repo in pol.match.repo_ids:
+                self.by_repo.setdefault(repo, []).append(pos)
+        self.open = _Group(open_members, self.policies)
+        self._groups: dict[str, _Group] = {}
         self._considered: dict[tuple[int, str], ConsideredPolicy] = {}
 
-    def considered(self, bit: int, reason: str) -> ConsideredPolicy:
-        """The (shared, immutable) trace entry for policy ``bit`` with ``reason``."""
-        entry = self._considered.get((bit, reason))
+    def considered(self, pos: int, reason: str) -> ConsideredPolicy:
+        """The (shared, immutable) trace entry for policy ``pos`` with ``reason``."""
+        entry = self._considered.get((pos, reason))
         if entry is None:
-            rung, priority = self.levels[bit]
+            rung, priority = self.levels[pos]
             entry = ConsideredPolicy(
-                policy_id=self.policies[bit].id,
+                policy_id=self.policies[pos].id,
                 precedence_level=rung,
                 priority=priority,
                 matched=reason in (MATCHED, OUTRANKED),
                 reason=reason,
             )
-            self._considered[(bit, reason)] = entry
+            self._considered[(pos, reason)] = entry
         return entry
 
-    def candidates(self, keys: tuple[Any, ...]) -> int:
-        """Bitmask of the enabled policies matching a context on every dimension."""
-        mask = self.enabled
-        for dim, key in enumerate(keys):
-            if key is None:
-                mask &= self.wild[dim]
-            else:
-                mask &= self.lookup[dim].get(key, self.wild[dim])
-            if not mask:
-                break
-        return mask
+    def candidates(self, keys: tuple[Any, ...]) -> list[int]:
+        """Rank positions, best first, of the enabled policies matching on every dimension."""
+        found = self.open.matched(keys)
+        repo = keys[0]
+        if repo is not None:
+            group = self._groups.get(repo)
+            if group is None:
+                members = self.by_repo.get(repo)
+                if members is None:
+                    return found
+                group = self._groups[repo] = _Group(members, self.policies)
+            extra = group.matched(keys)
+            if extra:
+                found = sorted(found + extra) if found else extra
+        return found
 
 
 def _compiled(snapshot: PolicySnapshot) -> _Compiled:
@@ -191,13 +240,6 @@ def _compiled(snapshot: PolicySnapshot) -> _Compiled:
         object.__setattr__(snapshot, "_compiled", compiled)
     assert isinstance(compiled, _Compiled)
     return compiled
-
-
-def _bits(mask: int) -> Iterable[int]:
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
 
 
 def decision_id(
@@ -225,10 +267,10 @@ def decision_id(
     text = (
         f'{{"account_id":{_s(account_id)},"context":'
         f"{context.canonical().decode('utf-8')},"
-        f'"effective_model":{_s(effective_model)},"outcome":{_s(outcome)},'
+        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
         f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
-        f'"reason":{_s(reason)},"snapshot_hash":{_s(snapshot_hash)},'
-        f'"snapshot_state":{_s(snapshot_state)}}}'
+        f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
+        f'"snapshot_state":{_e(snapshot_state)}}}'
     )
     body = text.encode("utf-8")
     return SHA256_PREFIX + hashlib.sha256(body).hexdigest()
@@ -371,13 +413,13 @@ def _resolve(
         policies = compiled.policies
         levels = compiled.levels
         winners = []
-        for bit in _bits(matched):
-            if winners and levels[bit] != levels[winners[0]]:
+        for pos in matched:
+            if winners and levels[pos] != levels[winners[0]]:
                 break
-            winners.append(bit)
+            winners.append(pos)
         trace = _Trace(compiled, ctx, keys, matched, winners[-1] if winners else -1, full_trace)
         if not full_trace:
-            unlisted = len(policies) - matched.bit_count()
+            unlisted = len(policies) - len(matched)
         if not winners:
             legacy = ctx.legacy_route
             if legacy is None:
@@ -392,10 +434,10 @@ def _resolve(
             res = _Resolution(SELECTED, MATCHED_POLICY, SOURCE_MANAGED)
             res.level, res.priority = levels[winners[0]]
             first = policies[winners[0]]
-            actions = {policies[bit].action.canonical() for bit in winners}
+            actions = {policies[pos].action.canonical() for pos in winners}
             if len(actions) > 1:
                 res.outcome, res.reason = REJECTED, POLICY_CONFLICT
-                res.conflicting = tuple(sorted({policies[bit].id for bit in winners}))
+                res.conflicting = tuple(sorted({policies[pos].id for pos in winners}))
             else:
                 res.policy_id = first.id
                 _apply_policy(res, first, ctx, vocabulary)
@@ -446,7 +488,7 @@ class _Trace:
         compiled: _Compiled,
         ctx: RouteContext,
         keys: tuple[Any, ...],
-        matched: int,
+        matched: list[int],
         last_winner: int,
         full: bool,
     ) -> None:
@@ -458,21 +500,22 @@ class _Trace:
         self.full = full
 
     def __call__(self) -> tuple[ConsideredPolicy, ...]:
-        compiled, matched, last = self.compiled, self.matched, self.last_winner
-        # Winners are the matched bits up to and including the last winner (rank order).
+        compiled, last = self.compiled, self.last_winner
+        # Winners are the matched positions up to and including the last winner.
         if not self.full:
             return tuple(
-                compiled.considered(bit, MATCHED if bit <= last else OUTRANKED)
-                for bit in _bits(matched)
+                compiled.considered(pos, MATCHED if pos <= last else OUTRANKED)
+                for pos in self.matched
             )
+        matched = set(self.matched)
         out = []
-        for bit, policy in enumerate(compiled.policies):
-            if matched >> bit & 1:
-                reason = MATCHED if bit <= last else OUTRANKED
+        for pos, policy in enumerate(compiled.policies):
+            if pos in matched:
+                reason = MATCHED if pos <= last else OUTRANKED
             else:
                 # The index said no: the first failing dimension says why.
                 reason = _mismatch(policy, self.ctx, self.keys) or POLICY_DISABLED
-            out.append(compiled.considered(bit, reason))
+            out.append(compiled.considered(pos, reason))
         return tuple(out)
 
 
