@@ -14,7 +14,7 @@ falls back to the library. The test suite checks the two agree on arbitrary JSON
 from __future__ import annotations
 
 import hashlib
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 import rfc8785

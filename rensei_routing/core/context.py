@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring as _e  # type: ignore[attr-defined]
+from json.encoder import encode_basestring as _e
 from typing import Any, Final
 
 from ..errors import MalformedError

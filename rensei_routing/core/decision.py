@@ -164,6 +164,8 @@ class Explanation:
     rejected_accounts: tuple[RejectedAccount, ...]
     conflicting_policy_ids: tuple[str, ...]
     unlisted_policy_count: int
+    _considered: tuple[ConsideredPolicy, ...] | None
+    _trace: Callable[[], tuple[ConsideredPolicy, ...]] | None
 
     def __init__(
         self,

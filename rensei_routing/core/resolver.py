@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from json.encoder import encode_basestring as _e  # type: ignore[attr-defined]
+from json.encoder import encode_basestring as _e
 from typing import Any, Final, Literal
 
 from .canonical import SHA256_PREFIX, canonical_bytes
