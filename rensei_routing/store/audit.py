@@ -127,7 +127,8 @@ class AuditLog:
 
     def _read_conn(self) -> apsw.Connection:
         if self._reader is None:
-            self._write_conn()  # creates and migrates a missing database first
+            if not self._path.exists():
+                self._write_conn()  # a reader never creates the database: the writer does
             self._reader = connect(self._path)
         return self._reader
 
