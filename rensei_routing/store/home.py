@@ -57,6 +57,9 @@ class Home:
 
     path: Path
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
     @property
     def db_path(self) -> Path:
         """``<home>/rensei.db``."""
