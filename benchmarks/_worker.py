@@ -1,0 +1,118 @@
+"""Subprocess side of chain-verify: time one pass over an audit database and report the peak
+resident memory of the process during it.
+
+On Linux the peak is ``VmHWM`` from ``/proc/self/status``, reset to the current size just before
+the call by writing ``5`` to ``/proc/self/clear_refs``; ``ru_maxrss`` is not used there, because
+a child started by fork + exec inherits its parent's high-water mark and would report the
+benchmark runner's memory instead of its own. Elsewhere ``ru_maxrss`` is the fallback.
+
+    python -m benchmarks._worker verify DB ORIGIN   # AuditLog.verify()
+    python -m benchmarks._worker scan DB ORIGIN     # baseline: raw scan + SHA-256 of payloads
+
+Prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rensei_routing.core.chain import ROW_COLUMNS
+from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.db import connect
+
+_SELECT = f"SELECT {', '.join(ROW_COLUMNS)} FROM audit_records ORDER BY seq"
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class _Peak:
+    """Peak resident memory of this process from :meth:`start` to :meth:`stop`, in KiB."""
+
+    def start(self) -> None:
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+                f.write("5")  # reset VmHWM to the current resident size
+            self.method = "VmHWM (reset before the call)"
+        except OSError:
+            self.method = "ru_maxrss"
+        self.before = _status_kib("VmRSS") or self._maxrss()
+
+    def stop(self) -> dict[str, Any]:
+        peak = _status_kib("VmHWM") if self.method.startswith("VmHWM") else None
+        return {
+            "rss_before_kib": self.before,
+            "rss_peak_kib": peak if peak is not None else self._maxrss(),
+            "memory_method": self.method,
+        }
+
+    @staticmethod
+    def _maxrss() -> int:
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def _verify(path: Path, origin: str) -> dict[str, Any]:
+    with AuditLog(path, origin=origin) as log:
+        log.head()  # open both connections outside the timed call (reads one row)
+        peak = _Peak()
+        peak.start()
+        start = time.perf_counter()
+        result = log.verify()
+        seconds = time.perf_counter() - start
+        memory = peak.stop()
+    return {
+        "seconds": seconds,
+        "records": result.records_checked,
+        "ok": bool(result),
+        "detail": result.reason,
+        **memory,
+    }
+
+
+def _scan(path: Path) -> dict[str, Any]:
+    conn = connect(path)
+    try:
+        peak = _Peak()
+        peak.start()
+        start = time.perf_counter()
+        records = 0
+        ok = True
+        sha256 = hashlib.sha256
+        with conn:  # one read snapshot, as verify() takes
+            for _seq, _at, _prev, p_hash, _r_hash, payload in conn.execute(_SELECT):
+                if "sha256:" + sha256(payload).hexdigest() != p_hash:
+                    ok = False
+                records += 1
+        seconds = time.perf_counter() - start
+        memory = peak.stop()
+    finally:
+        conn.close()
+    return {"seconds": seconds, "records": records, "ok": ok, "detail": None, **memory}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] not in ("verify", "scan"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    mode, path, origin = argv[0], Path(argv[1]), argv[2]
+    out = _verify(path, origin) if mode == "verify" else _scan(path)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

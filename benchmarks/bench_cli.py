@@ -1,0 +1,116 @@
+"""Benchmark 5, cli-start: wall time of ``rensei --help`` and ``rensei policy show`` (against an
+initialised home holding a saved revision) as subprocesses, beside ``python -c "import click"``.
+
+Runs are interleaved (one of each command per round, after an untimed warm-up round) and the
+median is reported. The console script next to the running interpreter is used, as a user's
+shell would find it in the same environment. Target (issue 4): ``rensei --help`` under 0.3 s.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+
+from rensei_routing.store.home import Home
+from rensei_routing.store.policies import PolicyStore
+
+from .harness import BenchResult, Config, Figure, progress
+from .workload import policy_set
+
+NAME = "cli-start"
+TITLE = "CLI start-up vs import click"
+
+TARGET_HELP_S = 0.3
+SHOWN_POLICIES = 100
+
+
+def _rensei() -> tuple[list[str], str]:
+    """The command that starts the CLI, and how it was found."""
+    beside = Path(sys.executable).with_name("rensei")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)], str(beside)
+    found = shutil.which("rensei")
+    if found:
+        return [found], found
+    code = "from rensei_routing.cli import cli; cli()"
+    return [sys.executable, "-c", code], "python -c (no console script installed)"
+
+
+def _run(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return time.perf_counter() - start, done
+
+
+def run(cfg: Config) -> BenchResult:
+    res = BenchResult(name=NAME, title=TITLE)
+    rounds = 3 if cfg.quick else 9
+    rensei, where = _rensei()
+    with tempfile.TemporaryDirectory(prefix="rensei-bench-cli-") as tmp:
+        home = Home(Path(tmp, "home"))
+        home.init(org="bench")
+        with closing(home.connect(write=True)) as conn:
+            PolicyStore(conn).save(
+                policy_set(SHOWN_POLICIES).policies, saved_at="2025-06-01T12:00:00.000000Z"
+            )
+        commands = {
+            "help": [*rensei, "--help"],
+            "show": [*rensei, "policy", "show", "--home", str(home.path)],
+            "click": [sys.executable, "-c", "import click"],
+            "python": [sys.executable, "-c", "pass"],
+        }
+        progress(f"{NAME}: {rounds} interleaved rounds of {len(commands)} commands")
+        samples: dict[str, list[float]] = {k: [] for k in commands}
+        for i in range(rounds + 1):
+            for key, argv in commands.items():
+                seconds, done = _run(argv)
+                if done.returncode != 0:
+                    res.check(False, f"{' '.join(argv)} exited {done.returncode}: {done.stderr}")
+                if i:
+                    samples[key].append(seconds)
+                elif key == "help":
+                    res.check("Usage:" in done.stdout, "rensei --help prints its usage")
+                elif key == "show":
+                    res.check(
+                        done.stdout.startswith("state ok, revision 1")
+                        and done.stdout.count("\n") == SHOWN_POLICIES + 1,
+                        f"rensei policy show lists the saved revision ({SHOWN_POLICIES} policies)",
+                    )
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    res.figures.append(
+        Figure(
+            case="rensei --help",
+            value=med["help"],
+            unit="s",
+            baseline=med["click"],
+            baseline_label="import click",
+            ratio=med["help"] / med["click"],
+            ratio_kind="time",
+            target=f"< {TARGET_HELP_S} s wall",
+            passed=med["help"] < TARGET_HELP_S,
+        )
+    )
+    res.figures.append(
+        Figure(
+            case=f"rensei policy show ({SHOWN_POLICIES} policies)",
+            value=med["show"],
+            unit="s",
+            baseline=med["click"],
+            baseline_label="import click",
+            ratio=med["show"] / med["click"],
+            ratio_kind="time",
+        )
+    )
+    res.figures.append(
+        Figure(case="python -c pass (interpreter floor, info)", value=med["python"], unit="s")
+    )
+    res.notes.append(f"medians of {rounds} interleaved runs; CLI started as {where}")
+    res.extra["samples"] = samples
+    return res
