@@ -65,7 +65,7 @@ class SchemaVersionError(StoreError):
 
 
 class CorruptSnapshotError(StoreError):
-    """The current policy revision is corrupt; writing over it is refused until an operator repairs it."""
+    """The current policy revision is corrupt; writing over it waits for an operator's repair."""
 
 
 class NotFoundError(StoreError):

@@ -11,7 +11,7 @@ import apsw
 import pytest
 from click.testing import CliRunner
 
-from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain
+from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, hash_policies
 from rensei_routing.cli import cli
 from rensei_routing.errors import CorruptSnapshotError, NotFoundError, PolicyValidationError
 from rensei_routing.store.home import Home
@@ -162,12 +162,23 @@ def test_corrupt_current_revision_holds_and_refuses_writes(
     decision = explain(ctx, loaded.snapshot, snapshot_state=loaded.state)
     assert (decision.outcome, decision.reason) == ("held", "snapshot-unavailable")
     before = _file_state(home)
-    with _store(home) as conn:
-        with pytest.raises(CorruptSnapshotError):
-            PolicyStore(conn).save(_policies("c"), saved_at=T)
+    with _store(home) as conn, pytest.raises(CorruptSnapshotError):
+        PolicyStore(conn).save(_policies("c"), saved_at=T)
     assert _file_state(home) == before
     with _store(home) as conn:
         assert [r.revision for r in PolicyStore(conn).history()] == [1, 2]
+
+
+def test_an_edit_that_parses_to_the_same_policies_is_still_corrupt(home: Home) -> None:
+    with _store(home) as conn:
+        saved = PolicyStore(conn).save(_policies("a", "b"), saved_at=T)
+    assert saved.content_hash == hash_policies(saved.policies)
+    with _store(home, write=False) as conn:
+        (body,) = conn.execute("SELECT body FROM policy_revisions").fetchone()
+    _tamper(home, "UPDATE policy_revisions SET body = ?", bytes(body).replace(b",", b", "))
+    with _store(home) as conn:
+        loaded = PolicyStore(conn).load()
+    assert loaded.state == "corrupt" and "does not match" in (loaded.detail or "")
 
 
 def test_an_unknown_revision_is_not_found(home: Home) -> None:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _e
 from typing import Any, Final
 
-from ..errors import MalformedError
 from . import _parse as p
 from .canonical import json_string as _s
 from .vocabulary import (
@@ -79,7 +78,7 @@ class ModelRequirement:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> ModelRequirement:
         """Read ``{"kind": ..., "value": ...}``, or a bare string whose kind is inferred.
 
@@ -127,7 +126,7 @@ class RepoIdentity:
         """
         canonical = canonicalize_repo(value)
         if canonical is None:
-            raise MalformedError("repo", f"not a canonical owner/repo id: {value!r}")
+            raise p.fail("repo", f"not a canonical owner/repo id: {value!r}")
         return cls(value=canonical, version=CANONICAL)
 
     @classmethod
@@ -143,7 +142,7 @@ class RepoIdentity:
         return {"value": self.value, "version": self.version}
 
     @classmethod
-    def from_dict(cls, data: Any, *, path: str = "") -> RepoIdentity:
+    def from_dict(cls, data: Any, *, path: p.Path = "") -> RepoIdentity:
         """Read ``"owner/name"`` or ``{"value", "version"}``.
 
         A plain string that is not canonical becomes a ``legacy-lossy`` identity: the route is
@@ -170,7 +169,7 @@ class RepoIdentity:
             return cls.from_runtime_slug(value)
         canonical = canonicalize_repo(value)
         if canonical is None:
-            raise MalformedError(p.at(path, "value"), f"not a canonical owner/repo id: {value!r}")
+            raise p.fail(p.at(path, "value"), f"not a canonical owner/repo id: {value!r}")
         return cls(value=canonical, version=CANONICAL)
 
 
@@ -207,7 +206,7 @@ class Account:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> Account:
         """Raises: MalformedError."""
         d = p.obj(
@@ -267,7 +266,7 @@ class LegacyRoute:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> LegacyRoute:
         """Raises: MalformedError."""
         d = p.obj(
@@ -367,7 +366,7 @@ class RouteContext:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> RouteContext:
         """Read a context document. ``repo`` may be a plain ``"owner/name"`` string;
         ``role``, when absent, is the canonical role of ``principal_id`` (or ``None``).
@@ -396,7 +395,7 @@ class RouteContext:
         seen: set[str] = set()
         for i, account in enumerate(accounts):
             if account.account_id in seen:
-                raise MalformedError(
+                raise p.fail(
                     p.at(p.at(accounts_path, i), "account_id"),
                     f"duplicate account id {account.account_id!r}",
                 )

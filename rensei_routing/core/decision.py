@@ -280,7 +280,7 @@ class RouteDecision:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> RouteDecision:
         """Read a decision back (e.g. from an audit record).
 
@@ -358,7 +358,7 @@ class RouteDecision:
                 )
             )
 
-        def strings(value: Any, where: str) -> tuple[str, ...]:
+        def strings(value: Any, where: p.Path) -> tuple[str, ...]:
             return tuple(p.string(v, p.at(where, i)) for i, v in enumerate(p.array(value, where)))
 
         def opt_int(key: str, lo: int, hi: int) -> int | None:

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..errors import MalformedError
 from . import _parse as p
 from .canonical import SHA256_PREFIX, canonical_bytes
 from .context import ModelRequirement, canonicalize_repo
@@ -58,7 +57,7 @@ MATCH_DIMENSIONS: Final = (
 )
 
 
-def _str_set(value: Any, path: str, *, lower: bool = True) -> frozenset[str]:
+def _str_set(value: Any, path: p.Path, *, lower: bool = True) -> frozenset[str]:
     items = p.array(value, path)
     out = set()
     for i, item in enumerate(items):
@@ -67,7 +66,7 @@ def _str_set(value: Any, path: str, *, lower: bool = True) -> frozenset[str]:
     return frozenset(out)
 
 
-def _choice_set(value: Any, path: str, allowed: Iterable[str], what: str) -> frozenset[str]:
+def _choice_set(value: Any, path: p.Path, allowed: Iterable[str], what: str) -> frozenset[str]:
     allowed = frozenset(allowed)
     return frozenset(
         p.choice(item, p.at(path, i), allowed, what=what)
@@ -116,7 +115,7 @@ class RoutingMatch:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> RoutingMatch:
         """Raises: MalformedError."""
         d = p.obj(data, path, optional=MATCH_DIMENSIONS)
@@ -167,7 +166,7 @@ class RequirementMapping:
 
 
 def _read_requirement_map(
-    value: Any, path: str, vocabulary: Vocabulary
+    value: Any, path: p.Path, vocabulary: Vocabulary
 ) -> tuple[RequirementMapping, ...]:
     entries: list[RequirementMapping] = []
     if isinstance(value, Mapping):
@@ -224,6 +223,10 @@ class RoutingAction:
     fallback_on: tuple[str, ...] = ()
     _canonical: bytes | None = field(default=None, init=False, repr=False, compare=False)
     _allowed: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _maps: dict[tuple[str, str], str] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _order: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -247,10 +250,21 @@ class RoutingAction:
 
     def mapped_model(self, key: tuple[str, str]) -> str | None:
         """The model the first mapping for requirement ``key`` names, if any."""
-        for mapping in self.requirement_map:
-            if mapping.requirement.key == key:
-                return mapping.model
-        return None
+        maps = self._maps
+        if maps is None:
+            maps = {}
+            for mapping in self.requirement_map:
+                maps.setdefault(mapping.requirement.key, mapping.model)
+            object.__setattr__(self, "_maps", maps)
+        return maps.get(key)
+
+    def pool_order(self) -> dict[str, int]:
+        """Each pool account's position in ``account_pool``."""
+        order = self._order
+        if order is None:
+            order = {account: i for i, account in enumerate(self.account_pool)}
+            object.__setattr__(self, "_order", order)
+        return order
 
     def allows(self, model: str) -> bool:
         """Whether ``model`` matches ``allowed_patterns`` (fnmatch, any case; empty = all)."""
@@ -264,7 +278,7 @@ class RoutingAction:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> RoutingAction:
         """Raises: MalformedError."""
         d = p.obj(data, path, optional=_ACTION_FIELDS)
@@ -274,7 +288,7 @@ class RoutingAction:
         for i, item in enumerate(p.array(d.get("account_pool", []), pool_path)):
             account = p.string(item, p.at(pool_path, i), max_len=_MAX_ID)
             if account in pool:
-                raise MalformedError(p.at(pool_path, i), f"account {account!r} is listed twice")
+                raise p.fail(p.at(pool_path, i), f"account {account!r} is listed twice")
             pool.append(account)
         return cls(
             provider_lock=None
@@ -349,7 +363,7 @@ class RoutingPolicy:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> RoutingPolicy:
         """Raises: MalformedError."""
         d = p.obj(data, path, required=("id",), optional=_POLICY_FIELDS)
@@ -452,7 +466,7 @@ class PolicySnapshot:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: str = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> PolicySnapshot:
         """Read ``{"policies": [...], "revision"?, "content_hash"?}`` or a bare array of policies.
 

@@ -374,12 +374,14 @@ def _apply_policy(
             eligible.append(account)
         else:
             rejected.append(RejectedAccount(account_id=account.account_id, reason=why))
-    pool = action.account_pool
-    if pool:
-        eligible.sort(key=lambda a: pool.index(a.account_id))
-    else:
-        eligible.sort(key=lambda a: a.account_id)
-    rejected.sort(key=lambda r: r.account_id)
+    if len(eligible) > 1:
+        if action.account_pool:
+            order = action.pool_order()
+            eligible.sort(key=lambda a: order[a.account_id])
+        else:
+            eligible.sort(key=lambda a: a.account_id)
+    if len(rejected) > 1:
+        rejected.sort(key=lambda r: r.account_id)
     res.eligible = tuple(a.account_id for a in eligible)
     res.rejected = tuple(rejected)
     if not eligible:
@@ -434,8 +436,7 @@ def _resolve(
             res = _Resolution(SELECTED, MATCHED_POLICY, SOURCE_MANAGED)
             res.level, res.priority = levels[winners[0]]
             first = policies[winners[0]]
-            actions = {policies[pos].action.canonical() for pos in winners}
-            if len(actions) > 1:
+            if len(winners) > 1 and len({policies[pos].action.canonical() for pos in winners}) > 1:
                 res.outcome, res.reason = REJECTED, POLICY_CONFLICT
                 res.conflicting = tuple(sorted({policies[pos].id for pos in winners}))
             else:
