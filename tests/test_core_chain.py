@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rensei_routing import signing
 from rensei_routing.core.canonical import digest
@@ -374,3 +376,15 @@ def test_unknown_signatures_are_kept_but_only_ours_counts() -> None:
     parsed = parse_checkpoint(cp.to_text())
     assert len(parsed.signatures) == 2 and _ok(parsed)
     assert parsed.signature_by("w", note_key_hash("w", PUB.raw)) is None
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(min_value=0, max_value=2**53 - 1),
+    st.text(max_size=80),
+    st.text(max_size=40),
+    st.text(max_size=80),
+)
+def test_record_hash_preimage_is_the_canonical_object(seq, prev, at, payload) -> None:
+    expected = digest({"seq": seq, "prev_hash": prev, "recorded_at": at, "payload_hash": payload})
+    assert record_hash(seq, prev, at, payload) == expected
