@@ -137,7 +137,5 @@ def explain_batch_cmd(
     decisions = explain_batch(items, snapshot, snapshot_state=state, trace=trace)  # type: ignore[arg-type]
     if record:
         record_decisions(home, decisions)
-    out = click.get_text_stream("stdout")
     for decision in decisions:
-        out.write(json.dumps(decision.to_dict(), ensure_ascii=False, separators=(",", ":")))
-        out.write("\n")
+        click.echo(json.dumps(decision.to_dict(), ensure_ascii=False, separators=(",", ":")))
