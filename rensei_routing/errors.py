@@ -14,6 +14,13 @@ class RenseiRoutingError(Exception):
     """Base for every error this package raises on purpose."""
 
 
+# -- configuration ------------------------------------------------------------------------------
+
+
+class ConfigurationError(RenseiRoutingError):
+    """A vocabulary, redaction pattern or plugin contribution is inconsistent."""
+
+
 # -- input --------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from rensei_routing.core.redact import (
     marker,
     redact,
 )
+from rensei_routing.errors import ConfigurationError
 
 PEM_RSA = (
     "-----BEGIN RSA PRIVATE KEY-----\n"
@@ -224,7 +225,7 @@ def test_pattern_without_triggers_always_runs() -> None:
 def test_pattern_definitions_are_checked(
     label: str, regex: re.Pattern[str], triggers: tuple[str, ...]
 ) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigurationError):
         RedactionPattern(label, regex, triggers)
 
 

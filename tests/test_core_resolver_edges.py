@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain
+from rensei_routing import PolicySnapshot, RouteContext, RouteDecision, RoutingPolicy, explain
 
 from .strategies import context_dicts, policy_dicts
 
@@ -67,3 +67,80 @@ def test_full_trace_reasons_agree_with_each_policy(docs, ctx_doc) -> None:
             )
         if not enabled[entry.policy_id] and len({p.id for p in policies}) == len(policies):
             assert entry.reason == "policy-disabled"
+
+
+@settings(max_examples=150)
+@given(
+    st.text(max_size=12),
+    st.text(min_size=1, max_size=12).filter(lambda s: s.strip() == s),
+    st.sampled_from(["ok", "corrupt", "absent"]),
+)
+def test_every_decision_reads_back_whatever_the_ids(policy_id, model, state) -> None:
+    """An audit record must be re-checkable: ids are verbatim, even ones validation rejects."""
+    policies = [
+        RoutingPolicy.from_dict(
+            {"id": policy_id, "action": {"requirement_map": {"balanced": model}}}
+        ),
+        RoutingPolicy.from_dict({"id": policy_id + " ", "priority": 1}),
+    ]
+    ctx = RouteContext.from_dict(
+        {
+            "model_requirement": "balanced",
+            "accounts": [{"account_id": " padded ", "provider_binding": "anthropic"}],
+            "legacy_route": {
+                "provider_binding": " Zai ",
+                "account_id": " a ",
+                "model": model,
+            },
+        }
+    )
+    decision = explain(ctx, PolicySnapshot.of(policies), snapshot_state=state)
+    assert RouteDecision.from_dict(decision.to_dict()) == decision
+
+
+def test_a_vocabulary_extends_without_touching_the_default() -> None:
+    from rensei_routing import DEFAULT_VOCABULARY, LiteralFamily, Provenance
+    from rensei_routing.errors import ConfigurationError, MalformedError
+
+    gemini = Provenance(
+        name="google",
+        pattern=r"^gemini-",
+        provider_bindings=frozenset({"vertex"}),
+    )
+    vocab = DEFAULT_VOCABULARY.extended(
+        roles=["Triager"],
+        provider_bindings=["vertex"],
+        literal_families=[LiteralFamily(name="gemini-pro", token="pro", provenance=gemini)],
+    )
+    assert "triager" in vocab.roles and "triager" not in DEFAULT_VOCABULARY.roles
+    with pytest.raises(MalformedError):
+        RouteContext.from_dict(
+            {
+                "principal_id": "x",
+                "role": "x",
+                "model_requirement": {"kind": "literal_family", "value": "gemini-pro"},
+            }
+        )
+    ctx = RouteContext.from_dict(
+        {
+            "principal_id": "triager",
+            "model_requirement": {"kind": "literal_family", "value": "gemini-pro"},
+            "accounts": [
+                {"account_id": "g", "provider_binding": "vertex"},
+                {"account_id": "a", "provider_binding": "anthropic"},
+            ],
+        },
+        vocabulary=vocab,
+    )
+    assert ctx.role == "triager"
+    policy = RoutingPolicy.from_dict({"id": "p", "match": {"roles": ["triager"]}}, vocabulary=vocab)
+    decision = explain(ctx, PolicySnapshot.of([policy]), vocabulary=vocab)
+    # The new family's lane rule comes from the vocabulary, not from anything hard-wired.
+    assert (decision.outcome, decision.account_id) == ("selected", "g")
+    assert [(r.account_id, r.reason) for r in decision.explanation.rejected_accounts] == [
+        ("a", "literal-family-incompatible")
+    ]
+    with pytest.raises(ConfigurationError):
+        vocab.extended(
+            literal_families=[LiteralFamily(name="gemini-pro", token="x", provenance=gemini)]
+        )

@@ -181,6 +181,54 @@ def test_an_edit_that_parses_to_the_same_policies_is_still_corrupt(home: Home) -
     assert loaded.state == "corrupt" and "does not match" in (loaded.detail or "")
 
 
+@pytest.mark.parametrize(
+    ("body", "state"),
+    [
+        ("same bytes, stored as TEXT", "ok"),
+        ("[" + "9" * 5000 + "]", "corrupt"),
+        ("[" * 100_000 + "]" * 100_000, "corrupt"),
+        ('[{"id": "a", "id": "b"}]', "corrupt"),
+    ],
+    ids=["text-column", "huge-integer", "deep-nesting", "garbage-policy"],
+)
+def test_a_hand_edited_body_loads_typed_never_crashes(
+    home: Home, runner: CliRunner, body: str, state: str
+) -> None:
+    with _store(home) as conn:
+        saved = PolicyStore(conn).save(_policies("a"), saved_at=T)
+        (stored,) = conn.execute("SELECT body FROM policy_revisions").fetchone()
+    text = bytes(stored).decode() if body.startswith("same bytes") else body
+    # What `sqlite3 rensei.db "UPDATE ..."` does: the value goes in as TEXT. STRICT refuses
+    # TEXT in a BLOB column, so the edit goes through a cast the way a hand repair would.
+    _tamper(home, "UPDATE policy_revisions SET body = CAST(? AS BLOB)", text)
+    with _store(home) as conn:
+        loaded = PolicyStore(conn).load()
+        assert [r.revision for r in PolicyStore(conn).history()] == [1]
+    assert loaded.state == state
+    if state == "ok":
+        assert loaded.snapshot.content_hash == saved.content_hash
+    for args in (["policy", "show"], ["policy", "history"], ["explain", "{}", "--json"]):
+        result = runner.invoke(cli, [*args, "--home", str(home.path)])
+        assert result.exit_code == 0, (args, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_policy_revision_column_is_strict(home: Home) -> None:
+    with _store(home) as conn, pytest.raises(apsw.Error):
+        conn.execute(
+            "INSERT INTO policy_revisions(revision, content_hash, body, saved_at) "
+            "VALUES (1, 'x', 'text, not a blob', 't')"
+        )
+
+
+def test_out_of_range_revision_numbers_are_clear_errors(runner: CliRunner, home: Home) -> None:
+    for rev in ("99999999999999999999", "0"):
+        result = runner.invoke(cli, ["policy", "show", "--rev", rev, "--home", str(home.path)])
+        assert result.exit_code == 2 and "Traceback" not in result.output
+    with _store(home) as conn, pytest.raises(NotFoundError):
+        PolicyStore(conn).load(2**63)
+
+
 def test_an_unknown_revision_is_not_found(home: Home) -> None:
     with _store(home) as conn, pytest.raises(NotFoundError):
         PolicyStore(conn).load(7)

@@ -1,72 +1,123 @@
-"""Reading the CLI's input documents: policy files, context documents, JSON Lines batches."""
+"""Reading the CLI's input documents: policy files, context documents, JSON Lines batches.
+
+Every failure is a typed :class:`InputError` whose message names the source (file, line,
+``<stdin>``, ``<inline>``) and, for a well-formed document of the wrong shape, the field path.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core.context import RouteContext
-from ..core.policy import PolicySnapshot
+from ..core.policy import PolicySnapshot, hash_policies
 from ..errors import InputError, MalformedError
-from ._root import read_json_file
+
+T = TypeVar("T")
 
 
-def read_document(source: str) -> Any:
-    """A JSON document from a file path, ``-`` (stdin), or inline text starting with ``{``/``[``."""
-    text = source.lstrip()
-    if text.startswith(("{", "[")):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise MalformedError("<inline>", f"not valid JSON: {e}") from e
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            # Last-one-wins would let two readers of one content-addressed document disagree.
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def parse_json(text: str, source: str) -> Any:
+    """One JSON document. Refuses duplicate keys; a number too long to convert or nesting too
+    deep to parse is a clear error, not a traceback.
+
+    Raises:
+        MalformedError: naming ``source``.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except RecursionError as e:
+        raise MalformedError(source, "not valid JSON: nested too deeply") from e
+    except ValueError as e:  # JSONDecodeError, duplicate keys, over-long integers
+        raise MalformedError(source, f"not valid JSON: {e}") from e
+
+
+def _read_text(source: str) -> str:
     if source == "-":
-        try:
-            return json.loads(sys.stdin.read())
-        except json.JSONDecodeError as e:
-            raise MalformedError("<stdin>", f"not valid JSON: {e}") from e
-    return read_json_file(Path(source))
+        return sys.stdin.read()
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {source}: {e}") from e
 
 
-def read_policy_file(path: Path) -> PolicySnapshot:
-    """A policy file: an array of policies, or ``{"policies": [...]}`` with optional
+def _named(source: str, build: Callable[[Any], T], doc: Any) -> T:
+    """``build(doc)``, with the source prefixed to a field-path error."""
+    try:
+        return build(doc)
+    except MalformedError as e:
+        raise MalformedError(f"{source}: {e.path}", e.message) from e
+
+
+def _label(source: str) -> str:
+    return "<stdin>" if source == "-" else source
+
+
+def read_document(source: str) -> tuple[Any, str]:
+    """A JSON document and its label, from a file path, ``-`` (stdin), or inline JSON text
+    (anything starting with ``{``, ``[`` or ``"``)."""
+    if source.lstrip().startswith(("{", "[", '"')):
+        return parse_json(source, "<inline>"), "<inline>"
+    label = _label(source)
+    return parse_json(_read_text(source), label), label
+
+
+def read_policy_file(source: str | Path) -> PolicySnapshot:
+    """A policy file (or ``-``): an array of policies, or ``{"policies": [...]}`` with optional
     ``revision`` and ``content_hash``.
 
     Raises:
         InputError: unreadable, not JSON, or not a policy set (the message names the field).
     """
-    return PolicySnapshot.from_dict(read_json_file(path))
+    label = _label(str(source))
+    doc = parse_json(_read_text(str(source)), label)
+    return _named(label, PolicySnapshot.from_dict, doc)
+
+
+def read_verified_policy_file(source: str | Path) -> PolicySnapshot:
+    """A policy file whose declared ``content_hash``, if any, matches its policies.
+
+    Raises:
+        InputError: as :func:`read_policy_file`, or the declared hash is not the policies' own
+            (a file that claims a hash it does not have is never validated or saved).
+    """
+    snapshot = read_policy_file(source)
+    if snapshot.state() != "ok":
+        raise InputError(
+            f"{_label(str(source))}: declared content_hash {snapshot.content_hash} does not "
+            f"match its policies ({hash_policies(snapshot.policies)})"
+        )
+    return snapshot
 
 
 def read_context(source: str) -> RouteContext:
     """Raises: InputError."""
-    return RouteContext.from_dict(read_document(source))
+    doc, label = read_document(source)
+    return _named(label, RouteContext.from_dict, doc)
 
 
-def read_context_lines(path: Path) -> list[RouteContext]:
+def read_context_lines(source: str | Path) -> list[RouteContext]:
     """Every context of a JSON Lines file (blank lines skipped), all parsed before any is used.
 
     Raises:
         InputError: naming the line number and the field of the first bad line.
     """
-    try:
-        if str(path) == "-":
-            lines = sys.stdin.read().splitlines()
-        else:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {e}") from e
+    label = _label(str(source))
     contexts = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise MalformedError(f"{path}:{number}", f"not valid JSON: {e}") from e
-        try:
-            contexts.append(RouteContext.from_dict(doc))
-        except MalformedError as e:
-            raise MalformedError(f"{path}:{number}: {e.path}", e.message) from e
+    for number, line in enumerate(_read_text(str(source)).splitlines(), start=1):
+        if line.strip():
+            where = f"{label}:{number}"
+            contexts.append(_named(where, RouteContext.from_dict, parse_json(line, where)))
     return contexts

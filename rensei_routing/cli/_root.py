@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import InputError, MalformedError, RenseiRoutingError
+from ..errors import RenseiRoutingError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,18 +54,6 @@ def home_option(f: F) -> F:
 def json_option(f: F) -> F:
     """``--json``: machine-readable output on stdout."""
     return click.option("json_", "--json", is_flag=True, help="Output as JSON.")(f)
-
-
-def read_json_file(path: Path) -> Any:
-    """Read one JSON document, turning every failure into a typed :class:`InputError`."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {e}") from e
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise MalformedError(str(path), f"not valid JSON: {e}") from e
 
 
 def echo_json(value: Any) -> None:

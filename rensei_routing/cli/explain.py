@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..core.decision import RouteDecision
-from ..core.policy import RUNG_NAMES, PolicySnapshot
+from ..core.policy import RUNG_NAMES, PolicySnapshot, validate_policies
 from ..core.resolver import explain, explain_batch
 from ._inputs import read_context, read_context_lines, read_policy_file
 from ._root import cli, echo_json, home_option, json_option
@@ -21,7 +21,15 @@ def _snapshot(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
     """The snapshot to resolve against: ``--policies FILE``, else the store's current revision."""
     if policies is not None:
         snapshot = read_policy_file(policies)
-        return snapshot, snapshot.state()
+        state = snapshot.state()
+        issues = validate_policies(snapshot.policies) if state == "ok" else ()
+        if issues:
+            click.echo(
+                f"warning: {policies} has {len(issues)} validation issue(s) "
+                f"(see rensei policy validate); resolving anyway",
+                err=True,
+            )
+        return snapshot, state
     return load_current_snapshot(home)
 
 

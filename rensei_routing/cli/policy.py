@@ -8,7 +8,7 @@ import click
 
 from ..core.policy import validate_policies
 from ..errors import PolicyValidationError
-from ._inputs import read_policy_file
+from ._inputs import read_verified_policy_file
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._store import now_rfc3339, open_policy_store
 
@@ -19,11 +19,11 @@ def policy() -> None:
 
 
 @policy.command(name="validate")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @json_option
 def policy_validate(file: Path, json_: bool) -> None:
-    """Check a policy FILE; list every issue. Exit 0 when valid, 1 otherwise."""
-    snapshot = read_policy_file(file)
+    """Check a policy FILE ('-' for stdin); list every issue. Exit 0 when valid, 1 otherwise."""
+    snapshot = read_verified_policy_file(file)
     issues = validate_policies(snapshot.policies)
     if json_:
         echo_json(
@@ -44,12 +44,15 @@ def policy_validate(file: Path, json_: bool) -> None:
 
 
 @policy.command(name="save")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @home_option
 @json_option
 def policy_save(file: Path, home: Path, json_: bool) -> None:
-    """Validate a policy FILE and save it as the next revision (nothing is written on error)."""
-    snapshot = read_policy_file(file)
+    """Validate a policy FILE ('-' for stdin) and save it as the next revision.
+
+    Nothing is written on any error.
+    """
+    snapshot = read_verified_policy_file(file)
     with open_policy_store(home, write=True) as store:
         try:
             saved = store.save(snapshot.policies, saved_at=now_rfc3339())
@@ -72,7 +75,12 @@ def policy_save(file: Path, home: Path, json_: bool) -> None:
 
 
 @policy.command(name="show")
-@click.option("--rev", "revision", type=click.IntRange(min=1), help="Revision (default: current).")
+@click.option(
+    "--rev",
+    "revision",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    help="Revision (default: current).",
+)
 @home_option
 @json_option
 def policy_show(revision: int | None, home: Path, json_: bool) -> None:

@@ -80,10 +80,12 @@ def string(
 
 
 def opt_string(
-    value: Any, path: Path, *, max_len: int = 4096, verbatim: bool = False
+    value: Any, path: Path, *, max_len: int = 4096, min_len: int = 1, verbatim: bool = False
 ) -> str | None:
-    """``None`` or a non-empty string."""
-    return None if value is None else string(value, path, max_len=max_len, verbatim=verbatim)
+    """``None`` or a string of ``min_len..max_len`` characters."""
+    if value is None:
+        return None
+    return string(value, path, max_len=max_len, min_len=min_len, verbatim=verbatim)
 
 
 def boolean(value: Any, path: Path) -> bool:

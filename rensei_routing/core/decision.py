@@ -333,7 +333,9 @@ class RouteDecision:
             )
             considered.append(
                 ConsideredPolicy(
-                    policy_id=p.string(c["policy_id"], p.at(ipath, "policy_id")),
+                    policy_id=p.string(
+                        c["policy_id"], p.at(ipath, "policy_id"), min_len=0, verbatim=True
+                    ),
                     precedence_level=p.integer(
                         c["precedence_level"], p.at(ipath, "precedence_level"), lo=1, hi=9
                     ),
@@ -351,7 +353,9 @@ class RouteDecision:
             r = p.obj(item, ipath, required=("account_id", "reason"))
             rejected.append(
                 RejectedAccount(
-                    account_id=p.string(r["account_id"], p.at(ipath, "account_id")),
+                    account_id=p.string(
+                        r["account_id"], p.at(ipath, "account_id"), min_len=0, verbatim=True
+                    ),
                     reason=p.choice(
                         r["reason"], p.at(ipath, "reason"), ACCOUNT_REASONS, what="reason"
                     ),
@@ -359,34 +363,47 @@ class RouteDecision:
             )
 
         def strings(value: Any, where: p.Path) -> tuple[str, ...]:
-            return tuple(p.string(v, p.at(where, i)) for i, v in enumerate(p.array(value, where)))
+            return tuple(
+                p.string(v, p.at(where, i), min_len=0, verbatim=True)
+                for i, v in enumerate(p.array(value, where))
+            )
 
         def opt_int(key: str, lo: int, hi: int) -> int | None:
             value = d.get(key)
             return None if value is None else p.integer(value, p.at(path, key), lo=lo, hi=hi)
 
         return cls(
-            decision_id=p.string(d["decision_id"], p.at(path, "decision_id")),
+            decision_id=p.string(
+                d["decision_id"], p.at(path, "decision_id"), min_len=0, verbatim=True
+            ),
             outcome=p.choice(d["outcome"], p.at(path, "outcome"), OUTCOMES, what="outcome"),
             reason=p.choice(d["reason"], p.at(path, "reason"), DECISION_REASONS, what="reason"),
             policy_source=p.choice(
                 d["policy_source"], p.at(path, "policy_source"), POLICY_SOURCES, what="source"
             ),
-            policy_id=p.opt_string(d.get("policy_id"), p.at(path, "policy_id")),
+            policy_id=p.opt_string(
+                d.get("policy_id"), p.at(path, "policy_id"), min_len=0, verbatim=True
+            ),
             policy_revision=p.integer(
                 d["policy_revision"], p.at(path, "policy_revision"), lo=0, hi=2**53 - 1
             ),
-            snapshot_hash=p.string(d["snapshot_hash"], p.at(path, "snapshot_hash")),
+            snapshot_hash=p.string(
+                d["snapshot_hash"], p.at(path, "snapshot_hash"), min_len=0, verbatim=True
+            ),
             snapshot_state=p.choice(
                 d["snapshot_state"], p.at(path, "snapshot_state"), SNAPSHOT_STATES, what="state"
             ),
             precedence_level=opt_int("precedence_level", 1, 9),
             precedence_priority=opt_int("precedence_priority", 0, 10_000),
-            account_id=p.opt_string(d.get("account_id"), p.at(path, "account_id")),
-            provider_binding=p.opt_string(
-                d.get("provider_binding"), p.at(path, "provider_binding")
+            account_id=p.opt_string(
+                d.get("account_id"), p.at(path, "account_id"), min_len=0, verbatim=True
             ),
-            effective_model=p.opt_string(d.get("effective_model"), p.at(path, "effective_model")),
+            provider_binding=p.opt_string(
+                d.get("provider_binding"), p.at(path, "provider_binding"), verbatim=True
+            ),
+            effective_model=p.opt_string(
+                d.get("effective_model"), p.at(path, "effective_model"), min_len=0, verbatim=True
+            ),
             explanation=Explanation(
                 context=RouteContext.from_dict(
                     e["context"], path=p.at(epath, "context"), vocabulary=vocabulary

@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..errors import ConfigurationError
+
 __all__ = [
     "DEFAULT_PATTERNS",
     "DEFAULT_REDACTOR",
@@ -65,9 +67,10 @@ class RedactionPattern:
     ``password = 'x'`` keeps its name); otherwise the whole match is.
 
     Raises:
-        ValueError: the label is not ``[a-z0-9-]``, a trigger is not lowercase printable ASCII
-            without quotes or backslashes, or a case-insensitive regex with triggers lacks
-            ``re.ASCII`` (Unicode case folding could match text whose lowercase has no trigger).
+        ConfigurationError: the label is not ``[a-z0-9-]``, a trigger is not lowercase
+            printable ASCII without quotes or backslashes, or a case-insensitive regex with
+            triggers lacks ``re.ASCII`` (Unicode case folding could match text whose lowercase
+            has no trigger).
     """
 
     label: str
@@ -76,14 +79,18 @@ class RedactionPattern:
 
     def __post_init__(self) -> None:
         if not _LABEL.fullmatch(self.label):
-            raise ValueError(f"redaction label {self.label!r} must match {_LABEL.pattern}")
+            raise ConfigurationError(f"redaction label {self.label!r} must match {_LABEL.pattern}")
         for t in self.triggers:
             plain = t.isascii() and t.isprintable() and t == t.lower()
             if not t or not plain or '"' in t or "\\" in t:
-                raise ValueError(f"redaction trigger {t!r} must be non-empty lowercase ASCII")
+                raise ConfigurationError(
+                    f"redaction trigger {t!r} must be non-empty lowercase ASCII"
+                )
         folds = self.regex.flags & re.IGNORECASE or "(?i" in self.regex.pattern
         if self.triggers and folds and not self.regex.flags & re.ASCII:
-            raise ValueError(f"case-insensitive {self.label!r} with triggers needs re.ASCII")
+            raise ConfigurationError(
+                f"case-insensitive {self.label!r} with triggers needs re.ASCII"
+            )
 
     def replace(self, text: str) -> str:
         """Replace every match in ``text`` by this pattern's marker."""

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
 
+from ..errors import ConfigurationError
+
 __all__ = [
     "CAPABILITY",
     "CONCRETE_MODEL",
@@ -144,12 +146,12 @@ class Vocabulary:
         """A new vocabulary with these names added. A family name already present is an error.
 
         Raises:
-            ValueError: a literal family of the same name is already defined.
+            ConfigurationError: a literal family of the same name is already defined.
         """
         families = dict(self.literal_families)
         for family in literal_families:
             if family.name in families:
-                raise ValueError(f"literal family {family.name!r} is already defined")
+                raise ConfigurationError(f"literal family {family.name!r} is already defined")
             families[family.name] = family
         return replace(
             self,

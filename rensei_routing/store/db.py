@@ -42,7 +42,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         content_hash TEXT NOT NULL,
         body BLOB NOT NULL,
         saved_at TEXT NOT NULL
-    );
+    ) STRICT;
     CREATE TABLE audit_records(
         seq INTEGER PRIMARY KEY,
         recorded_at TEXT NOT NULL,

@@ -66,6 +66,16 @@ class RevisionInfo:
         }
 
 
+def _as_bytes(value: object) -> bytes:
+    """The stored body as bytes, whatever a hand edit left in the column (the content hash,
+    not the column type, decides whether it is intact)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return b"" if value is None else str(value).encode("utf-8")
+
+
 def _encode(policies: Iterable[RoutingPolicy]) -> bytes:
     # Stored in hash order, so the body is independent of the caller's order and is exactly
     # the byte string ``hash_policies`` digests.
@@ -93,11 +103,13 @@ class PolicyStore:
             args = (revision,)
         try:
             row = self._conn.execute(sql, args).fetchone()
+        except OverflowError as e:  # a revision number SQLite cannot hold: it is not there
+            raise NotFoundError(f"no policy revision {revision}") from e
         except apsw.Error as e:
             raise StoreError(f"cannot read policy revisions: {e}") from e
         if row is None:
             return None
-        return int(row[0]), str(row[1]), bytes(row[2]) if row[2] is not None else b""
+        return int(row[0]), str(row[1]), _as_bytes(row[2])
 
     def _decode(self, revision: int, content_hash: str, body: bytes) -> SnapshotLoad:
         try:
@@ -107,7 +119,7 @@ class PolicyStore:
                 RoutingPolicy.from_dict(item, path=p.at(path, i), vocabulary=self._vocabulary)
                 for i, item in enumerate(p.array(doc, path))
             )
-        except (UnicodeDecodeError, json.JSONDecodeError, InputError, RecursionError) as e:
+        except (ValueError, InputError, RecursionError) as e:  # ValueError: bad JSON, bad UTF-8
             return SnapshotLoad(
                 state=STATE_CORRUPT,
                 snapshot=PolicySnapshot.empty(),
@@ -193,8 +205,8 @@ class PolicyStore:
             )
             for revision, content_hash, body, saved_at in rows:
                 try:
-                    count: int | None = len(json.loads(bytes(body).decode("utf-8")))
-                except (UnicodeDecodeError, json.JSONDecodeError, TypeError):
+                    count: int | None = len(json.loads(_as_bytes(body).decode("utf-8")))
+                except (ValueError, TypeError, RecursionError):
                     count = None
                 out.append(
                     RevisionInfo(
