@@ -169,3 +169,107 @@ def test_help_and_version(runner: CliRunner) -> None:
     assert runner.invoke(cli, ["-h"]).exit_code == 0
     version = runner.invoke(cli, ["--version"])
     assert version.exit_code == 0 and "rensei" in version.output
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ('[{"id": "a", "priority": ' + "9" * 5000 + "}]", "not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('[{"id": "a", "id": "b"}]', "duplicate key 'id'"),
+        ('"just a string"', "expected an object, got str"),
+    ],
+    ids=["huge-integer", "deep-nesting", "duplicate-key", "wrong-top-level"],
+)
+def test_hostile_json_is_one_line_everywhere(
+    runner: CliRunner, tmp_path: Path, content: str, needle: str
+) -> None:
+    path = tmp_path / "hostile.json"
+    path.write_text(content)
+    line = tmp_path / "hostile.jsonl"
+    line.write_text(content + "\n")
+    for args, stdin in (
+        (["policy", "validate", str(path)], None),
+        (["policy", "validate", "-"], content),
+        (["explain", str(path), "--policies", POLICIES], None),
+        (["explain", "-", "--policies", POLICIES], content),
+        (["explain", "{}", "--policies", str(path)], None),
+        (["explain-batch", str(line), "--policies", POLICIES], None),
+    ):
+        result = runner.invoke(cli, args, input=stdin)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.stdout == ""
+        assert "Traceback" not in result.stderr
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert needle in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_file_with_a_wrong_declared_hash_is_neither_valid_nor_saved(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps({"policies": [{"id": "a"}], "content_hash": "sha256:00"}))
+    result = runner.invoke(cli, ["policy", "validate", str(path)])
+    assert result.exit_code == 1 and "does not match its policies" in result.stderr
+    home = ["--home", str(tmp_path / "h")]
+    assert runner.invoke(cli, ["init", *home]).exit_code == 0
+    saved = runner.invoke(cli, ["policy", "save", str(path), *home])
+    assert saved.exit_code == 1 and "does not match" in saved.stderr
+    shown = runner.invoke(cli, ["policy", "show", "--json", *home])
+    assert json.loads(shown.stdout)["state"] == "absent"
+
+
+def test_explain_warns_about_an_invalid_policy_file(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "dupes.json"
+    path.write_text(json.dumps([{"id": "a"}, {"id": "a"}]))
+    result = runner.invoke(cli, ["explain", "{}", "--policies", str(path), "--json"])
+    assert result.exit_code == 0
+    assert "1 validation issue(s)" in result.stderr
+    json.loads(result.stdout)  # stdout stays data
+
+
+def test_record_appends_every_decision_to_a_verifying_chain(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    home = ["--home", str(tmp_path / "h")]
+    runner.invoke(cli, ["init", *home])
+    runner.invoke(cli, ["policy", "save", POLICIES, *home])
+    batch = runner.invoke(
+        cli, ["explain-batch", str(EXAMPLES / "contexts.jsonl"), "--record", *home]
+    )
+    single = runner.invoke(cli, ["explain", str(EXAMPLES / "context.json"), "--record", *home])
+    assert batch.exit_code == single.exit_code == 0
+    tail = runner.invoke(cli, ["audit", "tail", "-n", "10", "--json", *home])
+    records = json.loads(tail.stdout)
+    assert len(records) == 7
+    decision_ids = [json.loads(line)["decision_id"] for line in batch.stdout.splitlines()]
+    assert [r["payload"]["decision_id"] for r in records[:6]] == decision_ids
+    assert runner.invoke(cli, ["audit", "verify", *home]).exit_code == 0
+    # A bad batch records nothing.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"repo": "a/b"}\n{"request_face": "telepathic"}\n')
+    refused = runner.invoke(cli, ["explain-batch", str(bad), "--record", *home])
+    assert refused.exit_code == 1
+    again = runner.invoke(cli, ["audit", "tail", "-n", "20", "--json", *home])
+    assert len(json.loads(again.stdout)) == 7
+
+
+def _commands(group, prefix=()):
+    import click
+
+    for name, command in sorted(group.commands.items()):
+        yield (*prefix, name), command
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*prefix, name))
+
+
+@pytest.mark.parametrize(
+    "path", [p for p, _ in _commands(cli)], ids=[" ".join(p) for p, _ in _commands(cli)]
+)
+def test_every_command_has_help(runner: CliRunner, path: tuple[str, ...]) -> None:
+    result = runner.invoke(cli, [*path, "--help"])
+    assert result.exit_code == 0
+    assert "Usage: " in result.output
+    command = dict(_commands(cli))[path]
+    assert command.help and command.help.strip(), f"rensei {' '.join(path)} has no help text"
