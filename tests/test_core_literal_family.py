@@ -167,3 +167,44 @@ def test_a_legacy_route_that_defies_the_requirement_is_reported_not_suppressed()
         "legacy-compatibility",
     )
     assert decision.effective_model == "glm-5.1" and decision.provider_binding == "zai"
+
+
+COMPETITORS: list[dict[str, Any]] = [
+    # A system-safety rule that locks literal Opus to the foreign lane: it wins on rung 1, and
+    # the lane rule must still stop it from serving Opus there.
+    {
+        "id": "safety-opus-to-zai",
+        "system_safety": True,
+        "match": {"model_requirements": [{"kind": "literal_family", "value": "claude-opus"}]},
+        "action": {"provider_lock": "zai-harness"},
+    },
+    # A competitor at rung 7 / 8 with the same priority: ties, outranks or conflicts with the
+    # swept policy depending on its match.
+    {
+        "id": "zz-role-reviewer-zai",
+        "match": {"roles": ["reviewer"]},
+        "action": {"provider_lock": "zai-harness", "account_pool": ["zai-a"]},
+    },
+]
+
+
+def test_literal_families_stay_on_lane_when_policies_compete() -> None:
+    contexts = _contexts()
+    competitors = [RoutingPolicy.from_dict(c) for c in COMPETITORS]
+    checked = conflicts = safety_wins = 0
+    for (swept,) in _policy_sets()[::2]:
+        for competitor in competitors:
+            snapshot = PolicySnapshot.of([swept, competitor])
+            for ctx, decision in zip(contexts, explain_batch(contexts, snapshot), strict=True):
+                checked += 1
+                conflicts += decision.reason == "policy-conflict"
+                safety_wins += decision.policy_id == "safety-opus-to-zai"
+                if decision.policy_source == "managed-policy" and decision.outcome == "selected":
+                    req = ctx.model_requirement
+                    assert req is not None
+                    family = DEFAULT_VOCABULARY.literal_families[req.value]
+                    assert decision.provider_binding in family.provenance.provider_bindings
+                    if decision.effective_model is not None:
+                        assert family.satisfied_by(decision.effective_model)
+    assert checked >= 50_000
+    assert conflicts > 0 and safety_wins > 0  # both competitions actually happened
