@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
@@ -103,6 +106,10 @@ def test_appended_migrations_step_an_existing_database(
     db.connect(path, write=True).close()
     monkeypatch.setattr(db, "MIGRATIONS", (*db.MIGRATIONS, "CREATE TABLE later(x INTEGER);"))
     monkeypatch.setattr(db, "SCHEMA_VERSION", len(db.MIGRATIONS))
+    # A reader never changes the file: it asks for a writer to migrate first.
+    with pytest.raises(SchemaVersionError, match="older"):
+        db.connect(path)
+    db.connect(path, write=True).close()
     conn = db.connect(path)
     try:
         assert conn.pragma("user_version") == db.SCHEMA_VERSION
@@ -161,3 +168,54 @@ def test_nothing_imports_the_stdlib_sqlite3_module() -> None:
     pattern = re.compile(r"^\s*(import\s+sqlite3|from\s+sqlite3\b)", re.MULTILINE)
     offenders = [str(p) for p in root.rglob("*.py") if pattern.search(p.read_text("utf-8"))]
     assert offenders == []
+
+
+@contextmanager
+def read_only_view(folder: Path) -> Iterator[Path]:
+    """``folder`` bind-mounted read-only (a real read-only medium, even for root); skips the
+    test where this machine cannot mount."""
+    view = folder.parent / (folder.name + "-ro")
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
+    try:
+        remount = ["mount", "-o", "remount,ro,bind", str(view)]
+        if subprocess.run(remount, capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], capture_output=True)
+
+
+def test_a_reader_changes_nothing_and_works_on_read_only_media(tmp_path: Path) -> None:
+    folder = tmp_path / "evidence"
+    folder.mkdir()
+    path = folder / "r.db"
+    writer = db.connect(path, write=True)
+    with writer:
+        writer.execute("INSERT INTO meta(key, value) VALUES ('k', 'v')")
+    writer.close()  # the last close checkpoints the WAL away: no -wal, no -shm
+    before = path.read_bytes()
+    with read_only_view(folder) as view:
+        conn = db.connect(view / "r.db")
+        try:
+            assert conn.execute("SELECT value FROM meta WHERE key = 'k'").get == "v"
+            with pytest.raises(apsw.ReadOnlyError):
+                conn.execute("INSERT INTO meta(key, value) VALUES ('x', 'y')")
+        finally:
+            conn.close()
+        with pytest.raises(StoreError):
+            db.connect(view / "r.db", write=True)
+    assert path.read_bytes() == before
+
+
+def test_a_reader_never_creates_or_migrates(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with pytest.raises(SchemaVersionError):
+        db.connect(empty)
+    assert empty.read_bytes() == b""
+    with pytest.raises(StoreError):
+        db.connect(tmp_path / "missing.db")
+    assert not (tmp_path / "missing.db").exists()

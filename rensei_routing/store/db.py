@@ -72,36 +72,50 @@ _SETUP: Final[tuple[Callable[[apsw.Connection], None], ...]] = tuple(
     if f.__name__.startswith("connection_") and f is not apsw.bestpractice.connection_busy_timeout
 )
 
+#: What a read-only connection applies: everything above except the settings that write to the
+#: file (switching to WAL, which a writer already made persistent, and ``PRAGMA optimize``).
+_READ_SETUP: Final = tuple(
+    f
+    for f in _SETUP
+    if f not in (apsw.bestpractice.connection_wal, apsw.bestpractice.connection_optimize)
+)
+
 
 def connect(
     path: Path, *, write: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
 ) -> apsw.Connection:
-    """Open (``write=True``: create if missing) the database at ``path``, migrated to this schema.
+    """Open the database at ``path``. The caller owns the connection and closes it.
 
-    The caller owns the connection and closes it.
+    ``write=True`` creates a missing file, migrates it to this schema, and takes the write lock
+    at ``BEGIN``. ``write=False`` opens read-only and changes nothing, so a copy on read-only
+    media can be read and verified; a database on a read-only medium with no ``-wal``/``-shm``
+    beside it is opened as immutable (nothing can be writing to it).
 
     Raises:
-        SchemaVersionError: the file is not a rensei-routing database, or has a newer schema.
+        SchemaVersionError: the file is not a rensei-routing database, has a newer schema, or
+            (read-only) an older one that a writer must migrate first.
         StoreError: the file cannot be opened (missing and ``write=False``, unreadable, locked
             longer than the busy timeout, ...).
     """
-    flags = apsw.SQLITE_OPEN_READWRITE
-    if write:
-        flags |= apsw.SQLITE_OPEN_CREATE
-    try:
-        conn = apsw.Connection(str(path), flags=flags)
-    except apsw.Error as e:
-        raise StoreError(f"cannot open database {path}: {e}") from e
+    conn = _open(path, write)
     try:
         conn.set_busy_timeout(busy_timeout_ms)
         version = _identify(conn, path)
+        if not write:
+            for setup in _READ_SETUP:
+                setup(conn)
+            if version < SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"{path} has schema version {version}, older than {SCHEMA_VERSION}: "
+                    "open it once with a writer (e.g. `rensei init`) to migrate it"
+                )
+            return conn
         for setup in _SETUP:
             setup(conn)
         conn.pragma("synchronous", "FULL")
         if version < SCHEMA_VERSION:
             _migrate(conn, path)
-        if write:
-            conn.transaction_mode = "IMMEDIATE"
+        conn.transaction_mode = "IMMEDIATE"
     except apsw.NotADBError as e:
         conn.close()
         raise SchemaVersionError(f"{path} is not a SQLite database") from e
@@ -112,6 +126,35 @@ def connect(
         conn.close()
         raise
     return conn
+
+
+def _open(path: Path, write: bool) -> apsw.Connection:
+    if write:
+        flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    else:
+        flags = apsw.SQLITE_OPEN_READONLY
+    try:
+        conn = apsw.Connection(str(path), flags=flags)
+        if not write:
+            conn.pragma("schema_version")  # WAL recovery happens here, not at open
+        return conn
+    except apsw.Error as e:
+        if write or not _on_read_only_medium(path):
+            raise StoreError(f"cannot open database {path}: {e}") from e
+    # Read-only medium without the WAL index: nothing can be writing, read the file as is.
+    uri = Path(path).resolve().as_uri() + "?immutable=1"
+    try:
+        return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    except apsw.Error as e:
+        raise StoreError(f"cannot open database {path}: {e}") from e
+
+
+def _on_read_only_medium(path: Path) -> bool:
+    import os
+
+    path = Path(path)
+    wal = Path(f"{path}-wal")
+    return path.is_file() and not os.access(path.parent, os.W_OK) and not wal.exists()
 
 
 def _identify(conn: apsw.Connection, path: Path) -> int:
