@@ -47,13 +47,25 @@ def filled(home: Path) -> Iterator[Path]:
     yield home
 
 
-def _sql(home: Path, statement: str) -> None:
+def _sql(home: Path, statement: str, args: tuple[object, ...] = ()) -> None:
     conn = apsw.Connection(str(home / "rensei.db"))
     try:
         with conn:
-            conn.execute(statement)
+            conn.execute(statement, args)
     finally:
         conn.close()
+
+
+def _query(home: Path, statement: str) -> list[tuple[object, ...]]:
+    conn = apsw.Connection(str(home / "rensei.db"))
+    try:
+        return [tuple(r) for r in conn.execute(statement)]
+    finally:
+        conn.close()
+
+
+def _checkpoint_rows(home: Path) -> list[tuple[object, ...]]:
+    return _query(home, "SELECT * FROM audit_checkpoints ORDER BY id")
 
 
 # -- init ---------------------------------------------------------------------------------------
@@ -101,10 +113,15 @@ def test_init_refuses_a_malformed_org(runner: CliRunner, tmp_path: Path) -> None
 def test_commands_on_an_uninitialised_home_say_to_run_init(
     runner: CliRunner, tmp_path: Path
 ) -> None:
-    for args in (["audit", "verify"], ["audit", "tail"], ["audit", "checkpoint"]):
+    for args, code in (
+        (["audit", "verify"], 3),  # could not verify: not "broken"
+        (["audit", "tail"], 1),
+        (["audit", "checkpoint"], 1),
+    ):
         result = _run(runner, *args, "--home", str(tmp_path / "nowhere"))
         assert "rensei init" in _one_clean_error_line(result)
-        assert result.exit_code == 1
+        assert result.exit_code == code, args
+        assert result.stdout == ""
 
 
 # -- verify ---------------------------------------------------------------------------------------
@@ -142,7 +159,8 @@ def test_exported_checkpoint_catches_a_truncated_tail(
     note = tmp_path / "cp.txt"
     made = _run(runner, "audit", "checkpoint", "--home", str(filled), "-o", str(note))
     assert made.exit_code == 0, made.output
-    assert "checkpoint of 10 records" in made.stdout
+    assert made.stdout == ""  # stdout is data only; the confirmation is on stderr
+    assert made.stderr.startswith("checkpoint of 10 records") and str(note) in made.stderr
     assert parse_checkpoint(note.read_text()).size == 10
 
     _sql(filled, "DELETE FROM audit_records WHERE seq >= 7")
@@ -172,6 +190,7 @@ def test_malformed_checkpoint_file_is_one_clear_line(
     note.write_bytes(content)
     result = _run(runner, "audit", "verify", "--home", str(filled), "--checkpoint", str(note))
     assert "bad.txt" in _one_clean_error_line(result)
+    assert result.exit_code == 3  # could not verify, distinct from 1 = broken
     assert result.stdout == ""
 
 
@@ -181,6 +200,67 @@ def test_missing_checkpoint_file_is_one_clear_line(
     missing = tmp_path / "absent.txt"
     result = _run(runner, "audit", "verify", "--home", str(filled), "--checkpoint", str(missing))
     assert "absent.txt" in _one_clean_error_line(result)
+    assert result.exit_code == 3 and result.stdout == ""
+
+
+def test_verify_on_a_database_that_is_not_one_is_could_not_verify(
+    runner: CliRunner, home: Path
+) -> None:
+    (home / "rensei.db").write_bytes(b"not a database at all" * 100)
+    result = _run(runner, "audit", "verify", "--home", str(home))
+    assert "rensei.db" in _one_clean_error_line(result)
+    assert result.exit_code == 3 and result.stdout == ""
+
+
+def test_verify_help_documents_every_exit_code(runner: CliRunner) -> None:
+    text = _run(runner, "audit", "verify", "--help").stdout
+    for line in ("0  intact", "1  broken", "2  usage error", "3  could not verify"):
+        assert line in text, text
+
+
+# -- checkpoint -----------------------------------------------------------------------------------
+
+
+def _record_examples(runner: CliRunner, home: Path) -> None:
+    examples = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
+    saved = _run(runner, "policy", "save", str(examples / "policies.json"), "--home", str(home))
+    assert saved.exit_code == 0, saved.output
+    recorded = _run(
+        runner, "explain-batch", str(examples / "contexts.jsonl"), "--record", "--home", str(home)
+    )
+    assert recorded.exit_code == 0, recorded.output
+
+
+def test_checkpoint_refuses_a_log_broken_below_its_last_checkpoint(
+    runner: CliRunner, home: Path
+) -> None:
+    _record_examples(runner, home)
+    assert _run(runner, "audit", "checkpoint", "--home", str(home)).exit_code == 0
+    stored = _checkpoint_rows(home)
+    ((payload,),) = _query(home, "SELECT payload FROM audit_records WHERE seq = 1")
+    assert isinstance(payload, bytes) and b'"decision_id":"sha256:' in payload
+    at = payload.index(b'"decision_id":"sha256:') + len(b'"decision_id":"sha256:')
+    edited = payload[:at] + (b"0" if payload[at : at + 1] != b"0" else b"1") + payload[at + 1 :]
+    _sql(home, "UPDATE audit_records SET payload = ? WHERE seq = 1", (edited,))
+
+    verified = _run(runner, "audit", "verify", "--home", str(home))
+    assert verified.exit_code == 1
+    assert verified.stdout.startswith("broken at seq 1: payload-hash-mismatch")
+    refused = _run(runner, "audit", "checkpoint", "--home", str(home))
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert "seq 1: payload-hash-mismatch" in _one_clean_error_line(refused)
+    assert _checkpoint_rows(home) == stored
+
+
+def test_failed_export_stores_no_checkpoint(
+    runner: CliRunner, filled: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "nonexistent" / "dir" / "cp.txt"
+    result = _run(runner, "audit", "checkpoint", "--home", str(filled), "-o", str(target))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert str(target) in _one_clean_error_line(result)
+    assert _checkpoint_rows(filled) == []
+    assert _run(runner, "audit", "verify", "--home", str(filled)).exit_code == 0
 
 
 # -- show and tail --------------------------------------------------------------------------------
@@ -205,6 +285,64 @@ def test_show_missing_and_bad_seq(runner: CliRunner, filled: Path) -> None:
         _run(runner, "audit", "show", "99", "--home", str(filled))
     )
     assert _run(runner, "audit", "show", "-1", "--home", str(filled)).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["show", "99999999999999999999"], ["show", str(2**63)], ["tail", "-n", str(2**63)]],
+    ids=["show-huge", "show-2**63", "tail-2**63"],
+)
+def test_numbers_beyond_sqlite_integers_are_usage_errors(
+    runner: CliRunner, filled: Path, args: list[str]
+) -> None:
+    result = _run(runner, "audit", *args, "--home", str(filled))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "OverflowError" not in result.output
+    assert "0<=x<=9223372036854775807" in result.stderr
+
+
+def test_largest_sqlite_integer_is_accepted(runner: CliRunner, filled: Path) -> None:
+    top = str(2**63 - 1)
+    shown = _run(runner, "audit", "show", top, "--home", str(filled))
+    assert f"no audit record with seq {top}" in _one_clean_error_line(shown)
+    assert shown.exit_code == 1
+    tail = _run(runner, "audit", "tail", "-n", top, "--home", str(filled))
+    assert tail.exit_code == 0 and len(tail.stdout.splitlines()) == 10
+
+
+def test_damaged_record_can_be_shown_and_tailed(runner: CliRunner, filled: Path) -> None:
+    _sql(filled, "UPDATE audit_records SET payload = x'fffe00' WHERE seq = 2")
+    verified = _run(runner, "audit", "verify", "--home", str(filled))
+    assert verified.stdout.startswith("broken at seq 2: unparseable-record")
+    before = _query(filled, "SELECT * FROM audit_records ORDER BY seq")
+
+    shown = _run(runner, "audit", "show", "2", "--home", str(filled))
+    assert shown.exit_code == 0, shown.output
+    assert "seq:          2\n" in shown.stdout
+    assert "payload:      UNPARSEABLE (not JSON: " in shown.stdout
+    assert "payload_hex:  fffe00\n" in shown.stdout
+    assert "payload_text: \\xff\\xfe\\x00" in shown.stdout
+    assert "record(s) 2" in shown.stderr
+
+    as_json = _run(runner, "audit", "show", "2", "--home", str(filled), "--json")
+    assert as_json.exit_code == 0
+    record = json.loads(as_json.stdout)
+    assert (record["seq"], record["payload"], record["payload_raw_hex"]) == (2, None, "fffe00")
+    assert record["payload_error"].startswith("not JSON: ")
+
+    tail = _run(runner, "audit", "tail", "--home", str(filled))
+    assert tail.exit_code == 0, tail.output
+    lines = tail.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [str(i) for i in range(10)]
+    assert all(len(line.split("\t")) == 4 for line in lines)
+    assert lines[2].split("\t")[3].startswith("UNPARSEABLE hex:fffe00 (not JSON: ")
+    assert lines[3].split("\t")[3].startswith("{")
+    tail_json = _run(runner, "audit", "tail", "--home", str(filled), "--json")
+    assert tail_json.exit_code == 0
+    records = json.loads(tail_json.stdout)
+    assert [r["seq"] for r in records] == list(range(10))
+    assert [r["seq"] for r in records if "payload_error" in r] == [2]
+    assert _query(filled, "SELECT * FROM audit_records ORDER BY seq") == before  # read only
 
 
 def test_private_key_never_reaches_stdout(runner: CliRunner, filled: Path) -> None:

@@ -18,6 +18,7 @@ from rensei_routing.core.canonical import digest
 from rensei_routing.core.chain import (
     GENESIS_HASH,
     REASONS,
+    AuditRecord,
     Checkpoint,
     NoteSignature,
     check_timestamp,
@@ -194,6 +195,51 @@ def test_each_tamper_names_seq_and_reason(how: str, reason: str) -> None:
     assert not result
     assert (result.first_broken_seq, result.reason, result.records_checked) == (6, reason, 6)
     assert reason in REASONS and result.detail
+
+
+def test_valid_json_in_another_encoding_is_unparseable_not_a_hash_mismatch() -> None:
+    # Stored payloads are UTF-8 (RFC 8785); json.loads alone would guess UTF-16 from a BOM.
+    rows = _rows(12)
+    rows[6][5] = '{"i": 6}'.encode("utf-16")
+    result = verify_chain(rows)
+    assert (result.first_broken_seq, result.reason) == (6, "unparseable-record")
+
+
+# -- records as displayed ------------------------------------------------------------------------
+
+
+def test_record_to_dict_of_an_intact_record_has_no_damage_keys() -> None:
+    record = AuditRecord.from_row(_rows(1)[0])
+    assert record.payload_error is None
+    assert record.to_dict() == {
+        "seq": 0,
+        "recorded_at": T0,
+        "prev_hash": GENESIS_HASH,
+        "payload_hash": record.payload_hash,
+        "record_hash": record.record_hash,
+        "payload": {"i": 0, "note": "decision 0"},
+    }
+    literal_null = AuditRecord.from_row([*_rows(1)[0][:5], b"null"])
+    assert literal_null.to_dict()["payload"] is None and literal_null.payload_error is None
+    assert "payload_error" not in literal_null.to_dict()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xff\xfe\x00", b'{"i": 1', '{"i": 1}'.encode("utf-16"), b"[" * 100_000 + b"]" * 100_000],
+    ids=["binary", "truncated-json", "utf-16", "too-deep"],
+)
+def test_damaged_record_is_displayable_as_its_raw_bytes(data: bytes) -> None:
+    record = AuditRecord.from_row([*_rows(3)[2][:5], data])
+    shown = record.to_dict()  # total: never raises
+    assert shown["payload"] is None
+    assert shown["payload_raw_hex"] == data.hex()
+    assert shown["payload_error"] == record.payload_error
+    assert record.payload_error is not None and record.payload_error.startswith("not JSON: ")
+    assert "\n" not in record.payload_error and "\t" not in record.payload_error
+    assert shown["seq"] == 2 and shown["record_hash"] == record.record_hash
+    with pytest.raises(MalformedError, match=r"audit\[2\]\.payload"):
+        _ = record.payload
 
 
 def test_checkpoints_catch_truncation_and_rewrites() -> None:

@@ -140,6 +140,37 @@ def test_missing_record_is_not_found(log: AuditLog) -> None:
         log.get(N)
 
 
+@pytest.mark.parametrize("seq", [-1, 2**63 - 1, 2**63, 10**20])
+def test_seq_beyond_sqlite_integers_is_not_found(log: AuditLog, seq: int) -> None:
+    with pytest.raises(NotFoundError, match=f"no audit record with seq {seq}"):
+        log.get(seq)
+
+
+def test_tail_bounds(log: AuditLog) -> None:
+    everything = log.tail(N)
+    assert log.tail(2**63 - 1) == everything
+    assert log.tail(2**63) == everything and log.tail(10**20) == everything
+    assert log.tail(0) == ()
+    with pytest.raises(MalformedError):
+        log.tail(-1)  # SQLite would read LIMIT -1 as "no limit"
+
+
+def test_damaged_record_can_be_read_back(home: Home, log: AuditLog) -> None:
+    _sql(home, "UPDATE audit_records SET payload = x'fffe00' WHERE seq = 2")
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq) == ("unparseable-record", 2)
+    record = log.get(2)
+    shown = record.to_dict()
+    assert (shown["seq"], shown["payload"], shown["payload_raw_hex"]) == (2, None, "fffe00")
+    assert shown["payload_error"].startswith("not JSON: ")
+    with pytest.raises(MalformedError):
+        _ = record.payload
+    records = log.tail(N)
+    assert [r.seq for r in records] == list(range(N))
+    assert [r.seq for r in records if r.payload_error is not None] == [2]
+    assert [r.to_dict()["payload"] is None for r in records].count(True) == 1
+
+
 # -- the tamper matrix --------------------------------------------------------------------------
 
 
@@ -293,6 +324,141 @@ def test_checkpoint_refuses_to_vouch_for_a_broken_log(home: Home, log: AuditLog)
         fresh.checkpoint()
 
 
+def _checkpoint_rows(home: Home) -> list[tuple[object, ...]]:
+    conn = _raw(home)
+    try:
+        return [tuple(r) for r in conn.execute("SELECT * FROM audit_checkpoints ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def _edit_one_byte(home: Home, seq: int) -> None:
+    """Change one digit of a stored payload: still JSON, so its hash is what breaks."""
+    conn = _raw(home)
+    try:
+        with conn:
+            (data,) = conn.execute(
+                "SELECT payload FROM audit_records WHERE seq = ?", (seq,)
+            ).fetchone()
+            edited = data.replace(f'"d{seq}"'.encode(), b'"d9"', 1)
+            assert len(edited) == len(data) and edited != data
+            conn.execute("UPDATE audit_records SET payload = ? WHERE seq = ?", (edited, seq))
+    finally:
+        conn.close()
+
+
+def _temp_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_checkpoint_verifies_below_the_latest_checkpoint(
+    home: Home, log: AuditLog, tmp_path: Path
+) -> None:
+    log.checkpoint()
+    stored = _checkpoint_rows(home)
+    _edit_one_byte(home, 1)
+    broken = _verify(home)
+    assert (broken.reason, broken.first_broken_seq) == ("payload-hash-mismatch", 1)
+    note = tmp_path / "cp.txt"
+    with (
+        AuditLog.open(home) as fresh,
+        pytest.raises(AuditError, match=r"seq 1: payload-hash-mismatch"),
+    ):
+        fresh.checkpoint(export_to=note)
+    assert _checkpoint_rows(home) == stored
+    assert not note.exists() and _temp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", list(TAMPERS), ids=list(TAMPERS))
+def test_checkpoint_refuses_exactly_where_verify_reports(
+    home: Home, log: AuditLog, name: str
+) -> None:
+    log.checkpoint()
+    log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
+    stored = _checkpoint_rows(home)
+    TAMPERS[name][0](home)
+    result = _verify(home)
+    assert not result
+    with AuditLog.open(home) as fresh, pytest.raises(AuditError) as info:
+        fresh.checkpoint()
+    assert f"seq {result.first_broken_seq}: {result.reason}" in str(info.value)
+    assert _checkpoint_rows(home) == stored
+
+
+@pytest.mark.parametrize("note", ["garbage", "forged"])
+def test_checkpoint_refuses_when_a_stored_checkpoint_fails(
+    home: Home, log: AuditLog, note: str
+) -> None:
+    cp = log.checkpoint()
+    text = "garbage" if note == "garbage" else _forge(cp, signing.generate()).to_text()
+    _sql(home, "UPDATE audit_checkpoints SET note = ?", args=(text,))
+    stored = _checkpoint_rows(home)
+    assert _verify(home).reason == "checkpoint-signature-invalid"
+    with (
+        AuditLog.open(home) as fresh,
+        pytest.raises(AuditError, match="a stored checkpoint: checkpoint-signature-invalid"),
+    ):
+        fresh.checkpoint()
+    assert _checkpoint_rows(home) == stored
+
+
+def test_checkpoint_refuses_a_signing_key_that_is_not_the_log_key(
+    home: Home, log: AuditLog
+) -> None:
+    with (
+        AuditLog(
+            home.db_path,
+            origin=log.origin,
+            public_key=home.public_key(),
+            private_key=signing.generate(),
+        ) as other,
+        pytest.raises(AuditError, match="signing key does not match"),
+    ):
+        other.checkpoint()
+    assert _checkpoint_rows(home) == []
+
+
+def test_failed_export_stores_nothing(home: Home, log: AuditLog, tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "cp.txt"
+    with pytest.raises(AuditError, match=r"cannot export the checkpoint to .*no/such/cp\.txt"):
+        log.checkpoint(export_to=missing)
+    assert _checkpoint_rows(home) == [] and not missing.parent.exists()
+
+    # The temporary file is written; the rename over a directory fails inside the transaction.
+    target = tmp_path / "a-directory"
+    target.mkdir()
+    with pytest.raises(AuditError, match="a-directory"):
+        log.checkpoint(export_to=target)
+    assert _checkpoint_rows(home) == []
+    assert target.is_dir() and list(target.iterdir()) == [] and _temp_files(tmp_path) == []
+    assert _verify(home).checkpoints_checked == 0
+
+
+def test_failed_store_leaves_no_export(home: Home, log: AuditLog, tmp_path: Path) -> None:
+    _sql(
+        home,
+        "CREATE TRIGGER no_checkpoints BEFORE INSERT ON audit_checkpoints "
+        "BEGIN SELECT RAISE(ABORT, 'checkpoint refused'); END",
+    )
+    note = tmp_path / "cp.txt"
+    with pytest.raises(StoreError, match="checkpoint refused"):
+        log.checkpoint(export_to=note)
+    assert not note.exists() and _temp_files(tmp_path) == []
+    assert _checkpoint_rows(home) == []
+
+
+def test_export_replaces_an_older_note_atomically(
+    home: Home, log: AuditLog, tmp_path: Path
+) -> None:
+    note = tmp_path / "cp.txt"
+    first = log.checkpoint(export_to=note)
+    log.append_many([{"more": 1}], recorded_at=T1)
+    second = log.checkpoint(export_to=note)
+    assert read_checkpoint(note) == second and second.size == first.size + 1
+    assert _temp_files(tmp_path) == []
+    assert [row[1] for row in _checkpoint_rows(home)] == [N, N + 1]
+
+
 def test_checkpoints_are_incremental_and_cover_what_was_verified(home: Home, log: AuditLog) -> None:
     first = log.checkpoint()
     log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
@@ -312,7 +478,7 @@ def test_checkpoint_files(tmp_path: Path, log: AuditLog) -> None:
         read_checkpoint(path)
     with pytest.raises(InputError):
         read_checkpoint(tmp_path / "absent.txt")
-    with pytest.raises(InputError):
+    with pytest.raises(AuditError, match=r"no/such/dir\.txt"):
         log.checkpoint(export_to=tmp_path / "no" / "such" / "dir.txt")
 
 

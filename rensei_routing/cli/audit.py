@@ -1,22 +1,28 @@
 """``rensei audit ...``: verify the hash-chained audit log, sign checkpoints, show records. Must
-not hold chain rules (core) or SQL (store); prints data on stdout, progress on a terminal's stderr.
+not hold chain rules (core) or SQL (store); prints data on stdout, progress on a terminal's stderr,
+confirmations and warnings on stderr.
 
 Exit codes of ``audit verify``: 0 intact; 1 broken (the first bad seq and reason are printed, and
-an ``Error:`` line goes to stderr), or any other failure (uninitialised home, unreadable
-checkpoint file); 2 usage errors.
+an ``Error:`` line goes to stderr); 2 usage errors; 3 could not verify (uninitialised home,
+unreadable database, unreadable or malformed ``--checkpoint`` file: one ``Error:`` line, nothing on
+stdout), so a script can tell tampering from a verification that never ran.
+
+``audit show`` and ``audit tail`` display a damaged record (payload bytes that are not JSON) as
+stored, clearly marked, and exit 0: the record ``verify`` points to can always be inspected.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from ..core.chain import AuditRecord, VerifyResult
+from ..errors import RenseiRoutingError
 from ..store.audit import AuditLog, read_checkpoint
 from ..store.home import Home
 from ._root import CommandError, cli, echo_json, home_option, json_option
@@ -26,6 +32,17 @@ class ChainBrokenError(CommandError):
     """``audit verify`` found a broken link, a truncated log or a bad checkpoint: exit 1."""
 
     exit_code = 1
+
+
+class CouldNotVerifyError(CommandError):
+    """``audit verify`` could not run (no home, unreadable store or checkpoint file): exit 3."""
+
+    exit_code = 3
+
+
+#: SQLite's largest integer: the bound of every seq and count the CLI accepts.
+_MAX_INT64 = 2**63 - 1
+_SEQ = click.IntRange(min=0, max=_MAX_INT64)
 
 
 @cli.group(name="audit")
@@ -71,12 +88,25 @@ def _verdict(result: VerifyResult) -> str:
 @home_option
 @json_option
 def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) -> None:
-    """Walk the whole chain; exit 0 when intact, 1 with the first broken seq and reason."""
-    checkpoints = [read_checkpoint(p) for p in checkpoint_files]
-    with AuditLog.open(Home(home)) as log:
-        total = log.count() if sys.stderr.isatty() else 0
-        with _progress(total) as progress:
-            result = log.verify(checkpoints, progress=progress)
+    """Walk the whole chain and every checkpoint (stored ones and each --checkpoint FILE).
+
+    \b
+    Exit codes:
+      0  intact: every record and checkpoint verified
+      1  broken: the first bad seq (or the bad checkpoint) and the
+         reason are printed, and one Error: line goes to stderr
+      2  usage error (unknown option, bad argument)
+      3  could not verify: no initialised home, unreadable database,
+         unreadable or malformed --checkpoint file (one Error: line)
+    """
+    try:
+        checkpoints = [read_checkpoint(p) for p in checkpoint_files]
+        with AuditLog.open(Home(home)) as log:
+            total = log.count() if sys.stderr.isatty() else 0
+            with _progress(total) as progress:
+                result = log.verify(checkpoints, progress=progress)
+    except RenseiRoutingError as e:
+        raise CouldNotVerifyError(f"could not verify: {e}") from e
     if json_:
         echo_json(result.to_dict())
     else:
@@ -95,35 +125,76 @@ def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) ->
 )
 @home_option
 def audit_checkpoint(output: Path | None, home: Path) -> None:
-    """Verify the log, then sign and store a checkpoint of its size and head hash."""
+    """Verify the whole log (every record and stored checkpoint, like `audit verify`), then
+    sign and store a checkpoint of its size and head hash. A broken log is refused (exit 1,
+    nothing stored). With -o the note is written to FILE first and stored only if that
+    succeeds; stdout then stays empty and the confirmation goes to stderr.
+    """
     with AuditLog.open(Home(home)) as log:
-        cp = log.checkpoint(export_to=output)
+        total = log.count() if sys.stderr.isatty() else 0
+        with _progress(total) as progress:
+            cp = log.checkpoint(export_to=output, progress=progress)
     if output is None:
         click.echo(cp.to_text(), nl=False)
     else:
-        click.echo(f"checkpoint of {cp.size} records ({cp.head_hash}) written to {output}")
+        click.echo(
+            f"checkpoint of {cp.size} records ({cp.head_hash}) written to {output}", err=True
+        )
+
+
+def _escaped(data: bytes) -> str:
+    """Raw bytes as one line of text: printable ASCII as is, ``\\`` doubled, the rest ``\\xNN``."""
+    return "".join(
+        "\\\\" if b == 0x5C else chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in data
+    )
+
+
+def _damaged_warning(records: Sequence[AuditRecord]) -> None:
+    """One stderr line naming the records whose payload does not parse (none: nothing)."""
+    damaged = [str(r.seq) for r in records if r.payload_error is not None]
+    if damaged:
+        click.echo(
+            f"warning: unparseable payload in record(s) {', '.join(damaged)}: shown as stored "
+            "bytes; run `rensei audit verify`",
+            err=True,
+        )
 
 
 def _record_text(record: AuditRecord) -> str:
-    payload = json.dumps(record.payload, indent=2, ensure_ascii=False)
+    error = record.payload_error
+    if error is None:
+        payload = "payload:\n" + json.dumps(record.payload, indent=2, ensure_ascii=False)
+    else:
+        data = record.payload_bytes
+        payload = (
+            f"payload:      UNPARSEABLE ({error}); {len(data)} stored bytes:\n"
+            f"payload_hex:  {data.hex()}\n"
+            f"payload_text: {_escaped(data)}"
+        )
     return (
         f"seq:          {record.seq}\n"
         f"recorded_at:  {record.recorded_at}\n"
         f"prev_hash:    {record.prev_hash}\n"
         f"payload_hash: {record.payload_hash}\n"
         f"record_hash:  {record.record_hash}\n"
-        f"payload:\n{payload}"
+        f"{payload}"
     )
 
 
 @audit.command(name="show")
-@click.argument("seq", type=click.IntRange(min=0))
+@click.argument("seq", type=_SEQ)
 @home_option
 @json_option
 def audit_show(seq: int, home: Path, json_: bool) -> None:
-    """Show the record with sequence number SEQ (as stored: redacted)."""
+    """Show the record with sequence number SEQ (as stored: redacted).
+
+    A damaged record (payload bytes that are not JSON) is shown too, marked UNPARSEABLE with its
+    bytes in hex and escaped text (--json: "payload": null, "payload_raw_hex", "payload_error"),
+    and a warning on stderr; the exit code is still 0.
+    """
     with AuditLog.open(Home(home)) as log:
         record = log.get(seq)
+    _damaged_warning([record])
     if json_:
         echo_json(record.to_dict())
     else:
@@ -135,7 +206,7 @@ def audit_show(seq: int, home: Path, json_: bool) -> None:
     "-n",
     "--lines",
     "n",
-    type=click.IntRange(min=0),
+    type=_SEQ,
     default=10,
     show_default=True,
     help="How many of the latest records.",
@@ -143,12 +214,24 @@ def audit_show(seq: int, home: Path, json_: bool) -> None:
 @home_option
 @json_option
 def audit_tail(n: int, home: Path, json_: bool) -> None:
-    """The latest N records, oldest first: seq, recorded_at, record hash, payload."""
+    """The latest N records, oldest first: seq, recorded_at, record hash, payload.
+
+    A damaged record's payload column reads UNPARSEABLE with its stored bytes in hex (--json:
+    as in `audit show`); a warning goes to stderr and the exit code is still 0.
+    """
     with AuditLog.open(Home(home)) as log:
         records = log.tail(n)
+    _damaged_warning(records)
     if json_:
         echo_json([r.to_dict() for r in records])
         return
     for r in records:
-        payload = json.dumps(r.payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-        click.echo(f"{r.seq}\t{r.recorded_at}\t{r.record_hash}\t{payload}")
+        click.echo(f"{r.seq}\t{r.recorded_at}\t{r.record_hash}\t{_payload_cell(r)}")
+
+
+def _payload_cell(record: AuditRecord) -> str:
+    """The one-line payload column of ``tail``: compact JSON, or the marked raw bytes."""
+    error = record.payload_error
+    if error is not None:
+        return f"UNPARSEABLE hex:{record.payload_bytes.hex()} ({error})"
+    return json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)

@@ -222,24 +222,60 @@ class AuditRecord:
             MalformedError: the stored bytes are not JSON (the record is damaged).
         """
         try:
-            return json.loads(self.payload_bytes)
+            return _parse_payload(self.payload_bytes)
         except (ValueError, RecursionError) as e:
             raise MalformedError(f"audit[{self.seq}].payload", f"not JSON: {e}") from e
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form: the five chain fields and the decoded payload.
+    @property
+    def payload_error(self) -> str | None:
+        """Why the stored payload bytes do not parse as JSON (one line), or ``None`` if they do.
 
-        Raises:
-            MalformedError: the stored payload is not JSON.
+        The same test :func:`verify_chain` applies to tell ``unparseable-record`` from
+        ``payload-hash-mismatch``, so a damaged record reads the same here and there.
         """
-        return {
+        try:
+            _parse_payload(self.payload_bytes)
+        except (ValueError, RecursionError) as e:
+            return _one_line(f"not JSON: {e}")
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the five chain fields and the decoded payload. Total: never raises.
+
+        A damaged record (payload bytes that are not JSON) is shown as stored instead:
+        ``"payload": null``, ``"payload_raw_hex"`` (the stored bytes in lowercase hex) and
+        ``"payload_error"`` (why they do not parse). An intact record has neither extra key.
+        """
+        out: dict[str, Any] = {
             "seq": self.seq,
             "recorded_at": self.recorded_at,
             "prev_hash": self.prev_hash,
             "payload_hash": self.payload_hash,
             "record_hash": self.record_hash,
-            "payload": self.payload,
         }
+        try:
+            out["payload"] = _parse_payload(self.payload_bytes)
+        except (ValueError, RecursionError) as e:
+            out["payload"] = None
+            out["payload_raw_hex"] = self.payload_bytes.hex()
+            out["payload_error"] = _one_line(f"not JSON: {e}")
+        return out
+
+
+def _parse_payload(data: bytes) -> Any:
+    """Stored payload bytes as a JSON value: strictly UTF-8 (``json.loads`` would also guess
+    UTF-16/32 from the bytes), as written by :func:`encode_payload`.
+
+    Raises:
+        ValueError: not UTF-8 (``UnicodeDecodeError``) or not JSON.
+        RecursionError: nested too deeply to parse.
+    """
+    return json.loads(data.decode("utf-8"))
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every control character (newline, tab, ...) replaced by a space."""
+    return "".join(" " if c < " " or c == "\x7f" else c for c in text)
 
 
 # -- checkpoints --------------------------------------------------------------------------------
@@ -517,7 +553,7 @@ def verify_chain(
             # Bytes whose hash still holds were written by ``append`` as canonical JSON, so
             # only a payload that fails its hash is worth parsing, to say how it broke.
             try:
-                json.loads(data)
+                _parse_payload(data)
             except (ValueError, RecursionError):
                 return _broken(
                     expected,

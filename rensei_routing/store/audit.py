@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from ..errors import (
     CheckpointFormatError,
     HomeError,
     InputError,
+    MalformedError,
     NotFoundError,
     StoreError,
 )
@@ -54,6 +56,9 @@ _COLUMNS: Final = ", ".join(ROW_COLUMNS)
 _SELECT: Final = f"SELECT {_COLUMNS} FROM audit_records"
 _INSERT: Final = f"INSERT INTO audit_records({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
+_INSERT_CHECKPOINT: Final = "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)"
+#: The largest SQLite integer: no seq can exceed it, and apsw cannot bind anything larger.
+_MAX_INT64: Final = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,20 +206,28 @@ class AuditLog:
             NotFoundError: no such record.
             StoreError: the database read failed.
         """
+        if not 0 <= seq <= _MAX_INT64:  # no such seq can be stored (nor bound by apsw)
+            raise NotFoundError(f"no audit record with seq {seq}")
         row = self._query_one(f"{_SELECT} WHERE seq = ?", (seq,))
         if row is None:
             raise NotFoundError(f"no audit record with seq {seq}")
         return AuditRecord.from_row(row)
 
     def tail(self, n: int = 10) -> tuple[AuditRecord, ...]:
-        """The last ``n`` records, oldest first.
+        """The last ``n`` records, oldest first (all of them when ``n`` exceeds the count).
+
+        Damaged records are returned as stored (see :meth:`.AuditRecord.to_dict`).
 
         Raises:
+            MalformedError: ``n`` is negative.
             StoreError: the database read failed.
         """
+        if n < 0:
+            raise MalformedError("n", f"the number of records must not be negative: {n}")
+        limit = min(n, _MAX_INT64)  # no log holds more; apsw cannot bind a larger integer
         try:
-            rows = list(self._read_conn().execute(f"{_SELECT} ORDER BY seq DESC LIMIT ?", (n,)))
-        except apsw.Error as e:
+            rows = list(self._read_conn().execute(f"{_SELECT} ORDER BY seq DESC LIMIT ?", (limit,)))
+        except (apsw.Error, OverflowError) as e:
             raise StoreError(f"cannot read the audit log: {e}") from e
         return tuple(AuditRecord.from_row(r) for r in reversed(rows))
 
@@ -239,7 +252,7 @@ class AuditLog:
     def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
         try:
             return self._read_conn().execute(sql, args).fetchone()
-        except apsw.Error as e:
+        except (apsw.Error, OverflowError) as e:
             raise StoreError(f"cannot read the audit log: {e}") from e
 
     # -- verification -------------------------------------------------------------------------
@@ -264,7 +277,7 @@ class AuditLog:
         conn = self._read_conn()
         try:
             with conn:
-                result = self._verify_in(conn, checkpoints, stored, progress)
+                result = self._verify_in(conn, checkpoints, stored, progress, self._public)
         except apsw.Error as e:
             raise StoreError(f"cannot read the audit log: {e}") from e
         return result
@@ -275,9 +288,11 @@ class AuditLog:
         checkpoints: Sequence[Checkpoint],
         stored: bool,
         progress: Callable[[int], None] | None,
+        public: signing.PublicKey | None,
     ) -> VerifyResult:
+        """The whole of :meth:`verify`, inside a transaction the caller holds on ``conn``."""
         cps = list(checkpoints)
-        if stored and self._public is not None:
+        if stored and public is not None:
             try:
                 cps.extend(self._stored_checkpoints(conn))
             except CheckpointFormatError as e:
@@ -287,15 +302,21 @@ class AuditLog:
                     reason="checkpoint-signature-invalid",
                     detail=f"a stored checkpoint is unreadable: {e}",
                 )
-        if cps and self._public is None:
+        if cps and public is None:
             raise AuditError("no public key to check checkpoints with")
+
+        def signature_ok(cp: Checkpoint) -> bool:
+            assert public is not None
+            sig = cp.signature_by(self.origin, note_key_hash(self.origin, public.raw))
+            return sig is not None and signing.check(public, cp.body, sig)
+
         cursor = conn.execute(f"{_SELECT} ORDER BY seq")
         try:
             return verify_chain(
                 cursor,
                 checkpoints=cps,
                 origin=self.origin,
-                signature_ok=self._signature_ok if cps else None,
+                signature_ok=signature_ok if cps else None,
                 progress=progress,
             )
         finally:
@@ -311,87 +332,80 @@ class AuditLog:
                 raise CheckpointFormatError(f"checkpoint {cp_id}: {e}") from e
         return out
 
-    def _signature_ok(self, cp: Checkpoint) -> bool:
-        public = self._public
-        if public is None:
-            return False
-        sig = cp.signature_by(self.origin, note_key_hash(self.origin, public.raw))
-        return sig is not None and signing.check(public, cp.body, sig)
-
     # -- checkpoints --------------------------------------------------------------------------
 
-    def checkpoint(self, *, export_to: Path | None = None) -> Checkpoint:
-        """Sign and store a checkpoint of the log as it is now; optionally write it to a file.
+    def checkpoint(
+        self,
+        *,
+        export_to: Path | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Checkpoint:
+        """Verify the whole log, then sign a checkpoint of it, export it (optionally) and store it.
 
-        The chain is verified first (from the latest valid stored checkpoint, or from genesis)
-        in a read snapshot, so a broken log is never vouched for; the checkpoint covers exactly
-        the records verified.
+        Verification is exactly :meth:`verify`'s: every record from genesis and every stored
+        checkpoint, in one read snapshot. That costs O(n) in the size of the log on every call (a
+        checkpoint is a signed promise that the log it names is intact, and a walk that starts at
+        an earlier checkpoint would vouch for records damaged below it); ``progress`` is called as
+        in :meth:`verify`. The checkpoint covers exactly the records verified; records appended
+        after the snapshot are left for the next checkpoint.
+
+        With ``export_to`` the note is written to a temporary file in the same directory and
+        fsynced before anything is stored, then renamed over ``export_to`` inside the
+        transaction that stores the row: a failed export stores nothing. (Only if the commit
+        itself fails after the rename is a valid, signed, but unstored note left in the file;
+        the error says so.)
 
         Raises:
-            AuditError: the log does not verify, or there is no private key.
+            AuditError: the log does not verify (the message names the first broken seq and the
+                reason), there is no private key, the key is not this log's key, or the export
+                file cannot be written (the message names the file). Nothing is stored.
             HomeError: the home's key cannot be loaded.
-            InputError: the export file cannot be written.
-            StoreError: the database read or write failed.
+            StoreError: the database read or write failed (nothing is stored).
         """
         key = self._private_key()
+        public = key.public_key
+        if self._public is not None and self._public.raw != public.raw:
+            raise AuditError(
+                "refusing to checkpoint: the signing key does not match this log's public key"
+            )
         conn = self._read_conn()
         try:
             with conn:
-                result = self._verify_since_checkpoint(conn)
+                result = self._verify_in(conn, (), True, progress, public)
         except apsw.Error as e:
             raise StoreError(f"cannot read the audit log: {e}") from e
         if not result:
+            where = (
+                "a stored checkpoint"
+                if result.first_broken_seq is None
+                else f"seq {result.first_broken_seq}"
+            )
             raise AuditError(
-                f"refusing to checkpoint a broken log: seq {result.first_broken_seq}: "
-                f"{result.reason} ({result.detail})"
+                f"refusing to checkpoint a broken log: {where}: {result.reason} ({result.detail})"
             )
         cp = Checkpoint(origin=self.origin, size=result.records_checked, head_hash=result.head_hash)
-        key_hash = note_key_hash(self.origin, key.public_key.raw)
+        key_hash = note_key_hash(self.origin, public.raw)
         cp = cp.with_signature(
             NoteSignature(name=self.origin, key_hash=key_hash, signature=key.sign(cp.body))
         )
-        writer = self._write_conn()
+        target = None if export_to is None else Path(export_to)
+        staged = None if target is None else _stage(cp, target)
+        published = False
         try:
+            writer = self._write_conn()
             with writer:
-                writer.execute(
-                    "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)",
-                    (cp.size, cp.head_hash, cp.to_text()),
-                )
+                writer.execute(_INSERT_CHECKPOINT, (cp.size, cp.head_hash, cp.to_text()))
+                if staged is not None and target is not None:
+                    _publish(staged, target)  # raising here rolls the row back
+                    published = True
         except apsw.Error as e:
-            raise StoreError(f"cannot store the checkpoint: {e}") from e
-        if export_to is not None:
-            write_checkpoint(cp, export_to)
-        return cp
-
-    def _verify_since_checkpoint(self, conn: apsw.Connection) -> VerifyResult:
-        base: Checkpoint | None = None
-        if self._public is not None:
-            try:
-                stored = self._stored_checkpoints(conn)
-            except CheckpointFormatError:
-                stored = []
-            for cp in sorted(stored, key=lambda c: c.size, reverse=True):
-                if cp.origin == self.origin and self._signature_ok(cp):
-                    base = cp
-                    break
-        if base is not None and base.size > 0:
-            row = conn.execute(
-                "SELECT record_hash FROM audit_records WHERE seq = ?", (base.size - 1,)
-            ).fetchone()
-            if row is None or row[0] != base.head_hash:
-                return VerifyResult(
-                    ok=False,
-                    records_checked=base.size - 1,
-                    first_broken_seq=base.size - 1,
-                    reason="truncated-below-checkpoint",
-                    detail=f"record {base.size - 1} differs from checkpoint of size {base.size}",
-                )
-        start, start_hash = (0, GENESIS_HASH) if base is None else (base.size, base.head_hash)
-        cursor = conn.execute(f"{_SELECT} WHERE seq >= ? ORDER BY seq", (start,))
-        try:
-            return verify_chain(cursor, start_seq=start, start_hash=start_hash)
+            note = f"; the note written to {target} is valid but not stored" if published else ""
+            raise StoreError(f"cannot store the checkpoint: {e}{note}") from e
         finally:
-            cursor.close(True)
+            if staged is not None and not published:
+                with contextlib.suppress(OSError):
+                    os.unlink(staged)
+        return cp
 
     def _private_key(self) -> signing.PrivateKey:
         key = self._key
@@ -434,20 +448,58 @@ def read_checkpoint(path: Path) -> Checkpoint:
 
 
 def write_checkpoint(cp: Checkpoint, path: Path) -> None:
-    """Write a checkpoint note to ``path`` atomically (temporary file, then rename).
+    """Write a checkpoint note to ``path`` atomically: a temporary file in the same directory,
+    fsynced, then renamed over ``path`` (and the directory fsynced). On failure ``path`` is
+    untouched and no temporary file is left.
 
     Raises:
-        InputError: the file cannot be written.
+        AuditError: the file cannot be written (the message names it).
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staged = _stage(cp, path)
     try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        _publish(staged, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(staged)
+        raise
+
+
+def _stage(cp: Checkpoint, path: Path) -> Path:
+    """Write the note to a fresh temporary file next to ``path`` and fsync it.
+
+    Raises:
+        AuditError: it cannot be written (nothing is left behind).
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    created = False
+    try:
+        with open(tmp, "x", encoding="utf-8", newline="\n") as f:
+            created = True  # exclusively: only a file made here is ever removed below
             f.write(cp.to_text())
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise InputError(f"cannot write checkpoint {path}: {e.strerror}") from e
+        if created:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise AuditError(f"cannot export the checkpoint to {path}: {e.strerror or e}") from e
+    return tmp
+
+
+def _publish(staged: Path, path: Path) -> None:
+    """Rename a staged note over ``path``, then fsync the directory (where the OS allows it).
+
+    Raises:
+        AuditError: the rename failed (``path`` is untouched).
+    """
+    try:
+        os.replace(staged, path)
+    except OSError as e:
+        raise AuditError(f"cannot export the checkpoint to {path}: {e.strerror or e}") from e
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
