@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,3 +26,21 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
+
+
+@contextmanager
+def read_only_view(folder: Path) -> Iterator[Path]:
+    """``folder`` bind-mounted read-only (a real read-only medium, even for root); skips the
+    test where this machine cannot mount."""
+    view = folder.parent / (folder.name + "-ro")
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
+    try:
+        remount = ["mount", "-o", "remount,ro,bind", str(view)]
+        if subprocess.run(remount, capture_output=True).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], capture_output=True)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
@@ -14,6 +11,8 @@ import pytest
 import rensei_routing
 from rensei_routing.errors import SchemaVersionError, StoreError
 from rensei_routing.store import db
+
+from .conftest import read_only_view
 
 
 def _columns(conn: apsw.Connection, table: str) -> list[tuple[str, str, int, int]]:
@@ -168,24 +167,6 @@ def test_nothing_imports_the_stdlib_sqlite3_module() -> None:
     pattern = re.compile(r"^\s*(import\s+sqlite3|from\s+sqlite3\b)", re.MULTILINE)
     offenders = [str(p) for p in root.rglob("*.py") if pattern.search(p.read_text("utf-8"))]
     assert offenders == []
-
-
-@contextmanager
-def read_only_view(folder: Path) -> Iterator[Path]:
-    """``folder`` bind-mounted read-only (a real read-only medium, even for root); skips the
-    test where this machine cannot mount."""
-    view = folder.parent / (folder.name + "-ro")
-    view.mkdir()
-    mounted = subprocess.run(["mount", "--bind", str(folder), str(view)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
-    try:
-        remount = ["mount", "-o", "remount,ro,bind", str(view)]
-        if subprocess.run(remount, capture_output=True).returncode != 0:
-            pytest.skip("cannot remount read-only here")
-        yield view
-    finally:
-        subprocess.run(["umount", str(view)], capture_output=True)
 
 
 def test_a_reader_changes_nothing_and_works_on_read_only_media(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ application id, a non-empty file without ours, a file that is not SQLite, or a n
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -121,7 +122,7 @@ def connect(
         raise SchemaVersionError(f"{path} is not a SQLite database") from e
     except apsw.Error as e:
         conn.close()
-        raise StoreError(f"cannot open database {path}: {e}") from e
+        raise _cannot_open(path, e, write) from e
     except BaseException:
         conn.close()
         raise
@@ -140,7 +141,7 @@ def _open(path: Path, write: bool) -> apsw.Connection:
         return conn
     except apsw.Error as e:
         if write or not _on_read_only_medium(path):
-            raise StoreError(f"cannot open database {path}: {e}") from e
+            raise _cannot_open(path, e, write) from e
     # Read-only medium without the WAL index: nothing can be writing, read the file as is.
     uri = Path(path).resolve().as_uri() + "?immutable=1"
     try:
@@ -149,9 +150,14 @@ def _open(path: Path, write: bool) -> apsw.Connection:
         raise StoreError(f"cannot open database {path}: {e}") from e
 
 
-def _on_read_only_medium(path: Path) -> bool:
-    import os
+def _cannot_open(path: Path, error: apsw.Error, write: bool) -> StoreError:
+    hint = ""
+    if write and not os.access(Path(path).parent, os.W_OK):
+        hint = " (its directory is read-only: readers work, writers cannot)"
+    return StoreError(f"cannot open database {path}: {error}{hint}")
 
+
+def _on_read_only_medium(path: Path) -> bool:
     path = Path(path)
     wal = Path(f"{path}-wal")
     return path.is_file() and not os.access(path.parent, os.W_OK) and not wal.exists()
