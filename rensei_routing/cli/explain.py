@@ -11,7 +11,7 @@ from ..core.decision import RouteDecision
 from ..core.policy import RUNG_NAMES, PolicySnapshot, validate_policies
 from ..core.resolver import explain, explain_batch
 from ._inputs import read_context, read_context_lines, read_policy_file
-from ._root import cli, echo_json, home_option, json_option
+from ._root import F, cli, echo_json, home_option, json_option
 from ._store import load_current_snapshot, record_decisions
 
 _MARK = {"matched": "+", "outranked": "~"}
@@ -33,7 +33,7 @@ def _snapshot(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
     return load_current_snapshot(home)
 
 
-def _trace_option(f):  # type: ignore[no-untyped-def]
+def _trace_option(f: F) -> F:
     return click.option(
         "--trace",
         type=click.Choice(["auto", "full", "compact"]),
@@ -44,7 +44,7 @@ def _trace_option(f):  # type: ignore[no-untyped-def]
     )(f)
 
 
-def _policies_option(f):  # type: ignore[no-untyped-def]
+def _policies_option(f: F) -> F:
     return click.option(
         "--policies",
         type=click.Path(dir_okay=False, path_type=Path),
@@ -52,7 +52,7 @@ def _policies_option(f):  # type: ignore[no-untyped-def]
     )(f)
 
 
-def _record_option(f):  # type: ignore[no-untyped-def]
+def _record_option(f: F) -> F:
     return click.option(
         "--record", is_flag=True, help="Append each decision to the home's audit log."
     )(f)
