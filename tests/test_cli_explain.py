@@ -273,3 +273,17 @@ def test_every_command_has_help(runner: CliRunner, path: tuple[str, ...]) -> Non
     assert "Usage: " in result.output
     command = dict(_commands(cli))[path]
     assert command.help and command.help.strip(), f"rensei {' '.join(path)} has no help text"
+
+
+def test_record_on_an_uninitialised_home_refuses_before_resolving(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    home = ["--home", str(tmp_path / "nowhere")]
+    for args in (
+        ["explain", str(EXAMPLES / "context.json"), "--record", *home],
+        ["explain-batch", str(EXAMPLES / "contexts.jsonl"), "--record", *home],
+    ):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 1
+        assert result.stdout == ""
+        assert "rensei init" in result.stderr and "no store" not in result.stderr

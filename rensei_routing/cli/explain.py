@@ -10,6 +10,7 @@ import click
 from ..core.decision import RouteDecision
 from ..core.policy import RUNG_NAMES, PolicySnapshot, validate_policies
 from ..core.resolver import explain, explain_batch
+from ..store.home import Home
 from ._inputs import read_context, read_context_lines, read_policy_file
 from ._root import F, cli, echo_json, home_option, json_option
 from ._store import load_current_snapshot, record_decisions
@@ -116,6 +117,10 @@ def explain_cmd(
     context: str, policies: Path | None, trace: str, record: bool, home: Path, json_: bool
 ) -> None:
     """Resolve one CONTEXT (a file, '-' for stdin, or inline JSON) and explain the decision."""
+    if record:
+        Home(
+            home
+        ).info()  # refuse before resolving: a decision that cannot be recorded is not shown
     ctx = read_context(context)
     snapshot, state = _snapshot(policies, home)
     decision = explain(ctx, snapshot, snapshot_state=state, trace=trace)  # type: ignore[arg-type]
@@ -140,6 +145,8 @@ def explain_batch_cmd(
 
     Every line is read and checked before any decision is printed or recorded.
     """
+    if record:
+        Home(home).info()
     items = read_context_lines(contexts)
     snapshot, state = _snapshot(policies, home)
     decisions = explain_batch(items, snapshot, snapshot_state=state, trace=trace)  # type: ignore[arg-type]
