@@ -276,3 +276,26 @@ def test_cli_on_an_uninitialised_home(runner: CliRunner, tmp_path: Path) -> None
     assert explained.exit_code == 0
     assert json.loads(explained.stdout)["snapshot_state"] == "absent"
     assert "no store" in explained.stderr
+
+
+def test_an_explicit_repair_writes_the_next_revision_and_keeps_the_evidence(
+    home: Home, runner: CliRunner
+) -> None:
+    with _store(home) as conn:
+        PolicyStore(conn).save(_policies("a"), saved_at=T)
+        PolicyStore(conn).save(_policies("a", "b"), saved_at=T)
+    _tamper(home, "UPDATE policy_revisions SET body = ? WHERE revision = 2", b"{damaged")
+    args = ["--home", str(home.path)]
+    refused = runner.invoke(cli, ["policy", "save", str(EXAMPLES / "policies.json"), *args])
+    assert refused.exit_code == 1 and "--over-corrupt" in refused.stderr
+    repaired = runner.invoke(
+        cli, ["policy", "save", str(EXAMPLES / "policies.json"), "--over-corrupt", *args]
+    )
+    assert repaired.exit_code == 0, repaired.output
+    assert repaired.stdout.startswith("saved revision 3: 7 policies")
+    with _store(home, write=False) as conn:
+        store = PolicyStore(conn)
+        assert store.load().state == "ok" and store.load().snapshot.revision == 3
+        assert store.load(2).state == "corrupt"  # the evidence stays, never renumbered
+        (body,) = conn.execute("SELECT body FROM policy_revisions WHERE revision = 2").fetchone()
+    assert bytes(body) == b"{damaged"

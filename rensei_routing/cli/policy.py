@@ -45,9 +45,15 @@ def policy_validate(file: Path, json_: bool) -> None:
 
 @policy.command(name="save")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+@click.option(
+    "--over-corrupt",
+    is_flag=True,
+    help="Repair: save even though the current revision is corrupt (it is kept, as evidence; "
+    "the new revision takes the next number).",
+)
 @home_option
 @json_option
-def policy_save(file: Path, home: Path, json_: bool) -> None:
+def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None:
     """Validate a policy FILE ('-' for stdin) and save it as the next revision.
 
     Nothing is written on any error.
@@ -55,7 +61,7 @@ def policy_save(file: Path, home: Path, json_: bool) -> None:
     snapshot = read_verified_policy_file(file)
     with open_policy_store(home, write=True) as store:
         try:
-            saved = store.save(snapshot.policies, saved_at=now_rfc3339())
+            saved = store.save(snapshot.policies, saved_at=now_rfc3339(), over_corrupt=over_corrupt)
         except PolicyValidationError as e:
             for issue in e.issues:
                 click.echo(f"{issue.code}\t{issue.policy_id or '-'}\t{issue.detail}", err=True)

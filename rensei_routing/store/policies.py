@@ -155,10 +155,15 @@ class PolicyStore:
             return SnapshotLoad(state=STATE_ABSENT, snapshot=PolicySnapshot.empty())
         return self._decode(*row)
 
-    def save(self, policies: Iterable[RoutingPolicy], *, saved_at: str) -> PolicySnapshot:
+    def save(
+        self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
+    ) -> PolicySnapshot:
         """Validate, then write the set as revision = current + 1 (the first is 1).
 
         Saving an empty set is a real revision. Nothing is written when anything fails.
+        ``over_corrupt=True`` is the operator's explicit repair: it writes over a corrupt
+        current revision N as N + 1 (the revision number survives in the row even when the
+        body does not, so no number is ever reused) and keeps the corrupt row as evidence.
 
         Raises:
             PolicyValidationError: carrying every validation issue.
@@ -176,10 +181,11 @@ class PolicyStore:
                 current = self._row(None)
                 if current is not None:
                     loaded = self._decode(*current)
-                    if loaded.state == STATE_CORRUPT:
+                    if loaded.state == STATE_CORRUPT and not over_corrupt:
                         raise CorruptSnapshotError(
                             f"refusing to write over a corrupt store: {loaded.detail}; "
-                            "repair is an explicit operator act"
+                            "repair is an explicit operator act (rensei policy save "
+                            "--over-corrupt)"
                         )
                 revision = 1 if current is None else current[0] + 1
                 self._conn.execute(
