@@ -19,12 +19,11 @@ from .core.policy import (
     RoutingAction,
     RoutingMatch,
     RoutingPolicy,
-    ValidationIssue,
     hash_policies,
     precedence_level,
-    validate_policies,
 )
 from .core.resolver import decision_id, explain, explain_batch
+from .core.validation import ValidationIssue, validate_policies
 from .core.vocabulary import (
     DEFAULT_VOCABULARY,
     LiteralFamily,

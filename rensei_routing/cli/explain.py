@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from ..core.decision import RouteDecision
-from ..core.policy import RUNG_NAMES, PolicySnapshot, validate_policies
+from ..core.policy import RUNG_NAMES, PolicySnapshot
 from ..core.resolver import explain, explain_batch
+from ..core.validation import validate_policies
 from ..store.home import Home
 from ._inputs import read_context, read_context_lines, read_policy_file
 from ._root import F, cli, echo_json, home_option, json_option

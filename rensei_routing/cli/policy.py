@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..core.policy import validate_policies
+from ..core.validation import validate_policies
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
 from ._root import CommandError, cli, echo_json, home_option, json_option

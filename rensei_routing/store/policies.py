@@ -21,8 +21,8 @@ from ..core.policy import (
     PolicySnapshot,
     RoutingPolicy,
     policy_canonical,
-    validate_policies,
 )
+from ..core.validation import validate_policies
 from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import (
     CorruptSnapshotError,
