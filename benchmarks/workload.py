@@ -26,6 +26,7 @@ from rensei_routing import (
     PolicySnapshot,
     RepoIdentity,
     RouteContext,
+    RouteDecision,
     RoutingPolicy,
     explain_batch,
     validate_policies,
@@ -419,10 +420,14 @@ def policy_set(size: int) -> PolicySet:
 
 
 @functools.cache
-def decision_payloads(count: int, policies: int = 1_000) -> tuple[dict[str, Any], ...]:
-    """``count`` audit payloads shaped like real ones: ``RouteDecision.to_dict()`` of decisions
-    over a ``policies``-policy set (default trace), as ``rensei explain --record`` stores them."""
+def decisions(count: int, policies: int = 1_000, seed: int = 11) -> tuple[RouteDecision, ...]:
+    """``count`` decisions over a ``policies``-policy set (default trace)."""
     chosen = policy_set(policies)
     snapshot = PolicySnapshot.of(chosen.policies, revision=7)
-    decisions = explain_batch(build_contexts(chosen, count, seed=11), snapshot)
-    return tuple(d.to_dict() for d in decisions)
+    return tuple(explain_batch(build_contexts(chosen, count, seed=seed), snapshot))
+
+
+def decision_payloads(count: int, policies: int = 1_000) -> tuple[dict[str, Any], ...]:
+    """``count`` audit payloads shaped like real ones: ``RouteDecision.to_dict()`` of decisions
+    over a ``policies``-policy set (default trace), the JSON form of what ``--record`` stores."""
+    return tuple(d.to_dict() for d in decisions(count, policies))

@@ -434,3 +434,16 @@ def test_unknown_signatures_are_kept_but_only_ours_counts() -> None:
 def test_record_hash_preimage_is_the_canonical_object(seq, prev, at, payload) -> None:
     expected = digest({"seq": seq, "prev_hash": prev, "recorded_at": at, "payload_hash": payload})
     assert record_hash(seq, prev, at, payload) == expected
+
+
+def test_a_self_encoding_payload_is_stored_as_its_dict_would_be() -> None:
+    from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain
+
+    snapshot = PolicySnapshot.of([RoutingPolicy.from_dict({"id": "p"})])
+    clean = explain(RouteContext.from_dict({"principal_id": "implementer"}), snapshot)
+    assert encode_payload(clean) == encode_payload(clean.to_dict())
+    # A credential in the context: the object path redacts exactly as the dict path does.
+    leaky = explain(RouteContext.from_dict({"principal_id": "ghp_" + "a" * 36}), snapshot)
+    stored = encode_payload(leaky)
+    assert stored == encode_payload(leaky.to_dict())
+    assert b"ghp_" not in stored and b"[REDACTED:github-token]" in stored

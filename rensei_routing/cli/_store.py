@@ -53,4 +53,4 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
 def record_decisions(home: Path, decisions: Sequence[RouteDecision]) -> None:
     """Append each decision to the home's audit log, in one transaction."""
     with AuditLog.open(Home(home)) as log:
-        log.append_many([d.to_dict() for d in decisions], recorded_at=now_rfc3339())
+        log.append_many(decisions, recorded_at=now_rfc3339())

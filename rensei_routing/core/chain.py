@@ -134,12 +134,21 @@ def format_timestamp(moment: datetime) -> str:
 def encode_payload(payload: Any, redactor: Redactor = DEFAULT_REDACTOR) -> bytes:
     """The stored form of a payload: the RFC 8785 bytes of its redacted value.
 
-    The redaction pre-check runs on the canonical text, so a payload with nothing
-    credential-shaped is encoded once and never walked by a regex.
+    ``payload`` is a JSON value, or an object whose ``canonical()`` returns the RFC 8785 bytes of
+    its ``to_dict()`` (a :class:`~rensei_routing.core.decision.RouteDecision` writes them without
+    building the dict). The redaction pre-check runs on the canonical text, so a payload with
+    nothing credential-shaped is encoded once and never walked by a regex; one that might hold
+    a credential is redacted as a JSON value and encoded again.
 
     Raises:
         CanonicalEncodingError: the payload is not a JSON value with a canonical form.
     """
+    own = getattr(type(payload), "canonical", None)
+    if own is not None and hasattr(payload, "to_dict"):
+        data = own(payload)
+        if redactor.might_match(data.decode("utf-8")):
+            data = canonical_bytes(redactor.redact(payload.to_dict()))
+        return bytes(data)
     data = canonical_bytes(payload)
     if redactor.might_match(data.decode("utf-8")):
         data = canonical_bytes(redactor.redact(payload))

@@ -7,10 +7,13 @@ are those of SEMANTICS.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _e
 from typing import Any, Final
 
 from . import _parse as p
+from .canonical import canonical_bytes
+from .canonical import json_string as _s
 from .context import RouteContext
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
@@ -104,6 +107,7 @@ ACCOUNT_REASONS: Final = (
 )
 
 LEGACY_RUNG: Final = 9
+_MAX_SAFE_INT: Final = 2**53 - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +119,19 @@ class ConsideredPolicy:
     priority: int
     matched: bool
     reason: str
+    _json: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def canonical_json(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly and kept (entries are shared)."""
+        text = self._json
+        if text is None:
+            text = (
+                f'{{"matched":{"true" if self.matched else "false"},'
+                f'"policy_id":{_e(self.policy_id)},"precedence_level":{self.precedence_level},'
+                f'"priority":{self.priority},"reason":{_e(self.reason)}}}'
+            )
+            object.__setattr__(self, "_json", text)
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -230,6 +247,22 @@ class Explanation:
             f"unlisted_policy_count={self.unlisted_policy_count!r})"
         )
 
+    def canonical_json(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
+        conflicting = ",".join(_e(i) for i in self.conflicting_policy_ids)
+        considered = ",".join(c.canonical_json() for c in self.considered)
+        eligible = ",".join(_e(i) for i in self.eligible_account_ids)
+        rejected = ",".join(
+            f'{{"account_id":{_e(r.account_id)},"reason":{_e(r.reason)}}}'
+            for r in self.rejected_accounts
+        )
+        return (
+            f'{{"conflicting_policy_ids":[{conflicting}],"considered":[{considered}],'
+            f'"context":{self.context.canonical().decode("utf-8")},'
+            f'"eligible_account_ids":[{eligible}],"rejected_accounts":[{rejected}],'
+            f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "context": self.context.to_dict(),
@@ -259,6 +292,28 @@ class RouteDecision:
     provider_binding: str | None
     effective_model: str | None
     explanation: Explanation
+
+    def canonical(self) -> bytes:
+        """RFC 8785 bytes of :meth:`to_dict`, written directly: what the audit log stores for a
+        recorded decision. The tests check it equals ``canonical_bytes(self.to_dict())``."""
+        if not 0 <= self.policy_revision <= _MAX_SAFE_INT:
+            return canonical_bytes(self.to_dict())  # outside the fast path's integer domain
+
+        def num(value: int | None) -> str:
+            return "null" if value is None else str(value)
+
+        text = (
+            f'{{"account_id":{_s(self.account_id)},"decision_id":{_e(self.decision_id)},'
+            f'"effective_model":{_s(self.effective_model)},'
+            f'"explanation":{self.explanation.canonical_json()},'
+            f'"outcome":{_e(self.outcome)},"policy_id":{_s(self.policy_id)},'
+            f'"policy_revision":{self.policy_revision},"policy_source":{_e(self.policy_source)},'
+            f'"precedence_level":{num(self.precedence_level)},'
+            f'"precedence_priority":{num(self.precedence_priority)},'
+            f'"provider_binding":{_s(self.provider_binding)},"reason":{_e(self.reason)},'
+            f'"snapshot_hash":{_e(self.snapshot_hash)},"snapshot_state":{_e(self.snapshot_state)}}}'
+        )
+        return text.encode("utf-8")
 
     def to_dict(self) -> dict[str, Any]:
         return {
