@@ -94,6 +94,21 @@ class CheckpointFormatError(AuditError):
     """A checkpoint note could not be parsed."""
 
 
+# -- plugins ------------------------------------------------------------------------------------
+
+
+class PluginError(RenseiRoutingError):
+    """A plugin misbehaved or was misregistered (the message names the plugin)."""
+
+
+class UnknownSeamError(PluginError):
+    """No seam of that name is registered."""
+
+
+class ClassifierError(PluginError):
+    """A seam's legacy-mechanism classifier raised or returned the wrong type."""
+
+
 # -- signing ------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,352 @@
+"""Shadow records: the route a spawn's legacy mechanisms actually took, beside what policy would
+have chosen (document 001 §D6, §D7; SEMANTICS.md "Shadow records").
+
+Pure: frozen values and the classification rules. No I/O, no clock (``recorded_at`` is an
+argument), no plugin manager: a seam's own classifier is a plain callable handed in by the
+adapter that owns the plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import InputError
+from . import _parse as p
+from .canonical import canonical_bytes
+from .context import LegacyRoute
+from .decision import SELECTED, RouteDecision
+from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
+
+__all__ = [
+    "DIVERGENCES",
+    "SHADOW_RECORD_TYPE",
+    "ActualRoute",
+    "ShadowDecision",
+    "Stage",
+    "classify_legacy_mechanism",
+    "compare",
+    "is_shadow_payload",
+    "provider_binding_for",
+    "shadow_decision",
+    "transport_for",
+]
+
+#: ``record_type`` of a shadow record's payload in the audit log (a plain ``explain --record``
+#: payload is a bare decision and has no ``record_type``).
+SHADOW_RECORD_TYPE: Final = "shadow-decision"
+SHADOW_SCHEMA_VERSION: Final = 1
+
+# Divergence kinds (SEMANTICS.md "Shadow records"); ``agreed`` iff ``none``.
+NONE: Final = "none"
+PROVIDER: Final = "provider"
+MODEL: Final = "model"
+PROVIDER_AND_MODEL: Final = "provider-and-model"
+NOT_SELECTED: Final = "not-selected"
+DIVERGENCES: Final = (NONE, PROVIDER, MODEL, PROVIDER_AND_MODEL, NOT_SELECTED)
+
+# Transports.
+GATEWAY: Final = "gateway"
+HARNESS_DIRECT: Final = "harness-direct"
+DIRECT_HTTP: Final = "direct-http"
+
+#: Legacy provider names that mean a direct, OpenAI-compatible HTTP call at a one-shot seam
+#: (at an agentic seam the same name is a harness pointed at another endpoint).
+DIRECT_HTTP_PROVIDERS: Final = frozenset({"zai", "kimi", "openrouter"})
+#: Legacy provider names served through the z.ai harness binding.
+HARNESS_PROVIDERS: Final = frozenset({"zai", "kimi", "openrouter", "zai-harness"})
+
+_MAX_NAME: Final = 64
+_MAX_DETAIL: Final = 1024
+
+
+def _lane(provider: str) -> str:
+    return provider.strip().lower()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stage:
+    """One legacy routing stage a seam applied, and the provider it left the spawn on."""
+
+    mechanism: str
+    provider: str
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism, "provider": self.provider, "detail": self.detail}
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> Stage:
+        """Raises: MalformedError."""
+        d = p.obj(data, path, required=("mechanism", "provider"), optional=("detail",))
+        return cls(
+            mechanism=p.choice(
+                d["mechanism"],
+                p.at(path, "mechanism"),
+                vocabulary.legacy_mechanisms,
+                what="legacy mechanism",
+            ),
+            provider=p.string(d["provider"], p.at(path, "provider"), max_len=_MAX_NAME),
+            detail=p.string(
+                d.get("detail", ""), p.at(path, "detail"), max_len=_MAX_DETAIL, min_len=0
+            ),
+        )
+
+
+def classify_legacy_mechanism(stages: Sequence[Stage]) -> Stage:
+    """The stage that decided the route: from the last stage back, the first whose provider
+    differs from the stage before it; when none moved it, the first stage (the dial the spawn
+    started on). Providers compare stripped and lowercased.
+
+    Raises:
+        InputError: ``stages`` is empty (a legacy route names at least one stage).
+    """
+    if not stages:
+        raise InputError("a legacy route must name at least one stage")
+    for i in range(len(stages) - 1, 0, -1):
+        if _lane(stages[i].provider) != _lane(stages[i - 1].provider):
+            return stages[i]
+    return stages[0]
+
+
+def transport_for(
+    provider: str, face: str, *, direct_http_providers: Iterable[str] = DIRECT_HTTP_PROVIDERS
+) -> str:
+    """How a spawn reaches its upstream, derived from the request face, not the provider name:
+    ``gateway`` -> gateway; a one-shot face with a direct-HTTP provider -> direct-http (bypass
+    traffic no gateway policy can bind); anything else -> harness-direct."""
+    lane = _lane(provider)
+    if lane == GATEWAY:
+        return GATEWAY
+    if face == "one-shot" and lane in frozenset(direct_http_providers):
+        return DIRECT_HTTP
+    return HARNESS_DIRECT
+
+
+def provider_binding_for(
+    provider: str, model: str | None, *, harness_providers: Iterable[str] = HARNESS_PROVIDERS
+) -> str:
+    """The account binding a legacy provider name lands on: the gateway binds by model (a
+    ``glm`` id goes to z.ai), a harness provider to ``zai-harness``, anything else to
+    ``anthropic``."""
+    lane = _lane(provider)
+    if lane == GATEWAY:
+        return "zai-harness" if (model or "").strip().lower().startswith("glm") else "anthropic"
+    return "zai-harness" if lane in frozenset(harness_providers) else "anthropic"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActualRoute:
+    """The route that actually ran: the legacy provider name as the seam saw it, the binding,
+    account and model it landed on, the deciding mechanism, and the transport."""
+
+    provider: str
+    provider_binding: str
+    account_id: str | None = None
+    model: str | None = None
+    mechanism: str
+    mechanism_detail: str | None = None
+    transport: str
+
+    def legacy_route(self) -> LegacyRoute:
+        """The resolver's view of this route (a context's ``legacy_route``)."""
+        return LegacyRoute(
+            provider_binding=self.provider_binding,
+            account_id=self.account_id,
+            model=self.model,
+            mechanism=self.mechanism,
+            mechanism_detail=self.mechanism_detail,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "provider_binding": self.provider_binding,
+            "account_id": self.account_id,
+            "model": self.model,
+            "mechanism": self.mechanism,
+            "mechanism_detail": self.mechanism_detail,
+            "transport": self.transport,
+        }
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> ActualRoute:
+        """Raises: MalformedError."""
+        d = p.obj(
+            data,
+            path,
+            required=("provider", "provider_binding", "mechanism", "transport"),
+            optional=("account_id", "model", "mechanism_detail"),
+        )
+        return cls(
+            provider=p.string(
+                d["provider"], p.at(path, "provider"), max_len=_MAX_NAME, verbatim=True
+            ),
+            provider_binding=p.string(
+                d["provider_binding"],
+                p.at(path, "provider_binding"),
+                max_len=_MAX_NAME,
+                verbatim=True,
+            ),
+            account_id=p.opt_string(
+                d.get("account_id"), p.at(path, "account_id"), max_len=256, verbatim=True
+            ),
+            model=p.opt_string(d.get("model"), p.at(path, "model"), max_len=256, verbatim=True),
+            mechanism=p.choice(
+                d["mechanism"],
+                p.at(path, "mechanism"),
+                vocabulary.legacy_mechanisms | {"unclassified"},
+                what="legacy mechanism",
+            ),
+            mechanism_detail=p.opt_string(
+                d.get("mechanism_detail"),
+                p.at(path, "mechanism_detail"),
+                max_len=_MAX_DETAIL,
+                min_len=0,
+            ),
+            transport=p.choice(
+                d["transport"], p.at(path, "transport"), vocabulary.transports, what="transport"
+            ),
+        )
+
+
+def compare(decision: RouteDecision, actual: ActualRoute) -> str:
+    """How the proposed route differs from the one that ran: ``not-selected`` unless the
+    decision selected; else whether the provider binding and/or the model moved (a decision
+    with no model of its own keeps the one that ran; models compare stripped, lowercased)."""
+    if decision.outcome != SELECTED:
+        return NOT_SELECTED
+    provider_moved = (decision.provider_binding or "") != actual.provider_binding
+    ran = (actual.model or "").strip().lower()
+    proposed = (decision.effective_model or actual.model or "").strip().lower()
+    model_moved = proposed != ran
+    if provider_moved and model_moved:
+        return PROVIDER_AND_MODEL
+    if provider_moved:
+        return PROVIDER
+    if model_moved:
+        return MODEL
+    return NONE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShadowDecision:
+    """One spawn's proposed route recorded beside its actual route: one audit record each."""
+
+    recorded_at: str
+    seam: str
+    principal_id: str | None
+    actual: ActualRoute
+    proposed: RouteDecision
+    agreed: bool
+    divergence: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "record_type": SHADOW_RECORD_TYPE,
+            "schema_version": SHADOW_SCHEMA_VERSION,
+            "recorded_at": self.recorded_at,
+            "seam": self.seam,
+            "principal_id": self.principal_id,
+            "actual": self.actual.to_dict(),
+            "proposed": self.proposed.to_dict(),
+            "agreed": self.agreed,
+            "divergence": self.divergence,
+        }
+
+    def canonical(self) -> bytes:
+        """RFC 8785 bytes of :meth:`to_dict`."""
+        return canonical_bytes(self.to_dict())
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> ShadowDecision:
+        """Read a shadow record back; ``agreed`` and ``divergence`` must be the ones the
+        record's own proposed and actual routes give.
+
+        Raises:
+            MalformedError: naming the offending field.
+        """
+        d = p.obj(
+            data,
+            path,
+            required=(
+                "record_type",
+                "recorded_at",
+                "seam",
+                "actual",
+                "proposed",
+                "agreed",
+                "divergence",
+            ),
+            optional=("schema_version", "principal_id"),
+        )
+        if d["record_type"] != SHADOW_RECORD_TYPE:
+            raise p.fail(p.at(path, "record_type"), f"expected {SHADOW_RECORD_TYPE!r}")
+        p.integer(  # a record from a newer schema is refused, not misread
+            d.get("schema_version", SHADOW_SCHEMA_VERSION),
+            p.at(path, "schema_version"),
+            lo=1,
+            hi=SHADOW_SCHEMA_VERSION,
+        )
+        actual = ActualRoute.from_dict(
+            d["actual"], path=p.at(path, "actual"), vocabulary=vocabulary
+        )
+        proposed = RouteDecision.from_dict(d["proposed"], path=p.at(path, "proposed"))
+        divergence = p.choice(
+            d["divergence"], p.at(path, "divergence"), DIVERGENCES, what="divergence"
+        )
+        if divergence != compare(proposed, actual):
+            raise p.fail(
+                p.at(path, "divergence"),
+                f"{divergence!r} is not what the record's routes give "
+                f"({compare(proposed, actual)!r})",
+            )
+        agreed = p.boolean(d["agreed"], p.at(path, "agreed"))
+        if agreed != (divergence == NONE):
+            raise p.fail(
+                p.at(path, "agreed"), "agreed must be true exactly when divergence is none"
+            )
+        return cls(
+            recorded_at=p.string(d["recorded_at"], p.at(path, "recorded_at"), max_len=64),
+            seam=p.string(d["seam"], p.at(path, "seam"), max_len=_MAX_NAME, verbatim=True),
+            principal_id=p.opt_string(
+                d.get("principal_id"), p.at(path, "principal_id"), max_len=256, verbatim=True
+            ),
+            actual=actual,
+            proposed=proposed,
+            agreed=agreed,
+            divergence=divergence,
+        )
+
+
+def shadow_decision(
+    *,
+    recorded_at: str,
+    seam: str,
+    principal_id: str | None,
+    actual: ActualRoute,
+    proposed: RouteDecision,
+) -> ShadowDecision:
+    """Compare ``proposed`` with ``actual`` and build the record."""
+    divergence = compare(proposed, actual)
+    return ShadowDecision(
+        recorded_at=recorded_at,
+        seam=seam,
+        principal_id=principal_id,
+        actual=actual,
+        proposed=proposed,
+        agreed=divergence == NONE,
+        divergence=divergence,
+    )
+
+
+def is_shadow_payload(payload: Any) -> bool:
+    """Whether an audit payload is a shadow record (else a bare recorded decision)."""
+    return isinstance(payload, dict) and payload.get("record_type") == SHADOW_RECORD_TYPE
