@@ -8,8 +8,8 @@ adapter that owns the plugins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..errors import InputError
@@ -23,6 +23,8 @@ __all__ = [
     "DIVERGENCES",
     "SHADOW_RECORD_TYPE",
     "ActualRoute",
+    "Classifier",
+    "Seam",
     "ShadowDecision",
     "Stage",
     "classify_legacy_mechanism",
@@ -136,6 +138,33 @@ def provider_binding_for(
     if lane == GATEWAY:
         return "zai-harness" if (model or "").strip().lower().startswith("glm") else "anthropic"
     return "zai-harness" if lane in frozenset(harness_providers) else "anthropic"
+
+
+#: A seam's legacy-mechanism classifier: the applied stages -> the stage that decided the route.
+Classifier = Callable[[Sequence[Stage]], Stage]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seam:
+    """A spawn site: its name, the request face its spawns carry, the ordered names of the
+    legacy stages it applies (mechanisms), and the classifier that names the deciding stage.
+
+    ``direct_http_providers`` are the legacy provider names that mean a direct HTTP call at this
+    seam when its face is one-shot (see :func:`transport_for`).
+    """
+
+    name: str
+    request_face: str
+    stages: tuple[str, ...]
+    classifier: Classifier = field(default=classify_legacy_mechanism)
+    direct_http_providers: frozenset[str] = DIRECT_HTTP_PROVIDERS
+    description: str = ""
+
+    def transport(self, provider: str) -> str:
+        """The transport of a spawn at this seam that ended on ``provider``."""
+        return transport_for(
+            provider, self.request_face, direct_http_providers=self.direct_http_providers
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
