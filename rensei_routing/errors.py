@@ -94,6 +94,47 @@ class CheckpointFormatError(AuditError):
     """A checkpoint note could not be parsed."""
 
 
+# -- ruleset snapshots ---------------------------------------------------------------------------
+
+
+class SnapshotError(RenseiRoutingError):
+    """A ruleset snapshot cannot be compiled, trusted, cached or served."""
+
+
+class SnapshotFormatError(SnapshotError):
+    """The bytes are not a well-formed snapshot envelope (or a value cannot be published)."""
+
+
+class SnapshotVerificationError(SnapshotError):
+    """A snapshot failed a trust check; ``reason`` is its code (``algorithm``, ``ruleset-rev``,
+    ``content-hash``, ``unknown-key``, ``signature``, ``compiled-at``)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {message}")
+
+
+class RollbackError(SnapshotError):
+    """A snapshot older than the held one, or the held revision with another hash."""
+
+
+class ExpiredError(SnapshotError):
+    """The cached snapshot is older than ``RefuseAfter``: refused, loudly, never guessed at."""
+
+    def __init__(self, ruleset_rev: str, age_ms: int, refuse_after_ms: int) -> None:
+        self.ruleset_rev = ruleset_rev
+        self.age_ms = age_ms
+        self.refuse_after_ms = refuse_after_ms
+        super().__init__(
+            f"ruleset snapshot {ruleset_rev} is {age_ms / 1000:.1f}s old, past RefuseAfter "
+            f"({refuse_after_ms / 1000:.0f}s): refusing to decide from it"
+        )
+
+
+class FutureSnapshotError(SnapshotError):
+    """A snapshot's ``compiledAt`` is later than now by more than the allowed clock skew."""
+
+
 # -- plugins ------------------------------------------------------------------------------------
 
 
