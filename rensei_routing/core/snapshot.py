@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from ..errors import (
+    CanonicalEncodingError,
     MalformedError,
     RollbackError,
     SnapshotFormatError,
@@ -316,7 +317,7 @@ def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
         actual = content_hash(sections)
     except SnapshotFormatError as e:
         raise SnapshotVerificationError("content-hash", str(e)) from e
-    except Exception as e:  # noqa: BLE001 - a value RFC 8785 cannot encode cannot be trusted
+    except CanonicalEncodingError as e:  # e.g. an integer beyond 2^53: cannot be hashed
         raise SnapshotVerificationError(
             "content-hash", f"sections cannot be canonicalised: {e}"
         ) from e
