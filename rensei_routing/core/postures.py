@@ -1,0 +1,307 @@
+"""The four decision classes and their failure postures (document 000), and the claim gate.
+
+Each posture is a small pure mechanism: the reads it depends on are callables handed in, and
+what a failed read does is decided here, once. Pure: no I/O, no clock, no global random state
+(the bandit takes a seed).
+
+| class          | posture                  | on a read failure                                  |
+| authorization  | fail_closed              | deny, exactly like a named forbid                  |
+| placement      | fail_static              | last known-good, bounded and flagged (freshness)   |
+| budget         | conservative_cap         | counter fails closed; live signal -> local cap     |
+| bandit         | fail_open_deterministic  | the deterministic, non-learned choice              |
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+__all__ = [
+    "POSTURES",
+    "AuthorizationResult",
+    "BanditChoice",
+    "BudgetResult",
+    "ClaimGate",
+    "ClaimResult",
+    "DecisionClass",
+    "Posture",
+    "admit_budget",
+    "authorize",
+    "choose_arm",
+]
+
+
+class DecisionClass(StrEnum):
+    """What kind of fact a decision decides."""
+
+    AUTHORIZATION = "authorization"
+    PLACEMENT = "placement"
+    BUDGET = "budget"
+    BANDIT = "bandit"
+
+
+class Posture(StrEnum):
+    """What a class does when its input cannot be freshly read."""
+
+    FAIL_CLOSED = "fail_closed"
+    FAIL_STATIC = "fail_static"
+    CONSERVATIVE_CAP = "conservative_cap"
+    FAIL_OPEN_DETERMINISTIC = "fail_open_deterministic"
+
+
+POSTURES: Final[Mapping[DecisionClass, Posture]] = {
+    DecisionClass.AUTHORIZATION: Posture.FAIL_CLOSED,
+    DecisionClass.PLACEMENT: Posture.FAIL_STATIC,
+    DecisionClass.BUDGET: Posture.CONSERVATIVE_CAP,
+    DecisionClass.BANDIT: Posture.FAIL_OPEN_DETERMINISTIC,
+}
+
+
+# -- authorization: fail closed -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthorizationResult:
+    """``allowed`` with a reason: ``permit``, ``forbid``, ``default-permit`` (the declared
+    fallback), ``no-policy`` or ``evaluation-failed`` (``detail`` names the error)."""
+
+    allowed: bool
+    reason: str
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+def authorize(
+    evaluate: Callable[[], bool | None], *, default_permit: bool = False
+) -> AuthorizationResult:
+    """Run an authorization evaluation under the fail-closed posture.
+
+    ``evaluate()`` returns ``True`` (an explicit permit), ``False`` (a forbid) or ``None`` (no
+    authored policy applies). Anything it raises (an unreachable source, a malformed bundle, a
+    missing section) is a deny, exactly like a named forbid. The only allow with no authored
+    policy is ``default_permit``: a workspace's declared, named fallback, never a swallowed
+    error. A return value that is not ``True``/``False``/``None`` is a failure too.
+    """
+    try:
+        verdict = evaluate()
+    except Exception as e:  # the posture: every failure denies
+        return AuthorizationResult(
+            allowed=False, reason="evaluation-failed", detail=f"{type(e).__name__}: {e}"
+        )
+    if verdict is True:
+        return AuthorizationResult(allowed=True, reason="permit")
+    if verdict is False:
+        return AuthorizationResult(allowed=False, reason="forbid")
+    if verdict is None:
+        if default_permit:
+            return AuthorizationResult(allowed=True, reason="default-permit")
+        return AuthorizationResult(allowed=False, reason="no-policy")
+    return AuthorizationResult(
+        allowed=False,
+        reason="evaluation-failed",
+        detail=f"evaluation returned {type(verdict).__name__}, not a verdict",
+    )
+
+
+# -- budget: conservative cap -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetResult:
+    """``admitted`` with a reason: ``within-limit``, ``over-limit``, ``counter-unavailable``,
+    ``live-signal-throttled``, ``local-cap`` (the fallback admitted), ``local-cap-reached``."""
+
+    admitted: bool
+    reason: str
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return self.admitted
+
+
+def admit_budget(
+    *,
+    read_counter: Callable[[], int],
+    limit: int,
+    read_live_signal: Callable[[], bool],
+    local_inflight: int,
+    local_cap: int,
+) -> BudgetResult:
+    """Admit one launch under the conservative-cap posture.
+
+    The authoritative counter (org inflight/period usage) fails closed: if it cannot be read,
+    the launch is rejected. Only the live-delivery signal (``read_live_signal()`` -> whether
+    delivery is healthy) falls back: when it cannot be read, a separate, bounded, per-project
+    local cap decides (``local_inflight < local_cap``); never an unbounded fallback, never a
+    substitute for the counter.
+    """
+    try:
+        used = read_counter()
+    except Exception as e:  # the authoritative counter fails closed
+        return BudgetResult(
+            admitted=False, reason="counter-unavailable", detail=f"{type(e).__name__}: {e}"
+        )
+    if isinstance(used, bool) or not isinstance(used, int):
+        return BudgetResult(admitted=False, reason="counter-unavailable", detail="not a count")
+    if used >= limit:
+        return BudgetResult(admitted=False, reason="over-limit", detail=f"{used} >= {limit}")
+    try:
+        healthy = read_live_signal()
+    except Exception as e:  # only this signal falls back, to the local cap
+        if local_inflight < local_cap:
+            return BudgetResult(
+                admitted=True,
+                reason="local-cap",
+                detail=f"live signal unavailable ({type(e).__name__}); "
+                f"{local_inflight} < local cap {local_cap}",
+            )
+        return BudgetResult(
+            admitted=False,
+            reason="local-cap-reached",
+            detail=f"live signal unavailable; {local_inflight} >= local cap {local_cap}",
+        )
+    if healthy is not True:
+        return BudgetResult(admitted=False, reason="live-signal-throttled")
+    return BudgetResult(admitted=True, reason="within-limit")
+
+
+# -- bandit: fail open, deterministically -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BanditChoice:
+    """The chosen arm and how: ``sampled`` (Thompson) or ``deterministic`` with the reason
+    the sampler could not run (``exploration-disabled``, ``no-prior``, ``sampler-failed``)."""
+
+    arm: str
+    mode: str
+    reason: str = ""
+
+
+def choose_arm(
+    *,
+    arms: Sequence[str],
+    deterministic: str,
+    read_posterior: Callable[[], Mapping[str, Any]],
+    seed: int,
+    exploration_enabled: bool = True,
+) -> BanditChoice:
+    """Sample an arm by Thompson sampling over the posterior summary (``{arm: {"alpha": a,
+    "beta": b}}``) with a seeded generator; when exploration is disabled, the posterior cannot
+    be read, an arm has no prior, or sampling fails, return ``deterministic`` (the static or
+    top-capability choice a non-learning dispatch makes). Never blocks dispatch.
+    """
+    if not exploration_enabled:
+        return BanditChoice(arm=deterministic, mode="deterministic", reason="exploration-disabled")
+    try:
+        posterior = read_posterior()
+        rng = random.Random(seed)
+        best: tuple[float, str] | None = None
+        for arm in sorted(arms):
+            prior = posterior.get(arm)
+            if not isinstance(prior, Mapping):
+                return BanditChoice(arm=deterministic, mode="deterministic", reason="no-prior")
+            alpha, beta = prior["alpha"], prior["beta"]
+            if not (_positive(alpha) and _positive(beta)):
+                return BanditChoice(arm=deterministic, mode="deterministic", reason="no-prior")
+            draw = rng.betavariate(float(alpha), float(beta))
+            if best is None or draw > best[0]:
+                best = (draw, arm)
+    except Exception:  # the posture: a sampler that cannot run falls back
+        return BanditChoice(arm=deterministic, mode="deterministic", reason="sampler-failed")
+    if best is None:
+        return BanditChoice(arm=deterministic, mode="deterministic", reason="no-prior")
+    return BanditChoice(arm=best[1], mode="sampled")
+
+
+def _positive(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and 0 < value < 1e12
+
+
+# -- the claim gate (placement, against the cached snapshot) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimResult:
+    """``admitted`` with a reason: ``granted``, ``pool-not-in-inventory``,
+    ``pool-not-active`` (any status but ``active``, unknown ones included),
+    ``pool-not-granted``."""
+
+    admitted: bool
+    reason: str
+    pool_id: str
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return self.admitted
+
+
+class ClaimGate:
+    """Permission re-check of a claim against one snapshot's sections, indexed once.
+
+    A claim for a pool is admitted only if the pool is in the inventory with status
+    ``active``, and some capacity profile that names the pool has a grant (to the claim's
+    project, or to every project: a grant without ``project`` or with ``"*"``). Revoking the
+    grant takes effect for a claim against a cached snapshot exactly as for a live one.
+    Malformed entries are skipped, never read as a grant.
+    """
+
+    __slots__ = ("_granted", "_status")
+
+    def __init__(self, sections: Mapping[str, Any]) -> None:
+        inventory = _obj(sections.get("poolHostInventory"))
+        self._status: dict[str, str] = {}
+        for pool in _list(inventory.get("pools")):
+            if isinstance(pool, Mapping) and isinstance(pool.get("id"), str):
+                status = pool.get("status")
+                self._status[pool["id"]] = status if isinstance(status, str) else ""
+        capacity = _obj(sections.get("capacityProfiles"))
+        projects_by_profile: dict[str, set[str]] = {}
+        for grant in _list(capacity.get("grants")):
+            if isinstance(grant, Mapping) and isinstance(grant.get("profile"), str):
+                project = grant.get("project", "*")
+                if project is None or isinstance(project, str):
+                    projects_by_profile.setdefault(grant["profile"], set()).add(project or "*")
+        self._granted: dict[str, set[str]] = {}
+        for profile in _list(capacity.get("profiles")):
+            if not (isinstance(profile, Mapping) and isinstance(profile.get("id"), str)):
+                continue
+            projects = projects_by_profile.get(profile["id"], set())
+            for pool_id in _list(profile.get("pools")):
+                if isinstance(pool_id, str):
+                    self._granted.setdefault(pool_id, set()).update(projects)
+
+    def check(self, pool_id: str, project: str | None = None) -> ClaimResult:
+        status = self._status.get(pool_id)
+        if status is None:
+            return ClaimResult(admitted=False, reason="pool-not-in-inventory", pool_id=pool_id)
+        if status != "active":
+            return ClaimResult(
+                admitted=False,
+                reason="pool-not-active",
+                pool_id=pool_id,
+                detail=f"status {status!r}",
+            )
+        projects = self._granted.get(pool_id, set())
+        if "*" in projects or (project is not None and project in projects):
+            return ClaimResult(admitted=True, reason="granted", pool_id=pool_id)
+        return ClaimResult(
+            admitted=False,
+            reason="pool-not-granted",
+            pool_id=pool_id,
+            detail="no capacity profile naming this pool is granted"
+            + ("" if project is None else f" to project {project!r}"),
+        )
+
+
+def _obj(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
