@@ -114,6 +114,16 @@ class SnapshotVerificationError(SnapshotError):
         super().__init__(f"{reason}: {message}")
 
 
+class SnapshotValidationError(SnapshotError):
+    """A compile failed validation and was not published; ``failed`` names every failing
+    validator with its problems."""
+
+    def __init__(self, failed: Sequence[Any]) -> None:
+        self.failed = tuple(failed)
+        parts = [f"{r.name}: {'; '.join(r.problems)}" for r in self.failed]
+        super().__init__("snapshot not published, validator(s) failed: " + " | ".join(parts))
+
+
 class RollbackError(SnapshotError):
     """A snapshot older than the held one, or the held revision with another hash."""
 
@@ -129,6 +139,10 @@ class ExpiredError(SnapshotError):
             f"ruleset snapshot {ruleset_rev} is {age_ms / 1000:.1f}s old, past RefuseAfter "
             f"({refuse_after_ms / 1000:.0f}s): refusing to decide from it"
         )
+
+
+class FetchError(SnapshotError):
+    """A snapshot could not be fetched (unreachable, timed out, refused, too large)."""
 
 
 class FutureSnapshotError(SnapshotError):

@@ -13,6 +13,7 @@ import binascii
 import contextlib
 import hashlib
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -25,11 +26,13 @@ from .errors import KeyFormatError, SignatureError, VerificationError
 __all__ = [
     "MAX_KEY_FILE_BYTES",
     "MAX_SIGNED_BYTES",
+    "KeyLookup",
     "PrivateKey",
     "PublicKey",
     "check",
     "generate",
     "key_id",
+    "key_lookup",
     "load_private_key",
     "load_public_key",
     "save_private_key",
@@ -147,6 +150,24 @@ def check(public_key: PublicKey, message: bytes, signature: bytes) -> bool:
     except (nacl.exceptions.BadSignatureError, nacl.exceptions.CryptoError, ValueError, TypeError):
         return False
     return True
+
+
+#: ``lookup(key_id)`` -> a signature check ``(message, signature) -> bool`` for a trusted key,
+#: or ``None``: how pure verifiers (snapshots) ask for keys without touching crypto.
+KeyLookup = Callable[[str], Callable[[bytes, bytes], bool] | None]
+
+
+def key_lookup(keys: Iterable[PublicKey]) -> KeyLookup:
+    """A :data:`KeyLookup` over exactly ``keys`` (by key id)."""
+    by_id = {k.key_id: k for k in keys}
+
+    def find(key_id: str) -> Callable[[bytes, bytes], bool] | None:
+        key = by_id.get(key_id)
+        if key is None:
+            return None
+        return lambda message, signature: check(key, message, signature)
+
+    return find
 
 
 def verify(public_key: PublicKey, message: bytes, signature: bytes) -> None:

@@ -256,6 +256,9 @@ def test_succession_refuses_rollback_and_equivocation() -> None:
     assert check_succession(None, held) is True
     assert check_succession(held, _seal(revision=43)) is True
     assert check_succession(held, _seal(revision=42)) is False  # the same copy: nothing to do
+    # the same content re-sealed later refreshes the held copy; an older seal does not
+    assert check_succession(held, _seal(revision=42, compiled_at="2026-11-30T09:05:00Z"))
+    assert not check_succession(held, _seal(revision=42, compiled_at="2026-11-30T08:55:00Z"))
     with pytest.raises(RollbackError, match="older"):
         check_succession(held, _seal(revision=41))
     other_content = _seal(revision=42, sections={"policyBundle": {"policies": []}})

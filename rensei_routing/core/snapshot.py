@@ -356,9 +356,11 @@ def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
 
 
 def check_succession(current: RulesetSnapshot | None, candidate: RulesetSnapshot) -> bool:
-    """Whether ``candidate`` replaces ``current``: a newer revision of the same org does; the
-    same revision with the same content hash is the copy already held (``False``, nothing to
-    do). We go further than the reference daemon, which adopts any verified snapshot.
+    """Whether ``candidate`` replaces ``current``: a newer revision of the same org does, and
+    so does the held revision with the same content re-sealed at a later ``compiledAt`` (the
+    control side's heartbeat: still current as of then). The same copy, or an older seal of
+    it, is ``False`` (nothing to do). We go further than the reference daemon, which adopts
+    any verified snapshot.
 
     Raises:
         RollbackError: another org, an older revision, or the same revision with another hash
@@ -380,5 +382,5 @@ def check_succession(current: RulesetSnapshot | None, candidate: RulesetSnapshot
                 f"refusing {candidate.ruleset_rev}: same revision as the held copy with another "
                 f"content hash (equivocation)"
             )
-        return False
+        return compiled_moment(candidate) > compiled_moment(current)
     return True

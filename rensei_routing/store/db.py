@@ -59,6 +59,24 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         note TEXT NOT NULL
     ) STRICT;
     """,
+    # 2: the org's live data and the compiled, signed ruleset snapshots (document 000).
+    """
+    CREATE TABLE org_data(
+        revision INTEGER PRIMARY KEY,
+        content_hash TEXT NOT NULL,
+        body BLOB NOT NULL,
+        saved_at TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE ruleset_snapshots(
+        revision INTEGER PRIMARY KEY,
+        ruleset_rev TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        compiled_at TEXT NOT NULL,
+        policy_revision INTEGER NOT NULL,
+        org_revision INTEGER NOT NULL,
+        envelope BLOB NOT NULL
+    ) STRICT;
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -1,0 +1,398 @@
+"""``rensei serve`` (control side: the snapshot endpoint) and ``rensei host ...`` (the daemon
+side: trust, sync, run, status, claim). Holds no verification rules (core) and no caching
+logic (host.cache); owns the loops, signals and output.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from .. import signing
+from ..control import ensure_serve_token, latest_snapshot, refresh_snapshot
+from ..core.chain import format_timestamp
+from ..core.freshness import Freshness, format_age
+from ..core.postures import ClaimGate, DecisionClass
+from ..errors import (
+    ExpiredError,
+    KeyFormatError,
+    RenseiRoutingError,
+    SnapshotError,
+)
+from ..host.cache import HostCache, HostConfig, token_from_file
+from ..host.fetch import fetch_snapshot
+from ..host.files import read_limited
+from ..host.server import SnapshotService, make_app
+from ..store.audit import AuditLog
+from ..store.home import Home
+from ._clock import now, now_text
+from ._root import CommandError, cli, echo_json, home_option, json_option
+
+log = logging.getLogger("rensei_routing.host")
+
+
+def _cache(home: Path) -> HostCache:
+    return HostCache(Path(home) / "host")
+
+
+@contextmanager
+def _stop_on_sigterm() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or SIGINT (restoring the previous handlers on exit)."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _logging() -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
+
+
+# -- serve ---------------------------------------------------------------------------------------
+
+
+@cli.command(name="serve")
+@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option(
+    "--reseal-after",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Re-sign an unchanged snapshot older than this many seconds, so hosts stay fresh.",
+)
+@home_option
+def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
+    """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
+    SIGTERM; writes to policies or org data are recompiled in the background."""
+    import waitress.server
+
+    h = Home(home)
+    h.info()
+    token = ensure_serve_token(h)
+    service = SnapshotService(
+        latest=lambda: latest_snapshot(h),
+        compile_now=lambda: _compile(h),
+        needs_refresh=lambda held: True,
+        refresh=lambda held: refresh_snapshot(
+            h, held, now=now(), reseal_after=timedelta(seconds=reseal_after)
+        ),
+    )
+    app = make_app(now=now, token=token, service=service)
+    _logging()
+    server: Any = waitress.server.create_server(app, host=bind, port=port, threads=4)
+    actual = server.effective_port
+    click.echo(f"serving http://{bind}:{actual}/api/daemon/ruleset-snapshot", err=True)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    server.run()  # returns after SIGTERM/SIGINT, once in-flight requests are answered
+    service.wait_idle(10)
+    click.echo("stopped", err=True)
+
+
+def _compile(h: Home) -> Any:
+    from ..control import compile_snapshot
+
+    return compile_snapshot(h, compiled_at=now_text()).snapshot
+
+
+# -- host ----------------------------------------------------------------------------------------
+
+
+@cli.group(name="host")
+def host() -> None:
+    """The host's verified snapshot cache: trust, sync, run, status, claim."""
+
+
+@host.command(name="trust")
+@click.argument("keyfile", type=click.Path(dir_okay=False, path_type=Path))
+@home_option
+def host_trust(keyfile: Path, home: Path) -> None:
+    """Trust the public signing key in KEYFILE (ed25519:<base64>) for snapshots."""
+    try:
+        key = signing.load_public_key(keyfile)
+    except KeyFormatError as e:
+        raise CommandError(str(e)) from e
+    path = _cache(home).trust(key)
+    click.echo(f"trusted key {key.key_id} ({path})", err=True)
+
+
+@host.command(name="sync")
+@click.option("--from", "source_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--endpoint", default=None, help="Base URL of a `rensei serve` endpoint.")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File holding the endpoint's bearer token.",
+)
+@home_option
+def host_sync(
+    source_file: Path | None, endpoint: str | None, token_file: Path | None, home: Path
+) -> None:
+    """Fetch once (from a file or an endpoint), verify, and persist; remembers the source."""
+    if (source_file is None) == (endpoint is None):
+        raise click.UsageError("give exactly one of --from FILE or --endpoint URL")
+    if endpoint is not None and token_file is None:
+        raise click.UsageError("--endpoint needs --token-file")
+    cache = _cache(home)
+    config = cache.config()
+    config = HostConfig(
+        **{
+            **config.to_dict(),
+            "endpoint": endpoint,
+            "token_file": None if token_file is None else str(token_file.resolve()),
+            "source_file": None if source_file is None else str(source_file.resolve()),
+        }
+    )
+    cache.save_config(config)
+    result = _poll_once(cache, config)
+    click.echo(result)
+
+
+def _poll_once(cache: HostCache, config: HostConfig) -> str:
+    """One fetch + verify + persist; the line to report.
+
+    Raises:
+        SnapshotError (and its refusals): the last known-good copy is kept.
+    """
+    moment = now()
+    if config.source_file is not None:
+        source = config.source_file
+        try:
+            data = read_limited(Path(source), 64 * 1024 * 1024)
+        except (OSError, ValueError) as e:
+            cache.record_fetch(now=moment, source=source, ok=False, detail=str(e))
+            raise SnapshotError(f"cannot read {source}: {e}") from e
+    elif config.endpoint is not None:
+        source = config.endpoint
+        try:
+            token = token_from_file(config.token_file or "")
+            held = cache.load()
+            result = fetch_snapshot(
+                source, token=token, etag=None if held is None else _etag_of(held)
+            )
+        except RenseiRoutingError as e:
+            cache.record_fetch(now=moment, source=source, ok=False, detail=str(e))
+            raise
+        if result.body is None:  # 304: what we hold is what is served
+            cache.record_fetch(now=moment, source=source, ok=True, detail="not modified")
+            return f"not modified: {held.ruleset_rev if held else '-'}"
+        data = result.body
+    else:
+        raise SnapshotError("no snapshot source configured (rensei host sync)")
+    accepted = cache.accept(data, now=moment, source=source)
+    verb = "adopted" if accepted.adopted else "unchanged"
+    return f"{verb}: {accepted.snapshot.ruleset_rev} (compiled {accepted.snapshot.compiled_at})"
+
+
+def _etag_of(snap: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(snap.to_bytes()).hexdigest()
+
+
+@host.command(name="run")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=None, help="Seconds.")
+@click.option("--jitter", type=click.FloatRange(min=0), default=None, help="Seconds.")
+@click.option(
+    "--listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also serve GET /api/daemon/routing/config (the cache status) on this address.",
+)
+@home_option
+def host_run(interval: float | None, jitter: float | None, listen: str | None, home: Path) -> None:
+    """Poll the configured source until SIGTERM: fetch, verify, persist; a failure keeps the
+    last known-good copy and is recorded for `rensei host status`."""
+    cache = _cache(home)
+    config = cache.config()
+    if not config.has_source:
+        raise CommandError("no snapshot source configured: run `rensei host sync` first")
+    period = config.interval_s if interval is None else interval
+    spread = config.jitter_s if jitter is None else jitter
+    rng = random.Random()
+    _logging()
+    server = _status_server(cache, listen) if listen else None
+    with _stop_on_sigterm() as stop:
+        while not stop.is_set():
+            try:
+                log.info("%s", _poll_once(cache, config))
+            except RenseiRoutingError as e:
+                log.warning("poll failed, keeping the last known-good snapshot: %s", e)
+            stop.wait(period + rng.uniform(0, spread))
+    if server is not None:
+        server.close()
+    click.echo("stopped", err=True)
+
+
+def _status_server(cache: HostCache, listen: str) -> Any:
+    import waitress.server
+
+    bind, _, port = listen.rpartition(":")
+    if not bind or not port.isdigit():
+        raise click.UsageError(f"--listen {listen!r} is not HOST:PORT")
+    app = make_app(now=now, host_status=lambda: _status(cache))
+    server: Any = waitress.server.create_server(app, host=bind, port=int(port), threads=2)
+    threading.Thread(target=server.run, name="status-http", daemon=True).start()
+    click.echo(
+        f"status on http://{bind}:{server.effective_port}/api/daemon/routing/config", err=True
+    )
+    return server
+
+
+def _status(cache: HostCache) -> dict[str, Any]:
+    """The cache's status as data (``host status --json`` and the config endpoint)."""
+    config = cache.config()
+    out: dict[str, Any] = {
+        "source": {
+            "endpoint": config.endpoint,
+            "file": config.source_file,
+            "configured": config.has_source,
+        },
+        "degradedAfterS": config.degraded_after_s,
+        "refuseAfterS": config.refuse_after_s,
+        "snapshot": None,
+        "lastFetch": cache.last_fetch(),
+    }
+    try:
+        snap = cache.load()
+    except SnapshotError as e:
+        out["error"] = str(e)
+        return out
+    if snap is None:
+        return out
+    entry: dict[str, Any] = {
+        "rulesetRev": snap.ruleset_rev,
+        "compiledAt": snap.compiled_at,
+        "contentHash": snap.content_hash,
+        "state": "fresh",
+    }
+    try:
+        _, fresh = cache.current(now=now(), config=config)
+        entry.update(fresh.to_dict())
+        entry["state"] = "degraded" if fresh.degraded else "fresh"
+    except ExpiredError as e:
+        entry.update({"snapshotAgeMs": e.age_ms, "degraded": True, "state": "expired"})
+    except SnapshotError as e:
+        entry.update({"state": "refused", "error": str(e)})
+    out["snapshot"] = entry
+    return out
+
+
+@host.command(name="status")
+@home_option
+@json_option
+def host_status(home: Path, json_: bool) -> None:
+    """The `Ruleset snapshot:` line (absent when no source is configured) and the last fetch."""
+    status = _status(_cache(home))
+    if json_:
+        echo_json(status)
+        return
+    if not status["source"]["configured"]:
+        click.echo("no snapshot source configured", err=True)
+        return
+    snap = status["snapshot"]
+    if snap is None:
+        click.echo("Ruleset snapshot: none cached")
+    else:
+        age = snap.get("snapshotAgeMs")
+        line = f"Ruleset snapshot: {snap['rulesetRev']}"
+        if age is not None:
+            line += f" (age {format_age(age)})"
+        if snap["state"] == "degraded":
+            line += " (degraded)"
+        elif snap["state"] in ("expired", "refused"):
+            line += f" ({snap['state']}: refusing to decide from it)"
+        click.echo(line)
+    last = status["lastFetch"]
+    if last:
+        result = "ok" if last.get("ok") else "FAILED"
+        click.echo(
+            f"Last fetch: {last.get('at')} from {last.get('source')}: {result}, "
+            f"{last.get('detail')}"
+        )
+
+
+@host.command(name="claim")
+@click.option("--pool", "pool_id", required=True, help="The pool to claim capacity in.")
+@click.option("--project", default=None, help="The claiming project (checked against grants).")
+@home_option
+@json_option
+def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> None:
+    """Re-check a claim's permission against the cached snapshot; record the decision in the
+    audit log. Exit 0 admitted, 1 refused (not granted, expired snapshot, ...)."""
+    h = Home(home)
+    h.info()  # refuse before deciding anything if the audit log cannot be written
+    cache = _cache(home)
+    moment = now()
+    payload: dict[str, Any] = {
+        "record_type": "claim-decision",
+        "decision_class": DecisionClass.PLACEMENT.value,
+        "pool_id": pool_id,
+        "project": project,
+    }
+    try:
+        snap, fresh = cache.current(now=moment, config=cache.config())
+    except ExpiredError as e:
+        payload.update(
+            admitted=False,
+            reason="snapshot-expired",
+            detail=str(e),
+            rulesetRev=e.ruleset_rev,
+            snapshotAgeMs=e.age_ms,
+            degraded=True,
+        )
+        _record_claim(h, payload, moment)
+        raise CommandError(str(e)) from e
+    except SnapshotError as e:
+        fresh = Freshness(ruleset_rev=None, age_ms=None, degraded=False)
+        payload.update(
+            admitted=False, reason="snapshot-unavailable", detail=str(e), **fresh.to_dict()
+        )
+        _record_claim(h, payload, moment)
+        raise
+    result = ClaimGate(snap.sections).check(pool_id, project)
+    payload.update(
+        admitted=result.admitted, reason=result.reason, detail=result.detail, **fresh.to_dict()
+    )
+    _record_claim(h, payload, moment)
+    if json_:
+        echo_json(payload)
+    else:
+        verdict = "admitted" if result.admitted else "refused"
+        flag = " (degraded)" if fresh.degraded else ""
+        click.echo(
+            f"{verdict}: pool {pool_id} ({result.reason}) against {snap.ruleset_rev}, "
+            f"age {format_age(fresh.age_ms or 0)}{flag}"
+        )
+    if not result.admitted:
+        raise CommandError(f"claim refused: {result.reason} {result.detail}".rstrip())
+
+
+def _record_claim(h: Home, payload: dict[str, Any], moment: Any) -> None:
+    with AuditLog.open(h) as audit_log:
+        audit_log.append(payload, recorded_at=format_timestamp(moment))

@@ -1,0 +1,213 @@
+"""``rensei org ...`` and ``rensei snapshot ...``: the control side of ruleset snapshots. Load
+and show the org's live data; compile, show, export and verify signed snapshots. Holds no
+snapshot rules (core) and no SQL (store).
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from pathlib import Path
+
+import click
+
+from .. import signing
+from ..control import compile_snapshot, validator_results
+from ..core.freshness import format_age
+from ..core.org import OrgData
+from ..core.snapshot import compiled_moment, verify_snapshot
+from ..errors import InputError, KeyFormatError, RenseiRoutingError
+from ..host.files import atomic_write, read_limited
+from ..store.home import Home
+from ..store.snapshots import OrgStore, SnapshotStore
+from ._clock import now, now_text
+from ._inputs import _named, read_document
+from ._root import CommandError, cli, echo_json, home_option, json_option
+
+_REV = click.IntRange(min=1, max=2**53 - 1)
+
+
+@cli.group(name="org")
+def org() -> None:
+    """The org's live data: capacity profiles and grants, pools and hosts, cells, posteriors."""
+
+
+@org.command(name="load")
+@click.argument("source", metavar="FILE")
+@home_option
+def org_load(source: str, home: Path) -> None:
+    """Validate FILE (or -) and store it as the org's current data (nothing written on error)."""
+    doc, label = read_document(source)
+    data = _named(label, OrgData.from_dict, doc)
+    h = Home(home)
+    with closing(h.connect(write=True)) as conn:
+        revision = OrgStore(conn).save(data, saved_at=now_text())
+    click.echo(
+        f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
+        f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
+        f"{len(data.cells)} cell(s), {len(data.arms)} posterior arm(s)",
+        err=True,
+    )
+
+
+@org.command(name="show")
+@home_option
+@json_option
+def org_show(home: Path, json_: bool) -> None:
+    """Show the org's current data (normalised: every list sorted by its key)."""
+    with closing(Home(home).connect()) as conn:
+        revision, data = OrgStore(conn).load()
+    if json_:
+        echo_json({"revision": revision, **data.to_dict()})
+        return
+    click.echo(f"org data revision {revision}")
+    for pool in data.pools:
+        click.echo(f"  pool {pool['id']:<24} {pool['status']}")
+    for prof in data.profiles:
+        click.echo(f"  profile {prof['id']:<21} pools: {', '.join(prof['pools']) or '-'}")
+    for grant in data.grants:
+        click.echo(f"  grant {grant['profile']:<23} project: {grant.get('project', '*')}")
+    click.echo(f"  {len(data.hosts)} host(s), {len(data.cells)} cell(s), {len(data.arms)} arm(s)")
+
+
+@cli.group(name="snapshot")
+def snapshot() -> None:
+    """Signed ruleset snapshots: compile, show, history, export, verify."""
+
+
+@snapshot.command(name="compile")
+@home_option
+@json_option
+def snapshot_compile(home: Path, json_: bool) -> None:
+    """Compile the current policies and org data into the next signed snapshot. A failing
+    validator publishes nothing and is named (exit 1)."""
+    result = compile_snapshot(Home(home), compiled_at=now_text())
+    snap = result.snapshot
+    if json_:
+        echo_json(
+            {
+                "rulesetRev": snap.ruleset_rev,
+                "contentHash": snap.content_hash,
+                "compiledAt": snap.compiled_at,
+                "signingKeyId": snap.header.signing_key_id,
+                "validators": validator_results(result.validators),
+            }
+        )
+        return
+    click.echo(
+        f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
+        f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
+    )
+
+
+@snapshot.command(name="show")
+@click.option("--rev", "revision", type=_REV, default=None, help="A revision (default: latest).")
+@home_option
+@json_option
+def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
+    """Show a stored snapshot, verified against the home's key."""
+    h = Home(home)
+    with closing(h.connect()) as conn:
+        snap = SnapshotStore(conn, org_id=h.info().org).load(
+            revision, lookup=signing.key_lookup([h.public_key()])
+        )
+    if json_:
+        echo_json(snap.to_dict())
+        return
+    age = format_age(int((now() - compiled_moment(snap)).total_seconds() * 1000))
+    click.echo(f"{snap.ruleset_rev}  compiled {snap.compiled_at} ({age} ago)")
+    click.echo(f"  content hash  {snap.content_hash}")
+    click.echo(f"  signed by     {snap.header.signing_key_id} ({snap.header.algorithm})")
+    click.echo(f"  validators    {', '.join(snap.validators) or '-'}")
+    bundle = snap.sections.get("policyBundle") or {}
+    click.echo(
+        f"  policies      revision {bundle.get('revision')}, "
+        f"{len(bundle.get('policies') or [])} policy(ies)"
+    )
+
+
+@snapshot.command(name="history")
+@home_option
+@json_option
+def snapshot_history(home: Path, json_: bool) -> None:
+    """Every compiled snapshot, oldest first."""
+    h = Home(home)
+    with closing(h.connect()) as conn:
+        rows = SnapshotStore(conn, org_id=h.info().org).history()
+    if json_:
+        echo_json([r.to_dict() for r in rows])
+        return
+    for r in rows:
+        click.echo(f"{r.ruleset_rev:<28} {r.compiled_at}  {r.content_hash[:16]}...  {r.size} B")
+
+
+@snapshot.command(name="export")
+@click.argument("target", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--rev", "revision", type=_REV, default=None, help="A revision (default: latest).")
+@home_option
+def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
+    """Write the exact served bytes of a snapshot to FILE (the air-gap path), atomically."""
+    h = Home(home)
+    with closing(h.connect()) as conn:
+        store = SnapshotStore(conn, org_id=h.info().org)
+        data = store.envelope(revision)
+    snap = verify_snapshot(data, lookup=signing.key_lookup([h.public_key()]))
+    _refuse_home_target(h, target)
+    try:
+        atomic_write(target, data)
+    except OSError as e:
+        raise CommandError(f"cannot write {target}: {e.strerror or e}") from e
+    click.echo(f"exported {snap.ruleset_rev} to {target} ({len(data)} bytes)", err=True)
+
+
+@snapshot.command(name="verify")
+@click.argument("source", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--trust",
+    "trust",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A trusted public key file (ed25519:<base64>); repeatable.",
+)
+@json_option
+def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
+    """Check a snapshot file independently against trusted public keys; say why it fails."""
+    try:
+        keys = [signing.load_public_key(p) for p in trust]
+    except KeyFormatError as e:
+        raise CommandError(str(e)) from e
+    try:
+        data = read_limited(source, 64 * 1024 * 1024)
+    except (OSError, ValueError) as e:
+        raise CommandError(f"cannot read {source}: {e}") from e
+    try:
+        snap = verify_snapshot(data, lookup=signing.key_lookup(keys))
+    except RenseiRoutingError as e:
+        if json_:
+            echo_json({"ok": False, "error": str(e)})
+        raise CommandError(f"{source}: {e}") from e
+    if json_:
+        echo_json(
+            {
+                "ok": True,
+                "rulesetRev": snap.ruleset_rev,
+                "contentHash": snap.content_hash,
+                "compiledAt": snap.compiled_at,
+                "signingKeyId": snap.header.signing_key_id,
+            }
+        )
+        return
+    click.echo(
+        f"ok: {snap.ruleset_rev} compiled {snap.compiled_at}, content {snap.content_hash[:16]}..."
+        f", signed by trusted key {snap.header.signing_key_id}"
+    )
+
+
+def _refuse_home_target(home: Home, target: Path) -> None:
+    """Refuse to write an export over the home's database, its WAL/SHM or its keys."""
+    resolved = target.resolve()
+    guarded = [home.db_path, Path(f"{home.db_path}-wal"), Path(f"{home.db_path}-shm")]
+    if resolved in {p.resolve() for p in guarded} or resolved.is_relative_to(
+        home.keys_dir.resolve()
+    ):
+        raise InputError(f"refusing to write {target}: it is part of the home {home.path}")

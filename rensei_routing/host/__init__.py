@@ -1,0 +1,1 @@
+"""The host (daemon) side of ruleset snapshots: the verified local cache, fetching, serving."""

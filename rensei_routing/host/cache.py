@@ -1,0 +1,299 @@
+"""The host's verified snapshot cache: trusted keys, the last known-good snapshot on disk, the
+source configuration, and what the last fetch did.
+
+Adapter over one directory (``<home>/host``). Every snapshot is verified independently
+(content hash and Ed25519 signature against a trusted key) before it is persisted, an older
+revision or the held revision with another hash is refused, and the on-disk copy is written
+with temp-file-then-rename and re-verified whenever it is loaded. It never reads the clock:
+``now`` is an argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from .. import signing
+from ..core.chain import format_timestamp
+from ..core.freshness import Freshness, FreshnessPolicy
+from ..core.snapshot import (
+    MAX_SNAPSHOT_BYTES,
+    RulesetSnapshot,
+    check_succession,
+    compiled_moment,
+    verify_snapshot,
+)
+from ..errors import (
+    ConfigurationError,
+    HomeError,
+    KeyFormatError,
+    SnapshotError,
+)
+from .files import atomic_write, read_limited
+
+__all__ = ["AcceptResult", "HostCache", "HostConfig"]
+
+_SNAPSHOT: Final = "snapshot.json"
+_STATUS: Final = "status.json"
+_CONFIG: Final = "config.json"
+_TRUSTED: Final = "trusted"
+_MAX_SMALL_FILE: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostConfig:
+    """Where the host fetches from and how long a snapshot is good for."""
+
+    endpoint: str | None = None
+    token_file: str | None = None
+    source_file: str | None = None
+    interval_s: float = 30.0
+    jitter_s: float = 5.0
+    degraded_after_s: float = 300.0
+    refuse_after_s: float = 1800.0
+
+    def freshness(self) -> FreshnessPolicy:
+        """Raises: ConfigurationError (``RefuseAfter < DegradedAfter``, negative bounds)."""
+        return FreshnessPolicy(
+            degraded_after=timedelta(seconds=self.degraded_after_s),
+            refuse_after=timedelta(seconds=self.refuse_after_s),
+        )
+
+    @property
+    def has_source(self) -> bool:
+        return self.endpoint is not None or self.source_file is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "token_file": self.token_file,
+            "source_file": self.source_file,
+            "interval_s": self.interval_s,
+            "jitter_s": self.jitter_s,
+            "degraded_after_s": self.degraded_after_s,
+            "refuse_after_s": self.refuse_after_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> HostConfig:
+        """Raises: ConfigurationError."""
+        if not isinstance(d, dict):
+            raise ConfigurationError("host config must be an object")
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        known = set(defaults)
+        unknown = set(d) - known
+        if unknown:
+            raise ConfigurationError(f"host config has unknown field(s): {sorted(unknown)}")
+        out: dict[str, Any] = {}
+        for name in ("endpoint", "token_file", "source_file"):
+            v = d.get(name)
+            if v is not None and not isinstance(v, str):
+                raise ConfigurationError(f"host config {name} must be a string")
+            out[name] = v
+        for name in ("interval_s", "jitter_s", "degraded_after_s", "refuse_after_s"):
+            v = d.get(name, defaults[name])
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e9:
+                raise ConfigurationError(f"host config {name} must be a non-negative number")
+            out[name] = float(v)
+        config = cls(**out)
+        config.freshness()
+        return config
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptResult:
+    """What offering a snapshot to the cache did: ``adopted`` a newer revision, or found the
+    copy it already holds (``unchanged``)."""
+
+    snapshot: RulesetSnapshot
+    adopted: bool
+
+
+class HostCache:
+    """The snapshot cache in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    # -- trusted keys -------------------------------------------------------------------------
+
+    @property
+    def trusted_dir(self) -> Path:
+        return self.directory / _TRUSTED
+
+    def trust(self, public: signing.PublicKey) -> Path:
+        """Add a trusted signing key (idempotent); returns its file.
+
+        Raises:
+            HomeError: the cache directory cannot be written.
+        """
+        try:
+            self.trusted_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = self.trusted_dir / f"{public.key_id}.pub"
+            atomic_write(path, (public.to_text() + "\n").encode("ascii"))
+        except OSError as e:
+            raise HomeError(f"cannot write trusted key in {self.trusted_dir}: {e}") from e
+        return path
+
+    def trusted_keys(self) -> dict[str, signing.PublicKey]:
+        """Every trusted key by key id (a file whose name is not its key's id is ignored)."""
+        out: dict[str, signing.PublicKey] = {}
+        if not self.trusted_dir.is_dir():
+            return out
+        for path in sorted(self.trusted_dir.glob("*.pub")):
+            try:
+                key = signing.load_public_key(path)
+            except KeyFormatError:
+                continue
+            if path.stem == key.key_id:
+                out[key.key_id] = key
+        return out
+
+    def lookup(self) -> signing.KeyLookup:
+        """The key lookup :func:`verify_snapshot` takes, over the trusted keys."""
+        return signing.key_lookup(self.trusted_keys().values())
+
+    # -- the cached snapshot ------------------------------------------------------------------
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.directory / _SNAPSHOT
+
+    def load(self) -> RulesetSnapshot | None:
+        """The persisted last known-good snapshot, re-verified; ``None`` when there is none.
+
+        Raises:
+            SnapshotError: the copy on disk does not verify any more (e.g. its key was
+                untrusted, or the file was edited).
+        """
+        try:
+            data = read_limited(self.snapshot_path, MAX_SNAPSHOT_BYTES)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise SnapshotError(f"cannot read the cached snapshot: {e}") from e
+        try:
+            return verify_snapshot(data, lookup=self.lookup())
+        except SnapshotError as e:
+            raise SnapshotError(f"the cached snapshot no longer verifies: {e}") from e
+
+    def accept(self, data: bytes, *, now: datetime, source: str) -> AcceptResult:
+        """Verify ``data`` fully, refuse a rollback, then persist it atomically. The outcome
+        (success or the reason for refusal) is recorded for ``status``; on any failure the
+        last known-good copy is untouched.
+
+        Raises:
+            SnapshotFormatError, SnapshotVerificationError, RollbackError: refused.
+            SnapshotError: the held copy cannot be read, or the new one cannot be written.
+        """
+        try:
+            snap = verify_snapshot(data, lookup=self.lookup())
+            held = self.load()
+            adopted = check_succession(held, snap)
+            if adopted:
+                self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                try:
+                    atomic_write(self.snapshot_path, data)
+                except OSError as e:
+                    raise SnapshotError(f"cannot persist the snapshot: {e}") from e
+        except SnapshotError as e:
+            self.record_fetch(now=now, source=source, ok=False, detail=str(e))
+            raise
+        self.record_fetch(
+            now=now,
+            source=source,
+            ok=True,
+            detail=("adopted " if adopted else "unchanged ") + snap.ruleset_rev,
+        )
+        return AcceptResult(snapshot=snap, adopted=adopted)
+
+    # -- ages and status ----------------------------------------------------------------------
+
+    def current(self, *, now: datetime, config: HostConfig) -> tuple[RulesetSnapshot, Freshness]:
+        """The cached snapshot and its age, for deciding from it.
+
+        Raises:
+            SnapshotError: no cached snapshot, or it does not verify.
+            ExpiredError: older than RefuseAfter.
+            FutureSnapshotError: compiled in the future beyond the allowed skew.
+        """
+        snap = self.load()
+        if snap is None:
+            raise SnapshotError("the host has no cached snapshot (rensei host sync)")
+        fresh = config.freshness().judge(snap.ruleset_rev, compiled_moment(snap), now)
+        return snap, fresh
+
+    def record_fetch(self, *, now: datetime, source: str, ok: bool, detail: str) -> None:
+        """Remember the last fetch's outcome (best effort: a status that cannot be written
+        never turns a good fetch into a failure)."""
+        status = {"at": format_timestamp(now), "source": source, "ok": ok, "detail": detail}
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic_write(self.directory / _STATUS, json.dumps(status).encode("utf-8"))
+        except OSError:
+            return
+
+    def last_fetch(self) -> dict[str, Any] | None:
+        try:
+            data = read_limited(self.directory / _STATUS, _MAX_SMALL_FILE)
+            value = json.loads(data)
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def config(self) -> HostConfig:
+        """The host configuration (defaults when none was written).
+
+        Raises:
+            ConfigurationError: the file is unreadable or invalid.
+        """
+        try:
+            data = read_limited(self.directory / _CONFIG, _MAX_SMALL_FILE)
+        except FileNotFoundError:
+            return HostConfig()
+        except (OSError, ValueError) as e:
+            raise ConfigurationError(f"cannot read host config: {e}") from e
+        try:
+            return HostConfig.from_dict(json.loads(data))
+        except ValueError as e:
+            raise ConfigurationError(f"host config is not JSON: {e}") from e
+
+    def save_config(self, config: HostConfig) -> None:
+        """Raises: HomeError."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic_write(
+                self.directory / _CONFIG,
+                json.dumps(config.to_dict(), indent=2).encode("utf-8"),
+                mode=0o600,
+            )
+        except OSError as e:
+            raise HomeError(f"cannot write host config in {self.directory}: {e}") from e
+
+
+def token_from_file(path: str) -> str:
+    """A bearer token file's text (one line).
+
+    Raises:
+        ConfigurationError: unreadable, empty or too large.
+    """
+    try:
+        data = read_limited(Path(path), 4096)
+    except (OSError, ValueError) as e:
+        raise ConfigurationError(f"cannot read token file {path}: {e}") from e
+    token = data.decode("ascii", errors="replace").strip()
+    if not token or any(c.isspace() for c in token):
+        raise ConfigurationError(f"token file {path} holds no single-line token")
+    return token
+
+
+def mode_is_private(path: Path) -> bool:
+    """Whether ``path`` is readable by its owner only."""
+    return (os.stat(path).st_mode & 0o077) == 0

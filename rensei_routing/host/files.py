@@ -1,0 +1,90 @@
+"""Crash-safe small files: write a temp file, fsync it, rename over the target, fsync the
+directory. A crash at any point leaves the old file or the new one, never half of either.
+
+Adapter: file I/O only; decides nothing about what is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+__all__ = ["atomic_write", "fsync_dir", "read_limited"]
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it is durable (best effort where unsupported)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Raises:
+        OSError: the file could not be written (the old file, if any, is untouched).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def read_limited(path: Path, limit: int) -> bytes:
+    """Read at most ``limit`` bytes of ``path``.
+
+    Raises:
+        OSError: unreadable; ``ValueError``: larger than ``limit``.
+    """
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def create_private(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data``, mode 0600, only if it does not exist (never overwritten,
+    never written through a symlink). Returns whether this call created it.
+
+    Raises:
+        OSError: the file could not be written.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        fsync_dir(path.parent)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

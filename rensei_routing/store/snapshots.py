@@ -1,0 +1,315 @@
+"""The control side of ruleset snapshots in SQLite: the org's live data (one row per load) and
+the compiled, signed snapshots (one row per revision).
+
+Adapter: owns the ``org_data`` and ``ruleset_snapshots`` tables. It never reads the clock (the
+caller passes ``saved_at`` / ``compiled_at``), signs only through the callable it is given, and
+publishes nothing a validator refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from ..core.canonical import SHA256_PREFIX, canonical_bytes
+from ..core.org import OrgData, ValidatorResult, compile_sections, run_builtin_validators
+from ..core.policy import PolicySnapshot
+from ..core.snapshot import RulesetSnapshot, check_succession, seal, verify_snapshot
+from ..errors import (
+    InputError,
+    NotFoundError,
+    SnapshotError,
+    SnapshotValidationError,
+    StoreError,
+)
+
+__all__ = ["CompileResult", "OrgStore", "SnapshotInfo", "SnapshotStore"]
+
+#: ``validator(sections) -> results``: extra validators (plugins) run after the built-in ones.
+ExtraValidators = Callable[[Mapping[str, Any]], Iterable[ValidatorResult]]
+
+
+def _as_bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise StoreError(f"stored body has type {type(value).__name__}, not BLOB")
+
+
+class OrgStore:
+    """The org's live data over one apsw connection (a writer for ``save``)."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def save(self, org: OrgData, *, saved_at: str) -> int:
+        """Store ``org`` as the next org-data revision; return it.
+
+        Raises:
+            StoreError: the database could not be written (nothing is).
+        """
+        body = canonical_bytes(org.to_dict())
+        digest = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
+        try:
+            with self._conn:
+                last = self._conn.execute("SELECT max(revision) FROM org_data").get
+                revision = 1 if last is None else int(last) + 1
+                self._conn.execute(
+                    "INSERT INTO org_data(revision, content_hash, body, saved_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (revision, digest, body, saved_at),
+                )
+        except apsw.Error as e:
+            raise StoreError(f"cannot save org data: {e}") from e
+        return revision
+
+    def load(self) -> tuple[int, OrgData]:
+        """The current org data and its revision; ``(0, OrgData())`` when none was loaded.
+
+        Raises:
+            StoreError: unreadable, or the stored bytes do not match their hash.
+        """
+        try:
+            row = self._conn.execute(
+                "SELECT revision, content_hash, body FROM org_data ORDER BY revision DESC LIMIT 1"
+            ).fetchone()
+        except apsw.Error as e:
+            raise StoreError(f"cannot read org data: {e}") from e
+        if row is None:
+            return 0, OrgData()
+        revision, digest, body = int(row[0]), str(row[1]), _as_bytes(row[2])
+        if SHA256_PREFIX + hashlib.sha256(body).hexdigest() != digest:
+            raise StoreError(f"org data revision {revision} does not match its content hash")
+        try:
+            return revision, OrgData.from_dict(json.loads(body.decode("utf-8")))
+        except (ValueError, InputError, RecursionError) as e:
+            raise StoreError(f"org data revision {revision} is unreadable: {e}") from e
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotInfo:
+    """One stored snapshot row, without its sections."""
+
+    ruleset_rev: str
+    revision: int
+    content_hash: str
+    compiled_at: str
+    size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rulesetRev": self.ruleset_rev,
+            "revision": self.revision,
+            "contentHash": self.content_hash,
+            "compiledAt": self.compiled_at,
+            "size": self.size,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompileResult:
+    """A published snapshot and every validator's verdict."""
+
+    snapshot: RulesetSnapshot
+    validators: tuple[ValidatorResult, ...]
+
+
+class SnapshotStore:
+    """Compiled snapshots of one org over one apsw connection (a writer for ``compile``)."""
+
+    def __init__(self, conn: apsw.Connection, *, org_id: str) -> None:
+        self._conn = conn
+        self.org_id = org_id
+
+    def compile(
+        self,
+        *,
+        policies: PolicySnapshot,
+        policy_state: str,
+        org: OrgData,
+        org_revision: int,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Callable[[bytes], bytes],
+        extra_validators: ExtraValidators | None = None,
+    ) -> CompileResult:
+        """Compile the five sections, run the validators, and publish the next revision
+        signed with ``sign``, all in one write transaction. A failing validator publishes
+        nothing.
+
+        Raises:
+            SnapshotValidationError: naming every failing validator and its problems.
+            StoreError: the database could not be written.
+        """
+        sections = compile_sections(org, policies)
+        results = list(run_builtin_validators(sections, policies, policy_state=policy_state))
+        if extra_validators is not None:
+            results.extend(extra_validators(sections))
+        failed = [r for r in results if not r.ok]
+        if failed:
+            raise SnapshotValidationError(tuple(failed))
+        try:
+            with self._conn:
+                last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
+                revision = 1 if last is None else int(last) + 1
+                snap = seal(
+                    org_id=self.org_id,
+                    revision=revision,
+                    compiled_at=compiled_at,
+                    sections=sections,
+                    signing_key_id=signing_key_id,
+                    sign=sign,
+                    validators=tuple(r.name for r in results),
+                )
+                self._conn.execute(
+                    "INSERT INTO ruleset_snapshots(revision, ruleset_rev, content_hash, "
+                    "compiled_at, policy_revision, org_revision, envelope) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        revision,
+                        snap.ruleset_rev,
+                        snap.content_hash,
+                        compiled_at,
+                        policies.revision,
+                        org_revision,
+                        snap.to_bytes(),
+                    ),
+                )
+        except apsw.Error as e:
+            raise StoreError(f"cannot store the compiled snapshot: {e}") from e
+        return CompileResult(snapshot=snap, validators=tuple(results))
+
+    def reseal(
+        self,
+        *,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Callable[[bytes], bytes],
+        lookup: Callable[[str], Callable[[bytes, bytes], bool] | None],
+    ) -> RulesetSnapshot:
+        """Re-sign the latest snapshot, unchanged but for a later ``compiledAt`` (the heartbeat
+        that keeps hosts fresh while nothing changes; hosts adopt it because its content hash
+        equals the one they hold). The row is updated in place: no new revision.
+
+        Raises:
+            NotFoundError: nothing was compiled yet.
+            SnapshotError: the stored snapshot does not verify, or ``compiled_at`` is not
+                later than its own.
+            StoreError: the database could not be written.
+        """
+        try:
+            with self._conn:
+                held = self.load(lookup=lookup)
+                fresh = seal(
+                    org_id=held.org_id,
+                    revision=held.revision,
+                    compiled_at=compiled_at,
+                    sections=held.sections,
+                    signing_key_id=signing_key_id,
+                    sign=sign,
+                    validators=held.validators,
+                )
+                if not check_succession(held, fresh):
+                    raise SnapshotError(
+                        f"compiledAt {compiled_at} is not later than {held.compiled_at}"
+                    )
+                self._conn.execute(
+                    "UPDATE ruleset_snapshots SET compiled_at = ?, envelope = ? "
+                    "WHERE revision = ?",
+                    (compiled_at, fresh.to_bytes(), held.revision),
+                )
+        except apsw.Error as e:
+            raise StoreError(f"cannot re-seal the snapshot: {e}") from e
+        return fresh
+
+    def envelope(self, revision: int | None = None) -> bytes:
+        """The exact stored (served) bytes of the current snapshot or of ``revision``.
+
+        Raises:
+            NotFoundError: no such snapshot (or none compiled yet).
+            StoreError: the database could not be read.
+        """
+        args: tuple[Any, ...] = ()
+        if revision is None:
+            sql = "SELECT envelope FROM ruleset_snapshots ORDER BY revision DESC LIMIT 1"
+        else:
+            sql, args = "SELECT envelope FROM ruleset_snapshots WHERE revision = ?", (revision,)
+        try:
+            row = self._conn.execute(sql, args).fetchone()
+        except OverflowError as e:
+            raise NotFoundError(f"no snapshot revision {revision}") from e
+        except apsw.Error as e:
+            raise StoreError(f"cannot read snapshots: {e}") from e
+        if row is None:
+            raise NotFoundError(
+                "no snapshot has been compiled"
+                if revision is None
+                else f"no snapshot revision {revision}"
+            )
+        return _as_bytes(row[0])
+
+    def load(
+        self,
+        revision: int | None = None,
+        *,
+        lookup: Callable[[str], Callable[[bytes, bytes], bool] | None],
+    ) -> RulesetSnapshot:
+        """A stored snapshot, verified like any other (the store is not trusted blindly).
+
+        Raises:
+            NotFoundError, StoreError, SnapshotError.
+        """
+        data = self.envelope(revision)
+        try:
+            return verify_snapshot(data, lookup=lookup)
+        except SnapshotError as e:
+            raise SnapshotError(f"stored snapshot does not verify: {e}") from e
+
+    def compiled_from(self) -> tuple[int, int] | None:
+        """``(policy revision, org-data revision)`` the latest snapshot was compiled from, or
+        ``None`` when none was compiled.
+
+        Raises:
+            StoreError: the database could not be read.
+        """
+        try:
+            row = self._conn.execute(
+                "SELECT policy_revision, org_revision FROM ruleset_snapshots "
+                "ORDER BY revision DESC LIMIT 1"
+            ).fetchone()
+        except apsw.Error as e:
+            raise StoreError(f"cannot read snapshots: {e}") from e
+        return None if row is None else (int(str(row[0])), int(str(row[1])))
+
+    def history(self) -> list[SnapshotInfo]:
+        """Every compiled snapshot, oldest first.
+
+        Raises:
+            StoreError: the database could not be read.
+        """
+        try:
+            rows = self._conn.execute(
+                "SELECT ruleset_rev, revision, content_hash, compiled_at, length(envelope) "
+                "FROM ruleset_snapshots ORDER BY revision"
+            ).fetchall()
+        except apsw.Error as e:
+            raise StoreError(f"cannot read snapshots: {e}") from e
+        out = []
+        for rev_id, revision, digest, compiled_at, size in rows:
+            assert isinstance(revision, int) and isinstance(size, int)  # STRICT INTEGER columns
+            out.append(
+                SnapshotInfo(
+                    ruleset_rev=str(rev_id),
+                    revision=revision,
+                    content_hash=str(digest),
+                    compiled_at=str(compiled_at),
+                    size=size,
+                )
+            )
+        return out
