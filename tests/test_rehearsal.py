@@ -1,0 +1,201 @@
+"""The outage rehearsal of document 000, automated, with real processes: a real `rensei serve`
+on loopback, a real `rensei host run` polling it, claims from the command line, and an injected
+clock (RENSEI_REHEARSAL_CLOCK_OFFSET_S) to cross DegradedAfter and RefuseAfter. It also reaches
+what the document admits its own rehearsal did not: a permission-denied claim refusing against
+the cached snapshot, an admitted claim continuing through the outage, and ExpiredError firing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ORG: dict[str, Any] = {
+    "capacityProfiles": {
+        "profiles": [{"id": "general", "pools": ["pool-a"]}, {"id": "batch", "pools": ["pool-b"]}],
+        "grants": [{"profile": "general"}, {"profile": "batch"}],
+    },
+    "poolHostInventory": {
+        "pools": [{"id": "pool-a", "status": "active"}, {"id": "pool-b", "status": "active"}],
+        "hosts": [{"id": "h1", "pool": "pool-a"}],
+    },
+}
+EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
+
+
+def _env(offset: float = 0) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RENSEI_HOME"}
+    if offset:
+        env["RENSEI_REHEARSAL_CLOCK_OFFSET_S"] = str(offset)
+    return env
+
+
+def rensei(*args: str, offset: float = 0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "rensei_routing.cli", *args],
+        capture_output=True,
+        text=True,
+        env=_env(offset),
+        timeout=60,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"rensei {' '.join(args)}: {done.returncode}\n{done.stderr}")
+    return done
+
+
+@contextmanager
+def background(*args: str) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rensei_routing.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def _serve(control: Path, port: int = 0) -> tuple[subprocess.Popen[str], int, Any]:
+    ctx = background("serve", "--home", str(control), "--port", str(port))
+    proc = ctx.__enter__()
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+    assert found, line
+    return proc, int(found.group(1)), ctx
+
+
+def _stop(proc: subprocess.Popen[str], ctx: Any) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0  # graceful shutdown on SIGTERM
+    ctx.__exit__(None, None, None)
+
+
+def _status(host: Path, offset: float = 0) -> dict[str, Any]:
+    return json.loads(rensei("host", "status", "--home", str(host), "--json", offset=offset).stdout)
+
+
+def _wait_for(predicate: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def _claim(host: Path, pool: str, offset: float = 0) -> subprocess.CompletedProcess[str]:
+    return rensei(
+        "host", "claim", "--pool", pool, "--home", str(host), "--json", offset=offset, check=False
+    )
+
+
+def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
+    control, host = tmp_path / "control", tmp_path / "host"
+    org_file = tmp_path / "org.json"
+    org_file.write_text(json.dumps(ORG))
+    rensei("init", "--home", str(control), "--org", "org_a1b2c3")
+    rensei("org", "load", str(org_file), "--home", str(control))
+    rensei("policy", "save", str(EXAMPLES / "policies.json"), "--home", str(control))
+    rensei("snapshot", "compile", "--home", str(control))
+    rensei("init", "--home", str(host))
+    rensei("host", "trust", str(control / "keys" / "host.pub"), "--home", str(host))
+    token = control / "keys" / "serve.token"
+
+    serve, port, serve_ctx = _serve(control)
+    endpoint = f"http://127.0.0.1:{port}"
+    rensei("host", "sync", "--endpoint", endpoint, "--token-file", str(token), "--home", str(host))
+    assert _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@1"
+
+    with background("host", "run", "--interval", "0.2", "--jitter", "0", "--home", str(host)):
+        # a claim admitted before the outage (the in-flight work of the rehearsal)
+        assert _claim(host, "pool-a").returncode == 0
+        assert _claim(host, "pool-b").returncode == 0
+        # revoke pool-b's grant before the outage: served from a background recompile, and the
+        # polling host adopts it
+        revoked = json.loads(json.dumps(ORG))
+        revoked["capacityProfiles"]["grants"] = [{"profile": "general"}]
+        org_file.write_text(json.dumps(revoked))
+        rensei("org", "load", str(org_file), "--home", str(control))
+        _wait_for(lambda: _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@2")
+
+        # the outage: the endpoint becomes unreachable
+        _stop(serve, serve_ctx)
+        _wait_for(lambda: (_status(host)["lastFetch"] or {}).get("ok") is False)
+        assert _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@2"
+
+    # the host restarts mid-outage and still serves the same revision, from its disk copy
+    with background("host", "run", "--interval", "0.2", "--jitter", "0", "--home", str(host)):
+        time.sleep(0.6)
+        status = _status(host)
+        assert status["snapshot"]["rulesetRev"] == "org_a1b2c3@2"
+        assert status["lastFetch"]["ok"] is False
+        assert "cannot fetch" in status["lastFetch"]["detail"]
+
+    # cross DegradedAfter (5 min): still admitting, flagged; the revoked grant refuses
+    degraded = _status(host, offset=400)["snapshot"]
+    assert degraded["state"] == "degraded" and degraded["degraded"] is True
+    line = rensei("host", "status", "--home", str(host), offset=400).stdout
+    assert re.search(r"^Ruleset snapshot: org_a1b2c3@2 \(age 6m\d\ds\) \(degraded\)$", line, re.M)
+    admitted = _claim(host, "pool-a", offset=400)
+    assert admitted.returncode == 0, admitted.stderr
+    record = json.loads(admitted.stdout)
+    assert (record["admitted"], record["degraded"], record["rulesetRev"]) == (
+        True,
+        True,
+        "org_a1b2c3@2",
+    )
+    refused = _claim(host, "pool-b", offset=400)
+    assert refused.returncode == 1 and "pool-not-granted" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    # cross RefuseAfter (30 min): a loud, typed refusal carrying revision, age and bound
+    expired = _claim(host, "pool-a", offset=1900)
+    assert expired.returncode == 1
+    assert "org_a1b2c3@2" in expired.stderr and "RefuseAfter (1800s)" in expired.stderr
+    assert _status(host, offset=1900)["snapshot"]["state"] == "expired"
+
+    # restore: the control side recompiles, the endpoint comes back, the next poll advances
+    serve, _, serve_ctx = _serve(control, port)
+    rensei("policy", "save", str(EXAMPLES / "policies.json"), "--home", str(control))
+    with background("host", "run", "--interval", "0.2", "--jitter", "0", "--home", str(host)):
+        _wait_for(lambda: _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@3")
+    assert _status(host)["lastFetch"]["ok"] is True
+    _stop(serve, serve_ctx)
+
+    # every claim decision is in the host's audit log with its snapshot fields, and it verifies
+    rensei("audit", "verify", "--home", str(host))
+    tail = json.loads(rensei("audit", "tail", "-n", "20", "--json", "--home", str(host)).stdout)
+    claims = [r["payload"] for r in tail if r["payload"].get("record_type") == "claim-decision"]
+    assert [(c["pool_id"], c["admitted"], c["reason"]) for c in claims] == [
+        ("pool-a", True, "granted"),
+        ("pool-b", True, "granted"),
+        ("pool-a", True, "granted"),
+        ("pool-b", False, "pool-not-granted"),
+        ("pool-a", False, "snapshot-expired"),
+    ]
+    assert all({"rulesetRev", "snapshotAgeMs", "degraded"} <= set(c) for c in claims)
