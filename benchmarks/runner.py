@@ -18,18 +18,26 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import bench_append, bench_cli, bench_policies, bench_resolution, bench_verify
+from . import (
+    bench_append,
+    bench_cli,
+    bench_policies,
+    bench_resolution,
+    bench_snapshot,
+    bench_verify,
+)
 from .harness import BenchResult, CheckError, Config, format_table, machine_info
 
 __all__ = ["BENCHMARKS", "DEFAULT_OUT", "main"]
 
-#: Every benchmark, in run order. Snapshot compile/verify benchmarks will join here.
+#: Every benchmark, in run order.
 BENCHMARKS: tuple[ModuleType, ...] = (
     bench_resolution,
     bench_append,
     bench_verify,
     bench_policies,
     bench_cli,
+    bench_snapshot,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

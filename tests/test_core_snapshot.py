@@ -327,3 +327,28 @@ def test_live_shape_is_distinct() -> None:
         "degraded": False,
     }
     assert [format_age(ms) for ms in (45_000, 192_000, 3_720_000)] == ["45s", "3m12s", "1h02m"]
+
+
+def test_a_pretty_printed_copy_verifies_through_the_strict_path() -> None:
+    snap = _seal()
+    pretty = json.dumps(json.loads(snap.to_bytes()), indent=2, sort_keys=False).encode()
+    assert pretty != snap.to_bytes()
+    assert verify_snapshot(b"\n " + pretty + b"\n", lookup=_lookup(KEY)) == snap
+
+
+def test_a_duplicate_key_inside_the_sections_is_refused() -> None:
+    doc = _doc(_seal())
+    text = json.dumps(doc, indent=1)
+    # smuggle a second "pools" into the inventory: a last-wins parser would read another set
+    forged = text.replace('"pools": [', '"pools": [], "pools": [', 1).encode()
+    with pytest.raises(SnapshotVerificationError, match="duplicate key"):
+        verify_snapshot(forged, lookup=_lookup(KEY))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a":1,}', '{"a" 1}', '{"a":1 "b":2}', "{} x", '{"a":1', "{1:2}", "  [ ]"],
+)
+def test_the_top_level_scanner_refuses_malformed_objects(text: str) -> None:
+    with pytest.raises(SnapshotFormatError):
+        verify_snapshot(text.encode(), lookup=_lookup(KEY))

@@ -239,6 +239,60 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_PLAIN: Final = json.JSONDecoder(parse_constant=_refuse_constant)
+_STRICT: Final = json.JSONDecoder(
+    object_pairs_hook=_no_duplicate_keys, parse_constant=_refuse_constant
+)
+
+
+def _skip(text: str, idx: int) -> int:
+    """The index of the first non-whitespace character at or after ``idx``."""
+    while idx < len(text) and text[idx] in " \t\n\r":
+        idx += 1
+    return idx
+
+
+def _scan_top(text: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Parse a top-level JSON object field by field, refusing duplicate top-level keys, and
+    return it with the exact source text of each value (so the sections' signed bytes can be
+    hashed as they arrived, without re-encoding megabytes of JSON).
+
+    Raises:
+        ValueError: not a JSON object, or not valid JSON.
+    """
+    idx = _skip(text, 0)
+    if text[idx : idx + 1] != "{":
+        raise ValueError("not a JSON object")
+    idx = _skip(text, idx + 1)
+    out: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    if text[idx : idx + 1] == "}":
+        idx = _skip(text, idx + 1)
+    else:
+        while True:
+            if text[idx : idx + 1] != '"':
+                raise ValueError(f"expected a field name at {idx}")
+            key, idx = _PLAIN.raw_decode(text, idx)
+            idx = _skip(text, idx)
+            if text[idx : idx + 1] != ":":
+                raise ValueError(f"expected ':' at {idx}")
+            idx = _skip(text, idx + 1)
+            value, end = _PLAIN.raw_decode(text, idx)
+            if key in out:
+                raise ValueError(f"duplicate key {key!r}")
+            out[key], raw[key] = value, text[idx:end]
+            idx = _skip(text, end)
+            sep = text[idx : idx + 1]
+            idx = _skip(text, idx + 1)
+            if sep == "}":
+                break
+            if sep != ",":
+                raise ValueError(f"expected ',' or '}}' at {idx}")
+    if idx != len(text):
+        raise ValueError(f"extra data after the object at {idx}")
+    return out, raw
+
+
 def parse_snapshot(data: bytes) -> dict[str, Any]:
     """Step 1 (parse) and 2 (shape) of verification: bytes -> the envelope's fields, typed but
     not yet trusted.
@@ -247,20 +301,19 @@ def parse_snapshot(data: bytes) -> dict[str, Any]:
         SnapshotFormatError: too large, not UTF-8 JSON, a duplicate key, NaN, or a missing,
             unknown or mistyped field.
     """
+    return _parse(data)[0]
+
+
+def _parse(data: bytes) -> tuple[dict[str, Any], str]:
+    """:func:`parse_snapshot`, plus the sections' source text."""
     if len(data) > MAX_SNAPSHOT_BYTES:
         raise SnapshotFormatError(f"snapshot is larger than {MAX_SNAPSHOT_BYTES} bytes")
     try:
-        doc = json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=_no_duplicate_keys,
-            parse_constant=_refuse_constant,
-        )
+        doc, raw = _scan_top(data.decode("utf-8"))
     except RecursionError as e:
         raise SnapshotFormatError("snapshot is not valid JSON: nested too deeply") from e
     except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, duplicate keys
         raise SnapshotFormatError(f"snapshot is not valid JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise SnapshotFormatError("snapshot is not a JSON object")
     missing = sorted(_ENVELOPE_FIELDS - set(doc))
     if missing:
         raise SnapshotFormatError(f"snapshot is missing field(s): {', '.join(missing)}")
@@ -285,7 +338,7 @@ def parse_snapshot(data: bytes) -> dict[str, Any]:
     ):
         raise SnapshotFormatError("validators must be an array of strings")
     _check_header_values(doc["orgId"], doc["revision"], doc["signingKeyId"])
-    return doc
+    return doc, raw["sections"]
 
 
 def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
@@ -299,7 +352,7 @@ def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
         SnapshotFormatError: the bytes are not a well-formed envelope.
         SnapshotVerificationError: a check failed; ``reason`` is its code.
     """
-    doc = parse_snapshot(data)
+    doc, raw_sections = _parse(data)
     if doc["algorithm"] != ALGORITHM:
         raise SnapshotVerificationError(
             "algorithm", f"algorithm {doc['algorithm']!r} is not {ALGORITHM!r}"
@@ -314,7 +367,7 @@ def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
         raise SnapshotVerificationError("content-hash", "contentHash is not 64 hex digits")
     sections = doc["sections"]
     try:
-        actual = content_hash(sections)
+        actual = _sections_hash(raw_sections, doc["contentHash"])
     except SnapshotFormatError as e:
         raise SnapshotVerificationError("content-hash", str(e)) from e
     except CanonicalEncodingError as e:  # e.g. an integer beyond 2^53: cannot be hashed
@@ -353,6 +406,28 @@ def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
     return RulesetSnapshot(
         header=header, signature=signature, validators=tuple(doc["validators"]), sections=full
     )
+
+
+def _sections_hash(raw: str, declared: str) -> str:
+    """The content hash of sections that arrived as ``raw`` text. Served and exported
+    snapshots are RFC 8785 bytes, so the sections' text is their canonical form and hashing it
+    as it arrived is enough (the hash matching proves these are the signed bytes); otherwise
+    (e.g. a pretty-printed copy) the sections are parsed strictly and re-encoded.
+
+    Raises:
+        SnapshotFormatError: an unknown section or a duplicate key.
+        CanonicalEncodingError: a value RFC 8785 cannot encode.
+    """
+    fast = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    if fast == declared:
+        return fast
+    try:
+        sections = _STRICT.decode(raw)
+    except RecursionError as e:
+        raise SnapshotFormatError("sections are nested too deeply") from e
+    except ValueError as e:
+        raise SnapshotFormatError(f"sections are not valid JSON: {e}") from e
+    return content_hash(sections)
 
 
 def check_succession(current: RulesetSnapshot | None, candidate: RulesetSnapshot) -> bool:
