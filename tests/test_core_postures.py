@@ -222,3 +222,28 @@ def test_claim_gate(pool: str, project: str | None, admitted: bool, reason: str)
 )
 def test_claim_gate_on_malformed_sections_refuses(sections: Mapping[str, Any]) -> None:
     assert not ClaimGate(sections).check("pool-a")
+
+
+def test_bandit_over_a_snapshot_posterior_summary() -> None:
+    from rensei_routing.core.postures import posterior_of
+
+    sections = {
+        "posteriorSummary": {
+            "arms": [{"arm": "a", "alpha": 1, "beta": 50}, {"arm": "b", "alpha": 50, "beta": 1}]
+        }
+    }
+    picks = {
+        choose_arm(
+            arms=["a", "b"],
+            deterministic="a",
+            seed=s,
+            read_posterior=lambda: posterior_of(sections),
+        ).arm
+        for s in range(20)
+    }
+    assert picks == {"b"}
+    # a snapshot without a posterior summary: the deterministic choice
+    fallback = choose_arm(
+        arms=["a", "b"], deterministic="a", seed=1, read_posterior=lambda: posterior_of({})
+    )
+    assert (fallback.arm, fallback.reason) == ("a", "sampler-failed")

@@ -30,7 +30,10 @@ __all__ = [
     "Posture",
     "admit_budget",
     "authorize",
+    "budget_verdict",
     "choose_arm",
+    "local_cap_verdict",
+    "posterior_of",
 ]
 
 
@@ -140,6 +143,18 @@ def admit_budget(
     local cap decides (``local_inflight < local_cap``); never an unbounded fallback, never a
     substitute for the counter.
     """
+    verdict = budget_verdict(
+        read_counter=read_counter, limit=limit, read_live_signal=read_live_signal
+    )
+    return verdict if verdict is not None else local_cap_verdict(local_inflight, local_cap)
+
+
+def budget_verdict(
+    *, read_counter: Callable[[], int], limit: int, read_live_signal: Callable[[], bool]
+) -> BudgetResult | None:
+    """The first step of :func:`admit_budget`: the verdict of the counter and the live signal,
+    or ``None`` when the signal could not be read and the local cap must decide (the store
+    counts the cap atomically, so the adapter runs the second step inside its transaction)."""
     try:
         used = read_counter()
     except Exception as e:  # the authoritative counter fails closed
@@ -152,22 +167,26 @@ def admit_budget(
         return BudgetResult(admitted=False, reason="over-limit", detail=f"{used} >= {limit}")
     try:
         healthy = read_live_signal()
-    except Exception as e:  # only this signal falls back, to the local cap
-        if local_inflight < local_cap:
-            return BudgetResult(
-                admitted=True,
-                reason="local-cap",
-                detail=f"live signal unavailable ({type(e).__name__}); "
-                f"{local_inflight} < local cap {local_cap}",
-            )
-        return BudgetResult(
-            admitted=False,
-            reason="local-cap-reached",
-            detail=f"live signal unavailable; {local_inflight} >= local cap {local_cap}",
-        )
+    except Exception:  # only this signal falls back, to the local cap
+        return None
     if healthy is not True:
         return BudgetResult(admitted=False, reason="live-signal-throttled")
     return BudgetResult(admitted=True, reason="within-limit")
+
+
+def local_cap_verdict(inflight: int, cap: int) -> BudgetResult:
+    """The bounded fallback: admit while ``inflight < cap``."""
+    if inflight < cap:
+        return BudgetResult(
+            admitted=True,
+            reason="local-cap",
+            detail=f"live signal unavailable; {inflight} < local cap {cap}",
+        )
+    return BudgetResult(
+        admitted=False,
+        reason="local-cap-reached",
+        detail=f"live signal unavailable; {inflight} >= local cap {cap}",
+    )
 
 
 # -- bandit: fail open, deterministically -------------------------------------------------------
@@ -217,6 +236,18 @@ def choose_arm(
     if best is None:
         return BanditChoice(arm=deterministic, mode="deterministic", reason="no-prior")
     return BanditChoice(arm=best[1], mode="sampled")
+
+
+def posterior_of(sections: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The snapshot's posterior summary as ``{arm: {"alpha", "beta"}}`` for :func:`choose_arm`.
+
+    Raises:
+        KeyError: the snapshot carries no posterior summary (the sampler then falls back).
+    """
+    summary = sections.get("posteriorSummary")
+    if not isinstance(summary, Mapping) or not isinstance(summary.get("arms"), list):
+        raise KeyError("posteriorSummary")
+    return {a["arm"]: a for a in summary["arms"] if isinstance(a, Mapping) and "arm" in a}
 
 
 def _positive(value: Any) -> bool:

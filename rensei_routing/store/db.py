@@ -59,7 +59,8 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         note TEXT NOT NULL
     ) STRICT;
     """,
-    # 2: the org's live data and the compiled, signed ruleset snapshots (document 000).
+    # 2: the org's live data, the compiled, signed ruleset snapshots (document 000), and the
+    #    per-project local caps of the budget posture.
     """
     CREATE TABLE org_data(
         revision INTEGER PRIMARY KEY,
@@ -75,6 +76,10 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         policy_revision INTEGER NOT NULL,
         org_revision INTEGER NOT NULL,
         envelope BLOB NOT NULL
+    ) STRICT;
+    CREATE TABLE local_caps(
+        project TEXT PRIMARY KEY,
+        inflight INTEGER NOT NULL CHECK (inflight >= 0)
     ) STRICT;
     """,
 )
