@@ -30,7 +30,7 @@ def _fails_cleanly(result: Result, code: int = 1) -> str:
 
 def _rows(home: Path, table: str) -> int:
     with closing(Home(home).connect()) as conn:
-        value = conn.execute(f"SELECT count(*) FROM {table}").get  # noqa: S608 - fixed names
+        value = conn.execute(f"SELECT count(*) FROM {table}").get
     assert isinstance(value, int)
     return value
 
@@ -89,7 +89,7 @@ def test_compile_show_history_export_verify(home: Path, runner: CliRunner, tmp_p
     assert out.exit_code == 0
     compiled = json.loads(out.stdout)
     assert compiled["rulesetRev"] == "org_a1b2c3@1"
-    assert [v["name"] for v in compiled["validators"]][0] == "policy-set-valid"
+    assert compiled["validators"][0]["name"] == "policy-set-valid"
     again = json.loads(_run(runner, "snapshot", "compile", "--home", str(home), "--json").stdout)
     # two compiles over the same data: same content, next revision
     assert again["contentHash"] == compiled["contentHash"] and again["rulesetRev"].endswith("@2")
