@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
@@ -17,10 +17,21 @@ from typing import Final
 import pluggy
 
 from . import hookspecs
-from .core.shadow import Seam
-from .errors import PluginError, UnknownSeamError
+from .core.shadow import Seam, Stage
+from .errors import InputError, PluginError, UnknownSeamError
 
-__all__ = ["DEFAULT_PLUGINS", "SeamRegistry", "get_plugin_manager", "seam_registry"]
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "UNCLASSIFIED",
+    "SeamRegistry",
+    "get_plugin_manager",
+    "safe_classify",
+    "seam_registry",
+]
+
+#: The mechanism of a spawn whose seam classifier raised or answered nonsense.
+UNCLASSIFIED: Final = "unclassified"
+_MAX_DETAIL: Final = 1024
 
 #: Built-in plugins, registered like any installed one.
 DEFAULT_PLUGINS: Final[tuple[str, ...]] = ("rensei_routing.default_plugins.seams",)
@@ -97,3 +108,40 @@ def seam_registry(pm: pluggy.PluginManager) -> SeamRegistry:
         MappingProxyType({n: seams[n] for n in ordered}),
         MappingProxyType({n: owners[n] for n in ordered}),
     )
+
+
+def safe_classify(registry: SeamRegistry, seam_name: str, stages: Sequence[Stage]) -> Stage:
+    """The stage that decided a spawn's route, by the seam's own classifier; never lets a plugin
+    break the spawn.
+
+    A classifier that raises (any ``Exception``), returns something other than a
+    :class:`Stage`, or returns a stage whose mechanism is not among the stages it was given,
+    yields ``Stage(mechanism="unclassified", provider=<the last stage's provider>,
+    detail="<what went wrong> in plugin '<owner>': ...")``, so the shadow record says so.
+
+    Raises:
+        UnknownSeamError: no seam of that name is registered (the caller's mistake).
+        InputError: ``stages`` is empty (a legacy route names at least one stage).
+    """
+    seam = registry.get(seam_name)
+    if not stages:
+        raise InputError("a legacy route must name at least one stage")
+    owner = registry.owners.get(seam_name, "?")
+    try:
+        result: object = seam.classifier(stages)
+    except Exception as e:  # a plugin must never break a spawn
+        problem = f"{type(e).__name__} in plugin {owner!r}: {e}"
+    else:
+        if not isinstance(result, Stage):
+            problem = (
+                f"WrongReturnType in plugin {owner!r}: classifier of seam {seam_name!r} "
+                f"returned {type(result).__name__}, not a Stage"
+            )
+        elif result.mechanism not in {s.mechanism for s in stages}:
+            problem = (
+                f"WrongReturnValue in plugin {owner!r}: classifier of seam {seam_name!r} "
+                f"named mechanism {result.mechanism!r}, which is not among the stages applied"
+            )
+        else:
+            return result
+    return Stage(mechanism=UNCLASSIFIED, provider=stages[-1].provider, detail=problem[:_MAX_DETAIL])
