@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import click
+import pluggy
 
 from ..core.redact import Redactor
 from ..core.vocabulary import Vocabulary
-from ..plugins import RenseiPluginManager, get_plugin_manager, plugin_commands, redactor, vocabulary
+from ..plugins import get_plugin_manager, plugin_commands, redactor, vocabulary
 
 _NO_PLUGINS = "rensei_routing.no_plugins"
 _SESSION = "rensei_routing.session"
@@ -19,15 +20,15 @@ _SESSION = "rensei_routing.session"
 class Session:
     """Lazily built plugin state of one CLI invocation (a cache, not a value)."""
 
-    def __init__(self, *, load_entrypoints: bool) -> None:
+    def __init__(self, *, load_entrypoints: bool, pm: pluggy.PluginManager | None = None) -> None:
         self.load_entrypoints = load_entrypoints
-        self._pm: RenseiPluginManager | None = None
+        self._pm: pluggy.PluginManager | None = pm
         self._vocabulary: Vocabulary | None = None
         self._redactor: Redactor | None = None
         self._commands: dict[str, tuple[str, click.Command]] | None = None
 
     @property
-    def pm(self) -> RenseiPluginManager:
+    def pm(self) -> pluggy.PluginManager:
         """Raises: PluginError (a plugin cannot be loaded, or misspells a hook)."""
         if self._pm is None:
             self._pm = get_plugin_manager(load_entrypoints=self.load_entrypoints)
@@ -60,10 +61,18 @@ def no_plugins_option(ctx: click.Context, param: click.Parameter, value: bool) -
 
 
 def session(ctx: click.Context | None = None) -> Session:
-    """The current invocation's plugin session (``ctx.meta`` is shared by the whole tree)."""
-    meta = (ctx or click.get_current_context()).meta
-    found = meta.get(_SESSION)
+    """The current invocation's plugin session (``ctx.meta`` is shared by the whole tree).
+
+    A program embedding the CLI may hand in its own manager as the context object
+    (``cli.main(args, obj=pm)``, ``CliRunner().invoke(cli, args, obj=pm)``); it is used as is.
+    """
+    ctx = ctx or click.get_current_context()
+    found = ctx.meta.get(_SESSION)
     if not isinstance(found, Session):
-        found = Session(load_entrypoints=not meta.get(_NO_PLUGINS, False))
-        meta[_SESSION] = found
+        given = ctx.find_root().obj
+        found = Session(
+            load_entrypoints=not ctx.meta.get(_NO_PLUGINS, False),
+            pm=given if isinstance(given, pluggy.PluginManager) else None,
+        )
+        ctx.meta[_SESSION] = found
     return found
