@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 import rensei_seams_hydraflow
 
 

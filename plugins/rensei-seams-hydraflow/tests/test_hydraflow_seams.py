@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rensei_seams_hydraflow import SEAMS
 
 from rensei_routing import PolicySnapshot, RouteContext, explain
 from rensei_routing.core.shadow import ActualRoute, Stage, provider_binding_for, shadow_decision
@@ -15,7 +16,6 @@ from rensei_routing.testing import (
     assert_plugin_ok,
     stage_sequences_strategy,
 )
-from rensei_seams_hydraflow import SEAMS
 
 EXPECTED = {
     "agentic-runner": ("agentic", "role-dial", "default"),
