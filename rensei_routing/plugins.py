@@ -63,6 +63,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+log.addHandler(logging.NullHandler())  # a library stays quiet unless the application configures
 
 #: Built-in plugins, registered like any installed one: they contribute the shipped defaults.
 DEFAULT_PLUGINS: Final[tuple[str, ...]] = (

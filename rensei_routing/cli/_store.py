@@ -68,8 +68,9 @@ def open_audit_log(home: Path) -> AuditLog:
 
 def notify_observers(records: Iterable[AuditRecord]) -> None:
     """Tell every ``decision_recorded`` observer about records already committed; an observer
-    that raises is logged (one warning line on stderr) and never fails the command."""
-    notify_recorded(session().pm, records)
+    that raises gets one warning line on stderr and never fails the command."""
+    for failure in notify_recorded(session().pm, records):
+        click.echo(f"warning: {failure}", err=True)
 
 
 def record_decisions(home: Path, decisions: Sequence[RouteDecision]) -> None:
