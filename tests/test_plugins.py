@@ -246,7 +246,7 @@ def test_a_pattern_that_matches_a_marker_is_refused() -> None:
         def register_redaction_patterns(self, register: Any) -> None:
             register(greedy)
 
-    with pytest.raises(PluginError, match="plugin 'greedy-plugin'.*matches the marker"):
+    with pytest.raises(PluginError, match=r"plugin 'greedy-plugin'.*matches the marker"):
         redactor(_pm(("greedy-plugin", Greedy())))
     assert not any(p.regex.search(marker("x")) for p in DEFAULT_PATTERNS)
 
