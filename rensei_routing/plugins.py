@@ -17,7 +17,7 @@ import importlib.metadata
 import logging
 import os
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -43,14 +43,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PLUGINS",
+    "HOOK_NAMES",
     "LOAD_PLUGINS_ENV",
     "UNCLASSIFIED",
     "PluginInfo",
     "RenseiPluginManager",
     "SeamRegistry",
     "allowed_plugin_names",
+    "check_pending",
     "classifier_problem",
     "get_plugin_manager",
+    "has_observers",
     "notify_recorded",
     "plugin_commands",
     "plugin_infos",
@@ -265,7 +268,9 @@ def vocabulary(pm: pluggy.PluginManager) -> Vocabulary:
                     f"provenance {fam.provenance.name!r} is defined differently by "
                     f"{prov[0]!r} and {plugin!r}"
                 )
-    for name in sorted(families.keys() & capability_owner.keys()):
+    clashes = sorted(families.keys() & capability_owner.keys())
+    if clashes:
+        name = clashes[0]
         raise PluginError(
             f"{name!r} is a literal family of {families[name][0]!r} and a capability class of "
             f"{capability_owner[name]!r}"
@@ -399,8 +404,8 @@ def redactor(pm: pluggy.PluginManager) -> Redactor:
     """
     extra: dict[tuple[str, str, int, tuple[str, ...]], RedactionPattern] = {}
     contributed = _contributions(pm, "register_redaction_patterns", RedactionPattern)
+    labels = {p.label for p in DEFAULT_PATTERNS} | {q.label for _, q in contributed}
     for plugin, pat in contributed:
-        labels = {p.label for p in DEFAULT_PATTERNS} | {q.label for _, q in contributed}
         hit = next((lb for lb in sorted(labels) if pat.regex.search(marker(lb))), None)
         if hit is not None:
             raise PluginError(
@@ -529,7 +534,7 @@ def plugin_infos(pm: pluggy.PluginManager) -> tuple[PluginInfo, ...]:
         dist, version = (
             ("rensei-routing", _own_version()) if builtin else dists.get(name, (None, None))
         )
-        callers: Iterator[Any] | list[Any] = pm.get_hookcallers(plugin) or []
+        callers = pm.get_hookcallers(plugin) or []
         out.append(
             PluginInfo(
                 name=name,
@@ -542,7 +547,7 @@ def plugin_infos(pm: pluggy.PluginManager) -> tuple[PluginInfo, ...]:
     return tuple(out)
 
 
-#: Kept for callers that want the hook names (the docs meta-test, ``plugins check``).
+#: Every hook name of :mod:`rensei_routing.hookspecs` (the docs meta-test checks each).
 HOOK_NAMES: Final[tuple[str, ...]] = tuple(
     sorted(n for n, f in vars(hookspecs).items() if hasattr(f, "rensei_routing_spec"))
 )
