@@ -137,7 +137,8 @@ def _load_entrypoints(pm: RenseiPluginManager, names: Collection[str] | None) ->
         dist = ep.dist
         where = f" ({dist.name} {dist.version})" if dist is not None else ""
         if pm.has_plugin(ep.name):
-            raise PluginError(f"plugin {ep.name!r}{where}: another plugin has the same name")
+            other = " ".join(pm.distributions.get(ep.name, ("a built-in plugin",)))
+            raise PluginError(f"plugin {ep.name!r}{where}: {other} has the same name")
         try:
             plugin = ep.load()
         except Exception as e:  # an installed plugin that cannot even be imported
@@ -314,6 +315,9 @@ def _seam_problem(seam: Seam, vocab: Vocabulary) -> str | None:
         return f"seam {seam.name!r}: a stage is listed twice"
     if not callable(seam.classifier):
         return f"seam {seam.name!r}: classifier is not callable"
+    direct = seam.direct_http_providers
+    if not isinstance(direct, frozenset) or not all(isinstance(x, str) for x in direct):
+        return f"seam {seam.name!r}: direct_http_providers must be a frozenset of names"
     return None
 
 
@@ -348,7 +352,8 @@ def seam_registry(pm: pluggy.PluginManager) -> SeamRegistry:
 def classifier_problem(seam: Seam, stages: Sequence[Stage]) -> tuple[Stage | None, str | None]:
     """Run ``seam``'s classifier on non-empty ``stages``: ``(stage, None)`` when it named one of
     them, else ``(None, "<ErrorType>: what went wrong")`` (it raised, returned a non-Stage, or
-    named a mechanism that is not among the stages applied)."""
+    returned a stage whose mechanism and provider are not those of a stage it was given; it may
+    rewrite the detail)."""
     try:
         result: object = seam.classifier(stages)
     except Exception as e:  # a plugin must never break a spawn
@@ -358,10 +363,10 @@ def classifier_problem(seam: Seam, stages: Sequence[Stage]) -> tuple[Stage | Non
             f"WrongReturnType: classifier of seam {seam.name!r} returned "
             f"{type(result).__name__}, not a Stage"
         )
-    if result.mechanism not in {s.mechanism for s in stages}:
+    if (result.mechanism, result.provider) not in {(s.mechanism, s.provider) for s in stages}:
         return None, (
-            f"WrongReturnValue: classifier of seam {seam.name!r} named mechanism "
-            f"{result.mechanism!r}, which is not among the stages applied"
+            f"WrongReturnValue: classifier of seam {seam.name!r} named "
+            f"{result.mechanism!r} on {result.provider!r}, which is not among the stages applied"
         )
     return result, None
 
@@ -371,8 +376,8 @@ def safe_classify(registry: SeamRegistry, seam_name: str, stages: Sequence[Stage
     break the spawn.
 
     A classifier that raises (any ``Exception``), returns something other than a
-    :class:`Stage`, or returns a stage whose mechanism is not among the stages it was given,
-    yields ``Stage(mechanism="unclassified", provider=<the last stage's provider>,
+    :class:`Stage`, or returns a stage whose mechanism and provider are not those of a stage
+    it was given, yields ``Stage(mechanism="unclassified", provider=<the last stage's provider>,
     detail="<ErrorType> in plugin '<owner>': ...")``, so the shadow record says so.
 
     Raises:

@@ -107,8 +107,12 @@ def test_registration_order_never_decides(order: tuple[str, str]) -> None:
         (broken.ReturnsAList(), r"plugin 'bad': register_seams returned list; it must return None"),
         (broken.Raises(), r"plugin 'bad' failed in register_seams: OSError: config file missing"),
         (broken.UnknownFace(), r"plugin 'bad': seam 'odd': request face 'telepathic'"),
+        (
+            broken.DirectHttpAsAString(),
+            r"plugin 'bad': seam 'stringly': direct_http_providers must be a frozenset",
+        ),
     ],
-    ids=["wrong-type", "returns-a-value", "raises", "unknown-face"],
+    ids=["wrong-type", "returns-a-value", "raises", "unknown-face", "stringly-providers"],
 )
 def test_a_misbehaving_hook_is_a_typed_error_naming_the_plugin(
     plugin: object, message: str

@@ -32,8 +32,17 @@ def _boom(stages: Sequence[Stage]) -> Stage:
     raise KeyError("no such dial")
 
 
-def test_a_working_classifier_is_used() -> None:
+def test_a_working_classifier_is_used_and_may_rewrite_the_detail() -> None:
     assert safe_classify(_registry(lambda s: s[0]), "s", STAGES) is STAGES[0]
+    noted = Stage(mechanism="fleet-ratchet", provider="gateway", detail="provider=gateway")
+    assert safe_classify(_registry(lambda s: noted), "s", STAGES) is noted
+
+
+def test_a_stage_moved_to_another_provider_is_not_one_of_those_applied() -> None:
+    moved = Stage(mechanism="role-dial", provider="claude")
+    got = safe_classify(_registry(lambda s: moved), "s", STAGES)
+    assert got.mechanism == UNCLASSIFIED
+    assert "named 'role-dial' on 'claude', which is not among the stages applied" in got.detail
 
 
 @pytest.mark.parametrize(
@@ -46,8 +55,8 @@ def test_a_working_classifier_is_used() -> None:
         ),
         (
             lambda s: Stage(mechanism="credit-failover", provider="zai"),
-            "WrongReturnValue in plugin 'acme': classifier of seam 's' named mechanism "
-            "'credit-failover', which is not among the stages applied",
+            "WrongReturnValue in plugin 'acme': classifier of seam 's' named "
+            "'credit-failover' on 'zai', which is not among the stages applied",
         ),
     ],
     ids=["raises", "wrong-type", "invented-stage"],

@@ -11,7 +11,14 @@ import pluggy
 
 from ..core.redact import Redactor
 from ..core.vocabulary import Vocabulary
-from ..plugins import get_plugin_manager, plugin_commands, redactor, vocabulary
+from ..plugins import (
+    SeamRegistry,
+    get_plugin_manager,
+    plugin_commands,
+    redactor,
+    seam_registry,
+    vocabulary,
+)
 
 _NO_PLUGINS = "rensei_routing.no_plugins"
 _SESSION = "rensei_routing.session"
@@ -26,6 +33,7 @@ class Session:
         self._vocabulary: Vocabulary | None = None
         self._redactor: Redactor | None = None
         self._commands: dict[str, tuple[str, click.Command]] | None = None
+        self._seams: SeamRegistry | None = None
 
     @property
     def pm(self) -> pluggy.PluginManager:
@@ -45,6 +53,12 @@ class Session:
         if self._redactor is None:
             self._redactor = redactor(self.pm)
         return self._redactor
+
+    def seams(self) -> SeamRegistry:
+        """Every registered seam. Raises: PluginError."""
+        if self._seams is None:
+            self._seams = seam_registry(self.pm)
+        return self._seams
 
     def commands(self, reserved: Collection[str]) -> dict[str, tuple[str, click.Command]]:
         """Plugin commands by name. Raises: PluginError."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from ..plugin_checks import check_plugin
-from ..plugins import plugin_infos, seam_registry
+from ..plugins import plugin_infos
 from ._root import CommandError, cli, echo_json, json_option
 from ._session import session
 
@@ -62,7 +62,7 @@ def seams() -> None:
 @json_option
 def seams_list(json_: bool) -> None:
     """List every seam: name, plugin, request face, ordered legacy stages."""
-    registry = seam_registry(session().pm)
+    registry = session().seams()
     rows = [
         {
             "name": name,

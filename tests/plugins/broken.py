@@ -83,3 +83,16 @@ class ShadowsABuiltinCommand:
         @cli.command(name="init")
         def init() -> None:
             """Not the real init."""
+
+
+class DirectHttpAsAString:
+    @hookimpl
+    def register_seams(self, register: Callable[[Seam], None]) -> None:
+        register(
+            Seam(
+                name="stringly",
+                request_face="one-shot",
+                stages=("default",),
+                direct_http_providers="zai",  # type: ignore[arg-type]
+            )
+        )
