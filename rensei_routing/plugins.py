@@ -105,6 +105,11 @@ def allowed_plugin_names() -> frozenset[str] | None:
     return frozenset(filter(None, (n.strip() for n in allowed.split(","))))
 
 
+def _one_line(error: Exception) -> str:
+    """pluggy's multi-line messages as one line (the CLI prints one line per error)."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
     """Register ``plugin`` under ``name`` (call :func:`check_pending` when done registering).
 
@@ -115,9 +120,9 @@ def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None
     try:
         pm.register(plugin, name=name)
     except pluggy.PluginValidationError as e:
-        raise PluginError(f"plugin {name!r}: {e}") from e
+        raise PluginError(f"plugin {name!r}: {_one_line(e)}") from e
     except ValueError as e:
-        raise PluginError(f"plugin {name!r} cannot be registered: {e}") from e
+        raise PluginError(f"plugin {name!r} cannot be registered: {_one_line(e)}") from e
 
 
 def check_pending(pm: pluggy.PluginManager) -> None:
@@ -126,7 +131,7 @@ def check_pending(pm: pluggy.PluginManager) -> None:
         pm.check_pending()
     except pluggy.PluginValidationError as e:
         name = pm.get_name(e.plugin) or repr(e.plugin)
-        raise PluginError(f"plugin {name!r}: {e}") from e
+        raise PluginError(f"plugin {name!r}: {_one_line(e)}") from e
 
 
 def _load_entrypoints(pm: RenseiPluginManager, names: Collection[str] | None) -> None:
@@ -143,7 +148,7 @@ def _load_entrypoints(pm: RenseiPluginManager, names: Collection[str] | None) ->
             plugin = ep.load()
         except Exception as e:  # an installed plugin that cannot even be imported
             raise PluginError(
-                f"plugin {ep.name!r}{where} failed to load: {type(e).__name__}: {e} "
+                f"plugin {ep.name!r}{where} failed to load: {type(e).__name__}: {_one_line(e)} "
                 f"(skip it with --no-plugins or {LOAD_PLUGINS_ENV})"
             ) from e
         register_plugin(pm, plugin, ep.name)
@@ -192,7 +197,9 @@ def _call(plugin: str, hook: str, impl: Any, kwargs: Mapping[str, Any]) -> None:
     except PluginError:
         raise
     except Exception as e:
-        raise PluginError(f"plugin {plugin!r} failed in {hook}: {type(e).__name__}: {e}") from e
+        raise PluginError(
+            f"plugin {plugin!r} failed in {hook}: {type(e).__name__}: {_one_line(e)}"
+        ) from e
     if answer is not None:
         raise PluginError(
             f"plugin {plugin!r}: {hook} returned {type(answer).__name__}; it must return None "

@@ -82,6 +82,13 @@ def test_a_misspelled_hook_fails_loudly_with_the_plugins_name() -> None:
         check_pending(pm)
 
 
+def test_a_hook_with_a_misnamed_argument_is_refused_naming_the_plugin() -> None:
+    pm = get_plugin_manager(load_entrypoints=False)
+    with pytest.raises(PluginError, match=r"plugin 'argname-plugin'.*registrar") as caught:
+        register_plugin(pm, broken.MisnamedArgument(), "argname-plugin")
+    assert "\n" not in str(caught.value)  # one line for the CLI
+
+
 def test_a_plugin_registered_twice_is_a_typed_error() -> None:
     with pytest.raises(PluginError, match="plugin 'again'"):
         _pm(("sample", sample), ("again", sample))

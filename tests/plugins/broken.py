@@ -96,3 +96,9 @@ class DirectHttpAsAString:
                 direct_http_providers="zai",  # type: ignore[arg-type]
             )
         )
+
+
+class MisnamedArgument:
+    @hookimpl
+    def register_seams(self, registrar: Callable[[Seam], None]) -> None:
+        """``register`` misnamed: pluggy refuses it at registration."""
