@@ -26,7 +26,7 @@ import pluggy
 
 from . import hookspecs
 from .core.chain import AuditRecord
-from .core.redact import DEFAULT_PATTERNS, RedactionPattern, Redactor, marker
+from .core.redact import DEFAULT_PATTERNS, DEFAULT_REDACTOR, RedactionPattern, Redactor, marker
 from .core.shadow import Seam, Stage
 from .core.validators import SnapshotValidator
 from .core.vocabulary import (
@@ -426,7 +426,7 @@ def redactor(pm: pluggy.PluginManager) -> Redactor:
             )
         extra.setdefault((pat.label, pat.regex.pattern, int(pat.regex.flags), pat.triggers), pat)
     if not extra:
-        return Redactor(DEFAULT_PATTERNS)
+        return DEFAULT_REDACTOR
     return Redactor(DEFAULT_PATTERNS + tuple(extra[k] for k in sorted(extra)))
 
 
