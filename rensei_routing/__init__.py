@@ -32,6 +32,7 @@ from .core.vocabulary import (
     canonical_worker_role,
 )
 from .errors import RenseiRoutingError
+from .hookspecs import hookimpl
 
 __all__ = [
     "DEFAULT_VOCABULARY",
@@ -62,6 +63,7 @@ __all__ = [
     "explain",
     "explain_batch",
     "hash_policies",
+    "hookimpl",
     "precedence_level",
     "validate_policies",
 ]

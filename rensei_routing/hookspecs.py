@@ -1,8 +1,13 @@
 """The plugin hook specifications (pluggy project ``rensei_routing``): what a plugin may add.
+Owns no behaviour; each docstring is the plugin author's reference (docs/plugins.md repeats it
+with examples).
 
-Each hook is called with keywords only. Hooks that contribute things take a ``register``
-callback; the manager collects every contribution, sorts it by a stable key and refuses a name
-claimed twice, so pluggy's LIFO call order never decides anything. Owns no behaviour.
+Every hook is called with keywords only, once per plugin, in the order of the plugins' names
+(never pluggy's LIFO registration order). The ``register_*`` hooks contribute values through a
+``register`` callback and must return ``None``; the manager collects every contribution, sorts
+it by a stable key, and refuses a name claimed twice with a :class:`~rensei_routing.errors.
+PluginError` naming both plugins. A hook that raises, registers a value of the wrong type or
+returns a value is a ``PluginError`` naming the plugin.
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from .core.chain import AuditRecord
+    from .core.redact import RedactionPattern
     from .core.shadow import Seam
+    from .core.validators import SnapshotValidator
+    from .core.vocabulary import VocabularyExtension
 
 PROJECT = "rensei_routing"
 
@@ -27,12 +36,64 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def register_seams(register: Callable[[Seam], None]) -> None:
     """Call ``register(seam)`` once per spawn seam this plugin serves.
 
-    A :class:`~rensei_routing.core.shadow.Seam` names the seam, its request face, the ordered
-    names of the legacy stages it applies and its legacy-mechanism classifier. Two plugins
-    registering one seam name is a :class:`~rensei_routing.errors.PluginError` naming both.
+    A :class:`~rensei_routing.core.shadow.Seam` names the seam, its request face (a word of the
+    vocabulary's ``request_faces``; it decides the transport rule), the ordered names of the
+    legacy stages it applies (each a word of ``legacy_mechanisms``), its legacy-mechanism
+    classifier (``Sequence[Stage] -> Stage``: the stage that decided the route) and the
+    provider names that mean a direct HTTP call at a one-shot face. Two plugins registering one
+    seam name is a ``PluginError`` naming both. A classifier that raises or answers nonsense at
+    record time never breaks a spawn: the record says ``unclassified`` and why.
+    """
+
+
+@hookspec
+def register_vocabulary(register: Callable[[VocabularyExtension], None]) -> None:
+    """Call ``register(extension)`` with the words this plugin adds to the routing vocabulary:
+    roles, literal model families (each with its provenance rule), capability classes, provider
+    bindings, repo classes, request faces, transports, legacy mechanisms.
+
+    The shipped vocabulary is contributed the same way by the built-in plugin
+    ``rensei_routing.default_plugins.vocabulary``. The same word from two plugins is fine; a
+    literal family (or provenance) name with a different definition, or a name that is both a
+    literal family and a capability class, is a ``PluginError`` naming both plugins.
+    """
+
+
+@hookspec
+def register_redaction_patterns(register: Callable[[RedactionPattern], None]) -> None:
+    """Call ``register(pattern)`` once per credential shape to redact from audit records
+    (a :class:`~rensei_routing.core.redact.RedactionPattern`: label, compiled regex, literal
+    triggers). Plugin patterns run after the built-in ones, sorted by (label, regex); a plugin
+    can add redaction, never remove it. An identical pattern from two plugins is kept once.
+    """
+
+
+@hookspec
+def register_snapshot_validators(register: Callable[[SnapshotValidator], None]) -> None:
+    """Call ``register(validator)`` once per check over a ruleset snapshot's sections
+    (a :class:`~rensei_routing.core.validators.SnapshotValidator`: name, check). The check gets
+    the sections mapping and returns a list of problems (empty = valid). Validators run sorted
+    by name; a validator that raises or returns the wrong type counts as a failed validation.
+    Two plugins registering one validator name is a ``PluginError`` naming both.
     """
 
 
 @hookspec
 def register_commands(cli: click.Group) -> None:
-    """Attach click commands or groups to the ``rensei`` root group ``cli``."""
+    """Attach click commands or groups to ``cli``; they appear under the ``rensei`` root.
+
+    A name already used by a built-in command, or by another plugin, is a ``PluginError``
+    naming both. Plugin commands raise :class:`~rensei_routing.errors.RenseiRoutingError`
+    subclasses for expected failures (one line on stderr, exit 1).
+    """
+
+
+@hookspec
+def decision_recorded(record: AuditRecord) -> None:
+    """Observe one record just durably appended to the audit log by the CLI (``explain
+    --record``, ``explain-batch --record``, shadow recording): the stored, redacted
+    :class:`~rensei_routing.core.chain.AuditRecord` (``seq``, hashes, ``payload``).
+
+    Called after the commit, once per record, in seq order. An observer that raises is logged
+    (one warning line naming the plugin) and skipped; it never undoes or fails the append.
+    """

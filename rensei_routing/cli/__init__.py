@@ -1,9 +1,12 @@
-"""The ``rensei`` command line: the root group and every command module attached to it."""
+"""The ``rensei`` command line: the root group and every command module attached to it.
+
+Plugin commands (``register_commands``) are not attached at import: the root group looks them
+up per invocation, after ``--no-plugins`` is known (see ``_session``)."""
 
 from __future__ import annotations
 
 # each command module attaches its commands to ``cli`` when imported
-from . import audit, explain, host, init, policy, snapshot  # noqa: F401
+from . import audit, explain, host, init, plugins, policy, snapshot  # noqa: F401
 from ._root import cli
 
 __all__ = ["cli"]

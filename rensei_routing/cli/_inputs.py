@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.context import RouteContext
 from ..core.policy import PolicySnapshot, hash_policies
+from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import InputError, MalformedError
 
 T = TypeVar("T")
@@ -74,7 +76,9 @@ def read_document(source: str) -> tuple[Any, str]:
     return parse_json(_read_text(source), label), label
 
 
-def read_policy_file(source: str | Path) -> PolicySnapshot:
+def read_policy_file(
+    source: str | Path, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> PolicySnapshot:
     """A policy file (or ``-``): an array of policies, or ``{"policies": [...]}`` with optional
     ``revision`` and ``content_hash``.
 
@@ -83,17 +87,19 @@ def read_policy_file(source: str | Path) -> PolicySnapshot:
     """
     label = _label(str(source))
     doc = parse_json(_read_text(str(source)), label)
-    return _named(label, PolicySnapshot.from_dict, doc)
+    return _named(label, partial(PolicySnapshot.from_dict, vocabulary=vocabulary), doc)
 
 
-def read_verified_policy_file(source: str | Path) -> PolicySnapshot:
+def read_verified_policy_file(
+    source: str | Path, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> PolicySnapshot:
     """A policy file whose declared ``content_hash``, if any, matches its policies.
 
     Raises:
         InputError: as :func:`read_policy_file`, or the declared hash is not the policies' own
             (a file that claims a hash it does not have is never validated or saved).
     """
-    snapshot = read_policy_file(source)
+    snapshot = read_policy_file(source, vocabulary=vocabulary)
     if snapshot.state() != "ok":
         raise InputError(
             f"{_label(str(source))}: declared content_hash {snapshot.content_hash} does not "
@@ -102,22 +108,25 @@ def read_verified_policy_file(source: str | Path) -> PolicySnapshot:
     return snapshot
 
 
-def read_context(source: str) -> RouteContext:
+def read_context(source: str, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY) -> RouteContext:
     """Raises: InputError."""
     doc, label = read_document(source)
-    return _named(label, RouteContext.from_dict, doc)
+    return _named(label, partial(RouteContext.from_dict, vocabulary=vocabulary), doc)
 
 
-def read_context_lines(source: str | Path) -> list[RouteContext]:
+def read_context_lines(
+    source: str | Path, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> list[RouteContext]:
     """Every context of a JSON Lines file (blank lines skipped), all parsed before any is used.
 
     Raises:
         InputError: naming the line number and the field of the first bad line.
     """
     label = _label(str(source))
+    build = partial(RouteContext.from_dict, vocabulary=vocabulary)
     contexts = []
     for number, line in enumerate(_read_text(str(source)).splitlines(), start=1):
         if line.strip():
             where = f"{label}:{number}"
-            contexts.append(_named(where, RouteContext.from_dict, parse_json(line, where)))
+            contexts.append(_named(where, build, parse_json(line, where)))
     return contexts

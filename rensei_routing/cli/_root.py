@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import RenseiRoutingError
+from ..errors import PluginError, RenseiRoutingError
+from ._session import no_plugins_option, session
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,9 +33,34 @@ class _Root(click.Group):
         except RenseiRoutingError as e:
             raise CommandError(str(e)) from e
 
+    # Plugin commands: looked up only when a name is not built in (so a built-in command never
+    # waits for entry points), listed for --help with a warning if a plugin is broken.
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        plugin_command = session(ctx).commands(self.commands).get(cmd_name)
+        return None if plugin_command is None else plugin_command[1]
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        try:
+            extra = session(ctx).commands(self.commands)
+        except PluginError as e:
+            click.echo(f"warning: plugin commands not listed: {e}", err=True)
+            extra = {}
+        return sorted({*super().list_commands(ctx), *extra})
+
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rensei-routing", prog_name="rensei")
+@click.option(
+    "--no-plugins",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=no_plugins_option,
+    help="Load no installed plugin (built-ins only): a clean-room run.",
+)
 def cli() -> None:
     """Where should this agent spawn run, and why? Policy, proof and audit on one host."""
 

@@ -1,20 +1,25 @@
-"""The CLI's access to a home's store: open it, read the current snapshot, record decisions."""
+"""The CLI's access to a home's store: open it, read the current snapshot, record decisions.
+The store is read with the invocation's plugin vocabulary and written with its redactor, and
+``decision_recorded`` observers hear about each record after it is committed."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 
 import click
 
+from ..core.chain import AuditRecord
 from ..core.decision import STATE_ABSENT, RouteDecision
 from ..core.policy import PolicySnapshot
 from ..errors import HomeError
+from ..plugins import has_observers, notify_recorded
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ..store.policies import PolicyStore
+from ._session import session
 
 
 def now_rfc3339() -> str:
@@ -29,8 +34,9 @@ def open_policy_store(home: Path, *, write: bool) -> Iterator[PolicyStore]:
     Raises:
         HomeError: the home is not initialised (``rensei init``).
     """
+    vocabulary = session().vocabulary()
     with closing(Home(home).connect(write=write)) as conn:
-        yield PolicyStore(conn)
+        yield PolicyStore(conn, vocabulary=vocabulary)
 
 
 def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
@@ -50,7 +56,29 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
     return loaded.snapshot, loaded.state
 
 
+def open_audit_log(home: Path) -> AuditLog:
+    """The home's audit log, redacting with the built-in and plugin patterns.
+
+    Raises:
+        HomeError: the home is not initialised.
+        PluginError: a plugin's redaction pattern is unusable.
+    """
+    return AuditLog.open(Home(home), redactor=session().redactor())
+
+
+def notify_observers(records: Iterable[AuditRecord]) -> None:
+    """Tell every ``decision_recorded`` observer about records already committed; an observer
+    that raises gets one warning line on stderr and never fails the command."""
+    for failure in notify_recorded(session().pm, records):
+        click.echo(f"warning: {failure}", err=True)
+
+
 def record_decisions(home: Path, decisions: Sequence[RouteDecision]) -> None:
-    """Append each decision to the home's audit log, in one transaction."""
-    with AuditLog.open(Home(home)) as log:
-        log.append_many(decisions, recorded_at=now_rfc3339())
+    """Append each decision to the home's audit log in one transaction, then notify observers."""
+    pm = session().pm
+    records: list[AuditRecord] = []
+    with open_audit_log(home) as log:
+        appended = log.append_many(decisions, recorded_at=now_rfc3339())
+        if has_observers(pm):
+            records = [log.get(seq) for seq in appended.seqs]
+    notify_observers(records)

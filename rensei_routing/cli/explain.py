@@ -14,6 +14,7 @@ from ..core.validation import validate_policies
 from ..store.home import Home
 from ._inputs import read_context, read_context_lines, read_policy_file
 from ._root import F, cli, echo_json, home_option, json_option
+from ._session import session
 from ._store import load_current_snapshot, record_decisions
 
 _MARK = {"matched": "+", "outranked": "~"}
@@ -22,9 +23,12 @@ _MARK = {"matched": "+", "outranked": "~"}
 def _snapshot(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
     """The snapshot to resolve against: ``--policies FILE``, else the store's current revision."""
     if policies is not None:
-        snapshot = read_policy_file(policies)
+        vocabulary = session().vocabulary()
+        snapshot = read_policy_file(policies, vocabulary=vocabulary)
         state = snapshot.state()
-        issues = validate_policies(snapshot.policies) if state == "ok" else ()
+        issues = (
+            validate_policies(snapshot.policies, vocabulary=vocabulary) if state == "ok" else ()
+        )
         if issues:
             click.echo(
                 f"warning: {policies} has {len(issues)} validation issue(s) "
@@ -122,9 +126,10 @@ def explain_cmd(
         Home(
             home
         ).info()  # refuse before resolving: a decision that cannot be recorded is not shown
-    ctx = read_context(context)
+    vocabulary = session().vocabulary()
+    ctx = read_context(context, vocabulary=vocabulary)
     snapshot, state = _snapshot(policies, home)
-    decision = explain(ctx, snapshot, snapshot_state=state, trace=trace)  # type: ignore[arg-type]
+    decision = explain(ctx, snapshot, snapshot_state=state, trace=trace, vocabulary=vocabulary)  # type: ignore[arg-type]
     if record:
         record_decisions(home, [decision])
     if json_:
@@ -148,9 +153,16 @@ def explain_batch_cmd(
     """
     if record:
         Home(home).info()
-    items = read_context_lines(contexts)
+    vocabulary = session().vocabulary()
+    items = read_context_lines(contexts, vocabulary=vocabulary)
     snapshot, state = _snapshot(policies, home)
-    decisions = explain_batch(items, snapshot, snapshot_state=state, trace=trace)  # type: ignore[arg-type]
+    decisions = explain_batch(
+        items,
+        snapshot,
+        snapshot_state=state,
+        trace=trace,  # type: ignore[arg-type]
+        vocabulary=vocabulary,
+    )
     if record:
         record_decisions(home, decisions)
     for decision in decisions:

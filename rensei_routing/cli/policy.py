@@ -10,6 +10,7 @@ from ..core.validation import validate_policies
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
 from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._session import session
 from ._store import now_rfc3339, open_policy_store
 
 
@@ -23,8 +24,9 @@ def policy() -> None:
 @json_option
 def policy_validate(file: Path, json_: bool) -> None:
     """Check a policy FILE ('-' for stdin); list every issue. Exit 0 when valid, 1 otherwise."""
-    snapshot = read_verified_policy_file(file)
-    issues = validate_policies(snapshot.policies)
+    vocabulary = session().vocabulary()
+    snapshot = read_verified_policy_file(file, vocabulary=vocabulary)
+    issues = validate_policies(snapshot.policies, vocabulary=vocabulary)
     if json_:
         echo_json(
             {
@@ -58,7 +60,7 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
 
     Nothing is written on any error.
     """
-    snapshot = read_verified_policy_file(file)
+    snapshot = read_verified_policy_file(file, vocabulary=session().vocabulary())
     with open_policy_store(home, write=True) as store:
         try:
             saved = store.save(snapshot.policies, saved_at=now_rfc3339(), over_corrupt=over_corrupt)

@@ -25,6 +25,7 @@ __all__ = [
     "LiteralFamily",
     "Provenance",
     "Vocabulary",
+    "VocabularyExtension",
     "canonical_worker_role",
 ]
 
@@ -84,6 +85,38 @@ def _frozen(values: Iterable[str]) -> frozenset[str]:
     return frozenset(values)
 
 
+#: The word sets a :class:`VocabularyExtension` may add to, by field name.
+WORD_SETS: Final = (
+    "roles",
+    "capability_classes",
+    "provider_bindings",
+    "repo_classes",
+    "request_faces",
+    "transports",
+    "legacy_mechanisms",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VocabularyExtension:
+    """Words a plugin adds to the vocabulary (the ``register_vocabulary`` hook's value).
+
+    A word in a set means only "this name exists", so the same word from two plugins is the
+    same word. A literal family carries a meaning (token and provenance rule): the same family
+    name with another meaning is a conflict, and so is a name that is both a literal family and
+    a capability class (a bare requirement string would be ambiguous).
+    """
+
+    roles: frozenset[str] = frozenset()
+    literal_families: tuple[LiteralFamily, ...] = ()
+    capability_classes: frozenset[str] = frozenset()
+    provider_bindings: frozenset[str] = frozenset()
+    repo_classes: frozenset[str] = frozenset()
+    request_faces: frozenset[str] = frozenset()
+    transports: frozenset[str] = frozenset()
+    legacy_mechanisms: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Vocabulary:
     """Every closed set of names the resolver and the parsers check against."""
@@ -99,6 +132,19 @@ class Vocabulary:
     administrative_states: frozenset[str] = frozenset({"active", "disabled", "draining"})
     on_unavailable: frozenset[str] = frozenset({"hold", "reject"})
     selections: frozenset[str] = frozenset({"ordered"})
+
+    def as_extension(self) -> VocabularyExtension:
+        """Every extensible word of this vocabulary, as one extension (families sorted by name)."""
+        return VocabularyExtension(
+            roles=self.roles,
+            literal_families=tuple(self.literal_families[n] for n in sorted(self.literal_families)),
+            capability_classes=self.capability_classes,
+            provider_bindings=self.provider_bindings,
+            repo_classes=self.repo_classes,
+            request_faces=self.request_faces,
+            transports=self.transports,
+            legacy_mechanisms=self.legacy_mechanisms,
+        )
 
     def canonical_worker_role(self, principal: str | None) -> str | None:
         """Strip and lowercase ``principal``; the role it names exactly, else ``None``.
@@ -195,6 +241,19 @@ DEFAULT_VOCABULARY: Final = Vocabulary(
             "credit-failover",
         }
     ),
+)
+
+
+#: No words at all: the base the plugin manager builds the effective vocabulary on.
+EMPTY_VOCABULARY: Final = Vocabulary(
+    roles=frozenset(),
+    literal_families=MappingProxyType({}),
+    capability_classes=frozenset(),
+    provider_bindings=frozenset(),
+    repo_classes=frozenset(),
+    request_faces=frozenset(),
+    transports=frozenset(),
+    legacy_mechanisms=frozenset(),
 )
 
 

@@ -1,0 +1,106 @@
+"""The four HydraFlow spawn seams of document 001, as a rensei-routing plugin.
+
+Each seam names its request face, the legacy stages it applies in order, and its classifier:
+
+========================  ==================================================  =========
+seam                      spawn site                                          face
+========================  ==================================================  =========
+``agentic-runner``        ``base_runner._execute``                            agentic
+``subprocess-runner``     ``BaseSubprocessRunner.run``                        agentic
+``lightweight-agent``     ``runner_utils.run_lightweight_agent``              one-shot
+``streaming-agent``       ``runner_utils.stream_claude_with_telemetry``       agentic
+========================  ==================================================  =========
+
+Stages, in the order a seam applies them: the per-role dial (``role-dial``) or, when no dial is
+set, the seam's default (``default``; ``maintenance-default`` at the lightweight seam), then
+``fleet-ratchet``, ``repo-provider`` and ``credit-failover``. A spawn reports the stages that
+ran; the dial and the default are alternatives, either may open the list.
+
+The classifier applies the rule of SEMANTICS.md (the last stage that moved the provider, else
+the first stage) after checking the stages are ones this seam applies, in its order; a stage it
+does not apply, or one out of order, raises ``ValueError`` (the shadow record then says
+``unclassified`` and why, rather than naming a mechanism that cannot have run). When the
+deciding stage carries no detail, the classifier fills in ``provider=<provider>``, so a spawn
+pinned by a role dial to ``zai`` records ``mechanism=role-dial``,
+``mechanism_detail=provider=zai``.
+
+The transport follows from the face (core ``transport_for``): ``zai`` at the one-shot seam is a
+direct OpenAI-compatible HTTP call (``direct-http``, ungoverned bypass traffic), at an agentic
+seam the Claude CLI pointed at GLM (``harness-direct``); a spawn the fleet ratchet moved to
+``gateway`` (the streaming seam's ratchet traffic) is ``gateway``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Final
+
+from rensei_routing import hookimpl
+from rensei_routing.core.shadow import Classifier, Seam, Stage, classify_legacy_mechanism
+
+__all__ = ["SEAMS", "ordered_classifier", "register_seams"]
+
+_TAIL: Final = ("fleet-ratchet", "repo-provider", "credit-failover")
+AGENTIC_STAGES: Final = ("role-dial", "default", *_TAIL)
+LIGHTWEIGHT_STAGES: Final = ("role-dial", "maintenance-default", *_TAIL)
+
+
+def ordered_classifier(seam: str, order: Sequence[str]) -> Classifier:
+    """A classifier for a seam applying the stages ``order``: refuses a stage the seam does not
+    apply or one out of order (``ValueError``), then names the deciding stage."""
+    position = {name: i for i, name in enumerate(order)}
+
+    def classify(stages: Sequence[Stage]) -> Stage:
+        last = -1
+        for stage in stages:
+            at = position.get(stage.mechanism)
+            if at is None:
+                raise ValueError(f"seam {seam} does not apply stage {stage.mechanism!r}")
+            if at <= last:
+                raise ValueError(f"stage {stage.mechanism!r} is out of order at seam {seam}")
+            last = at
+        decided = classify_legacy_mechanism(stages)
+        if decided.detail:
+            return decided
+        return replace(decided, detail=f"provider={decided.provider.strip().lower()}")
+
+    return classify
+
+
+def _seam(name: str, face: str, stages: tuple[str, ...], site: str) -> Seam:
+    return Seam(
+        name=name,
+        request_face=face,
+        stages=stages,
+        classifier=ordered_classifier(name, stages),
+        description=site,
+    )
+
+
+#: The four seams, by name.
+SEAMS: Final = {
+    s.name: s
+    for s in (
+        _seam("agentic-runner", "agentic", AGENTIC_STAGES, "base_runner._execute"),
+        _seam("subprocess-runner", "agentic", AGENTIC_STAGES, "BaseSubprocessRunner.run"),
+        _seam(
+            "lightweight-agent",
+            "one-shot",
+            LIGHTWEIGHT_STAGES,
+            "runner_utils.run_lightweight_agent (one-shot: zai, kimi, openrouter are direct HTTP)",
+        ),
+        _seam(
+            "streaming-agent",
+            "agentic",
+            AGENTIC_STAGES,
+            "runner_utils.stream_claude_with_telemetry (fleet ratchet on: gateway transport)",
+        ),
+    )
+}
+
+
+@hookimpl
+def register_seams(register: Callable[[Seam], None]) -> None:
+    for name in sorted(SEAMS):
+        register(SEAMS[name])

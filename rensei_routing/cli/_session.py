@@ -1,0 +1,92 @@
+"""The CLI's plugins for one invocation: the manager is built once, on first need (never at
+import), honouring ``--no-plugins`` and ``RENSEI_ROUTING_LOAD_PLUGINS``, and the vocabulary,
+redactor and plugin commands derived from it are cached beside it on the root context."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import click
+import pluggy
+
+from ..core.redact import Redactor
+from ..core.vocabulary import Vocabulary
+from ..plugins import (
+    SeamRegistry,
+    get_plugin_manager,
+    plugin_commands,
+    redactor,
+    seam_registry,
+    vocabulary,
+)
+
+_NO_PLUGINS = "rensei_routing.no_plugins"
+_SESSION = "rensei_routing.session"
+
+
+class Session:
+    """Lazily built plugin state of one CLI invocation (a cache, not a value)."""
+
+    def __init__(self, *, load_entrypoints: bool, pm: pluggy.PluginManager | None = None) -> None:
+        self.load_entrypoints = load_entrypoints
+        self._pm: pluggy.PluginManager | None = pm
+        self._vocabulary: Vocabulary | None = None
+        self._redactor: Redactor | None = None
+        self._commands: dict[str, tuple[str, click.Command]] | None = None
+        self._seams: SeamRegistry | None = None
+
+    @property
+    def pm(self) -> pluggy.PluginManager:
+        """Raises: PluginError (a plugin cannot be loaded, or misspells a hook)."""
+        if self._pm is None:
+            self._pm = get_plugin_manager(load_entrypoints=self.load_entrypoints)
+        return self._pm
+
+    def vocabulary(self) -> Vocabulary:
+        """Raises: PluginError."""
+        if self._vocabulary is None:
+            self._vocabulary = vocabulary(self.pm)
+        return self._vocabulary
+
+    def redactor(self) -> Redactor:
+        """Raises: PluginError."""
+        if self._redactor is None:
+            self._redactor = redactor(self.pm)
+        return self._redactor
+
+    def seams(self) -> SeamRegistry:
+        """Every registered seam. Raises: PluginError."""
+        if self._seams is None:
+            self._seams = seam_registry(self.pm)
+        return self._seams
+
+    def commands(self, reserved: Collection[str]) -> dict[str, tuple[str, click.Command]]:
+        """Plugin commands by name. Raises: PluginError."""
+        if self._commands is None:
+            self._commands = plugin_commands(self.pm, reserved=reserved)
+        return self._commands
+
+
+def no_plugins_option(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """Callback of the root ``--no-plugins`` flag (eager, so it precedes ``--help``)."""
+    if value:
+        ctx.meta[_NO_PLUGINS] = True
+    return value
+
+
+def session(ctx: click.Context | None = None) -> Session:
+    """The current invocation's plugin session (``ctx.meta`` is shared by the whole tree).
+
+    A program embedding the CLI may hand in its own manager as the context object
+    (``cli.main(args, obj=pm)``, ``CliRunner().invoke(cli, args, obj=pm)``); it is used as is.
+    """
+    ctx = ctx or click.get_current_context()
+    found = ctx.meta.get(_SESSION)
+    if not isinstance(found, Session):
+        given = ctx.find_root().obj
+        found = Session(
+            load_entrypoints=not ctx.meta.get(_NO_PLUGINS, False),
+            pm=given if isinstance(given, pluggy.PluginManager) else None,
+        )
+        ctx.meta[_SESSION] = found
+    return found
