@@ -15,7 +15,6 @@ import json
 import random
 import statistics
 import tempfile
-import threading
 import urllib.error
 import urllib.request
 from contextlib import closing
@@ -23,15 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import waitress.server
-
 from rensei_routing import signing
 from rensei_routing.core.org import OrgData
 from rensei_routing.core.postures import ClaimGate
 from rensei_routing.core.snapshot import verify_snapshot
 from rensei_routing.host.cache import HostCache
 from rensei_routing.host.fetch import fetch_snapshot
-from rensei_routing.host.server import SnapshotService, make_app
+from rensei_routing.host.server import SnapshotService, make_app, serve_in_thread
 from rensei_routing.store.db import connect
 from rensei_routing.store.policies import PolicyStore
 from rensei_routing.store.snapshots import SnapshotStore
@@ -198,10 +195,8 @@ def _poll(res: BenchResult, snap: Any, data: bytes, *, repeats: int) -> None:
         refresh=lambda held: None,
     )
     app = make_app(now=lambda: datetime.now(UTC), token="bench", service=service)
-    server: Any = waitress.server.create_server(app, host="127.0.0.1", port=0, threads=2)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.effective_port}"
+    server = serve_in_thread(app, host="127.0.0.1", port=0)
+    url = f"http://127.0.0.1:{server.port}"
     try:
         etag = hashlib.sha256(data).hexdigest()
         res.check(fetch_snapshot(url, token="bench", etag=etag).status == 304, "poll gets 304")
@@ -217,8 +212,7 @@ def _poll(res: BenchResult, snap: Any, data: bytes, *, repeats: int) -> None:
                     e.close()
             floor_s.append(t[0])
     finally:
-        server.close()
-        thread.join(5)
+        server.stop()
     res.figures.append(
         Figure(
             case="If-None-Match poll -> 304 on loopback",

@@ -15,14 +15,13 @@ from email.message import Message
 from typing import Any
 
 import pytest
-import waitress.server
 
 from rensei_routing import signing
 from rensei_routing.core.org import ValidatorResult
 from rensei_routing.core.snapshot import RulesetSnapshot, seal, verify_snapshot
 from rensei_routing.errors import FetchError, SnapshotValidationError
 from rensei_routing.host.fetch import fetch_snapshot
-from rensei_routing.host.server import SnapshotService, make_app
+from rensei_routing.host.server import SnapshotService, make_app, serve_in_thread
 
 KEY = signing.PrivateKey(bytes(range(32)))
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -42,14 +41,11 @@ def _snap(revision: int, compiled: datetime = T0) -> RulesetSnapshot:
 
 @contextmanager
 def _serving(app: Any) -> Iterator[str]:
-    server: Any = waitress.server.create_server(app, host="127.0.0.1", port=0, threads=4)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    server = serve_in_thread(app, host="127.0.0.1", port=0, threads=4)
     try:
-        yield f"http://127.0.0.1:{server.effective_port}"
+        yield f"http://127.0.0.1:{server.port}"
     finally:
-        server.close()
-        thread.join(5)
+        server.stop()
 
 
 class _Clock:

@@ -33,7 +33,7 @@ from ..errors import (
 from ..host.cache import HostCache, HostConfig, token_from_file
 from ..host.fetch import fetch_snapshot
 from ..host.files import read_limited
-from ..host.server import SnapshotService, make_app
+from ..host.server import RunningServer, SnapshotService, make_app, serve_in_thread
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ._clock import now, now_text
@@ -245,22 +245,17 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
                 log.warning("poll failed, keeping the last known-good snapshot: %s", e)
             stop.wait(period + rng.uniform(0, spread))
     if server is not None:
-        server.close()
+        server.stop()
     click.echo("stopped", err=True)
 
 
-def _status_server(cache: HostCache, listen: str) -> Any:
-    import waitress.server
-
+def _status_server(cache: HostCache, listen: str) -> RunningServer:
     bind, _, port = listen.rpartition(":")
     if not bind or not port.isdigit():
         raise click.UsageError(f"--listen {listen!r} is not HOST:PORT")
     app = make_app(now=now, host_status=lambda: _status(cache))
-    server: Any = waitress.server.create_server(app, host=bind, port=int(port), threads=2)
-    threading.Thread(target=server.run, name="status-http", daemon=True).start()
-    click.echo(
-        f"status on http://{bind}:{server.effective_port}/api/daemon/routing/config", err=True
-    )
+    server = serve_in_thread(app, host=bind, port=int(port))
+    click.echo(f"status on http://{bind}:{server.port}/api/daemon/routing/config", err=True)
     return server
 
 

@@ -20,13 +20,13 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..core.freshness import FreshnessPolicy, age_of
 from ..core.snapshot import RulesetSnapshot, compiled_moment
 from ..errors import RenseiRoutingError, SnapshotValidationError
 
-__all__ = ["SnapshotService", "make_app"]
+__all__ = ["RunningServer", "SnapshotService", "make_app", "serve_in_thread"]
 
 log = logging.getLogger("rensei_routing.http")
 
@@ -214,3 +214,35 @@ def make_app(
         return "200", [served.body]
 
     return app
+
+
+class RunningServer:
+    """A waitress server running its loop in a background thread (``host run --listen``,
+    tests, benchmarks). :meth:`stop` ends the loop from inside it, so no thread ever polls a
+    socket another thread closed."""
+
+    def __init__(self, app: WSGIApp, *, host: str, port: int, threads: int = 2) -> None:
+        import waitress.server
+
+        # Any: waitress types the result as a union; one listen address is a TcpWSGIServer
+        self._server = cast(
+            Any, waitress.server.create_server(app, host=host, port=port, threads=threads)
+        )
+        self.port: int = int(self._server.effective_port)
+        self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Close every socket from the loop thread, wait for the loop to end, then let the
+        worker threads finish the requests in flight."""
+        import waitress.wasyncore
+
+        server = self._server
+        server.trigger.pull_trigger(lambda: waitress.wasyncore.close_all(server._map))
+        self._thread.join(timeout)
+        server.task_dispatcher.shutdown()
+
+
+def serve_in_thread(app: WSGIApp, *, host: str, port: int, threads: int = 2) -> RunningServer:
+    """Start serving ``app`` on ``host:port`` (0 = any free port) in a background thread."""
+    return RunningServer(app, host=host, port=port, threads=threads)
