@@ -214,8 +214,9 @@ def store_error(what: str, error: Exception, db_path: Path | str, *, hint: str =
             "disk, or raise the database size limit, then retry); nothing was written"
         )
     if isinstance(error, apsw.BusyError):
+        which = "it" if str(path) in what else str(path)
         return BusyTimeoutError(
-            f"{what}: {path} stayed locked longer than the busy timeout"
+            f"{what}: {which} stayed locked longer than the busy timeout"
             f"{describe_holders(path)}; retry when that process is done, stop it if it hangs, "
             f"or raise busy_timeout under [store] in {home / CONFIG_FILE} (default "
             f"{DEFAULT_BUSY_TIMEOUT_MS // 1000} s)"

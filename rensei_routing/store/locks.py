@@ -72,12 +72,14 @@ def _command(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
-    args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    args = [" ".join(a.decode("utf-8", "replace").split()) for a in raw.split(b"\0") if a]
     # ``python .../rensei audit verify`` -> ``rensei audit verify``
     for i, arg in enumerate(args):
         if os.path.basename(arg) == "rensei":
-            return " ".join(["rensei", *args[i + 1 : i + 4]])
-    return " ".join(args[:4])[:120]
+            args = ["rensei", *args[i + 1 : i + 4]]
+            break
+    text = " ".join(args[:4])
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def lock_holders(db_path: Path) -> list[LockHolder]:
