@@ -192,8 +192,13 @@ def test_busy_timeout_comes_from_the_home_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["[store]\nbusy_timeout = -1\n", "[store]\nbusy_timeout = 'soon'\n", "[store\n",
-     "[store]\nbusy_timeout = true\n", "[store]\nbusy_timeout = nan\n"],
+    [
+        "[store]\nbusy_timeout = -1\n",
+        "[store]\nbusy_timeout = 'soon'\n",
+        "[store\n",
+        "[store]\nbusy_timeout = true\n",
+        "[store]\nbusy_timeout = nan\n",
+    ],
     ids=["negative", "string", "not-toml", "bool", "nan"],
 )
 def test_a_bad_config_is_a_home_error_and_the_cli_says_so(
@@ -214,8 +219,12 @@ def test_every_cli_reader_waits_and_the_cli_reports_a_timeout_in_one_line(
 ) -> None:
     home = _home(tmp_path)
     h = str(home.path)
-    assert runner.invoke(cli, ["policy", "save", str(EXAMPLES / "policies.json"), "--home", h]
-                         ).exit_code == 0
+    assert (
+        runner.invoke(
+            cli, ["policy", "save", str(EXAMPLES / "policies.json"), "--home", h]
+        ).exit_code
+        == 0
+    )
     commands = [
         ["audit", "verify"],
         ["policy", "show"],
@@ -228,8 +237,11 @@ def test_every_cli_reader_waits_and_the_cli_reports_a_timeout_in_one_line(
             result = runner.invoke(cli, ["--home", h, *args])
         assert result.exit_code == 0, (args, result.output)
     home.config_path.write_text("[store]\nbusy_timeout = 0.2\n")
-    for args, code in ((["audit", "verify"], 3), (["policy", "show"], 1),
-                       (["explain", str(EXAMPLES / "context.json"), "--record"], 1)):
+    for args, code in (
+        (["audit", "verify"], 3),
+        (["policy", "show"], 1),
+        (["explain", str(EXAMPLES / "context.json"), "--record"], 1),
+    ):
         with exclusive_lock(home.db_path, 1.2):
             result = runner.invoke(cli, ["--home", h, *args])
         assert result.exit_code == code, (args, result.output)

@@ -20,8 +20,11 @@ __all__ = ["LockHolder", "describe_holders", "lock_holders", "parse_proc_locks"]
 _PROC_LOCKS: Final = Path("/proc/locks")
 
 #: Byte offsets SQLite locks in the ``-shm`` file (os_unix.c: WAL_WRITE_LOCK and friends).
-_SHM_ROLES: Final = {120: "a writer (write transaction)", 121: "a WAL checkpoint",
-                     122: "WAL recovery"}
+_SHM_ROLES: Final = {
+    120: "a writer (write transaction)",
+    121: "a WAL checkpoint",
+    122: "WAL recovery",
+}
 #: The database file's PENDING byte; a write lock at or above it is an exclusive lock.
 _PENDING_BYTE: Final = 0x40000000
 
