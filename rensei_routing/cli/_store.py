@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -13,6 +13,7 @@ from ..core.decision import STATE_ABSENT, RouteDecision
 from ..core.policy import PolicySnapshot
 from ..errors import HomeError
 from ..store.audit import AuditLog
+from ..store.db import close_quietly
 from ..store.home import Home
 from ..store.policies import PolicyStore
 
@@ -29,8 +30,11 @@ def open_policy_store(home: Path, *, write: bool) -> Iterator[PolicyStore]:
     Raises:
         HomeError: the home is not initialised (``rensei init``).
     """
-    with closing(Home(home).connect(write=write)) as conn:
+    conn = Home(home).connect(write=write)
+    try:
         yield PolicyStore(conn)
+    finally:
+        close_quietly(conn)
 
 
 def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:

@@ -47,7 +47,7 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
-from .db import connect, store_error
+from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
 
 __all__ = ["AppendResult", "AuditLog", "read_checkpoint", "write_checkpoint"]
@@ -154,8 +154,7 @@ class AuditLog:
         e.g. after an I/O error) and the typed error for ``what``."""
         writer, self._writer = self._writer, None
         if writer is not None:
-            with contextlib.suppress(apsw.Error):
-                writer.close()
+            close_quietly(writer)
         return store_error(what, error, self._path)
 
     def _read_conn(self) -> apsw.Connection:
@@ -169,7 +168,7 @@ class AuditLog:
         """Close the connections this log opened (idempotent)."""
         for conn in (self._reader, self._writer):
             if conn is not None:
-                conn.close()
+                close_quietly(conn)
         self._reader = self._writer = None
 
     def __enter__(self) -> AuditLog:

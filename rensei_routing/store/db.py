@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "close_quietly",
     "connect",
     "store_error",
 ]
@@ -140,13 +141,13 @@ def connect(
         if version < SCHEMA_VERSION:
             _migrate(conn, path)
     except apsw.NotADBError as e:
-        _close_quietly(conn)
+        close_quietly(conn)
         raise SchemaVersionError(f"{path} is not a SQLite database") from e
     except apsw.Error as e:
-        _close_quietly(conn)
+        close_quietly(conn)
         raise _cannot_open(path, e, write) from e
     except BaseException:
-        _close_quietly(conn)
+        close_quietly(conn)
         raise
     return conn
 
@@ -174,7 +175,7 @@ def _open(path: Path, write: bool, busy_timeout_ms: int, vfs: str | None) -> aps
         conn.pragma("schema_version")  # WAL recovery happens here, not at open
         return conn
     except apsw.Error as e:
-        _close_quietly(conn)
+        close_quietly(conn)
         if not _on_read_only_medium(path):
             raise _cannot_open(path, e, write) from e
     # Read-only medium without the WAL index: nothing can be writing, read the file as is.
@@ -187,7 +188,10 @@ def _open(path: Path, write: bool, busy_timeout_ms: int, vfs: str | None) -> aps
         raise StoreError(f"cannot open database {path}: {e}") from e
 
 
-def _close_quietly(conn: apsw.Connection) -> None:
+def close_quietly(conn: apsw.Connection) -> None:
+    """Close ``conn``, ignoring an error from the close itself: every transaction has already
+    committed or rolled back by then, and SQLite reports a failed checkpoint-on-close (e.g. after
+    an I/O error) that loses nothing, since the WAL still holds every commit."""
     with contextlib.suppress(apsw.Error):
         conn.close()
 
@@ -208,6 +212,10 @@ def store_error(what: str, error: Exception, db_path: Path | str, *, hint: str =
     """
     path = Path(db_path)
     home = path.parent
+    # A failed ROLLBACK after SQLite already rolled back (as it does on SQLITE_FULL and I/O
+    # errors) hides the error that matters: report the first apsw error of the chain.
+    while isinstance(error.__context__, apsw.Error):
+        error = error.__context__
     if isinstance(error, apsw.FullError):
         return DiskFullError(
             f"{what}: disk full: the rensei home {home} has no room left (free space on its "

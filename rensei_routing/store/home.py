@@ -31,7 +31,7 @@ import apsw
 
 from .. import signing
 from ..errors import HomeError, KeyFormatError, MalformedError, SignatureError
-from .db import CONFIG_FILE, DEFAULT_BUSY_TIMEOUT_MS, connect, store_error
+from .db import CONFIG_FILE, DEFAULT_BUSY_TIMEOUT_MS, close_quietly, connect, store_error
 
 __all__ = ["DEFAULT_ORG", "ConnectOptions", "Home", "HomeInfo"]
 
@@ -192,7 +192,7 @@ class Home:
             except apsw.Error as e:
                 raise store_error(f"cannot initialise {self.db_path}", e, self.db_path) from e
         finally:
-            conn.close()
+            close_quietly(conn)
         if org is not None and meta[_META_ORG] != org:
             raise HomeError(f"home {self.path} is initialised for org {meta[_META_ORG]!r}")
         if meta[_META_KEY] != key.key_id:
@@ -244,7 +244,7 @@ class Home:
         try:
             meta = _read_meta(conn)
         finally:
-            conn.close()
+            close_quietly(conn)
         if _META_ORG not in meta or _META_KEY not in meta:
             raise self._not_initialised()
         return HomeInfo(path=self.path, org=meta[_META_ORG], key_id=meta[_META_KEY])
