@@ -33,6 +33,8 @@ __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "WAL_AUTOCHECKPOINT_PAGES",
+    "WAL_SIZE_LIMIT",
     "close_quietly",
     "connect",
     "store_error",
@@ -76,6 +78,14 @@ SCHEMA_VERSION: Final = len(MIGRATIONS)
 #: Several processes append to one log; apsw's recommended 100 ms is too short for that. A home
 #: sets its own in :data:`CONFIG_FILE` (see :mod:`.home`).
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
+
+#: The WAL checkpoint policy. SQLite checkpoints automatically once the WAL holds this many
+#: pages (its default), but cannot reset the WAL while a reader still needs old frames, so a
+#: long ``audit verify`` beside a writer lets the WAL grow; once the reader is done, the next
+#: checkpoint resets it and a writer truncates it back to :data:`WAL_SIZE_LIMIT` bytes
+#: (``journal_size_limit``), and the last connection to close removes it.
+WAL_AUTOCHECKPOINT_PAGES: Final = 1000
+WAL_SIZE_LIMIT: Final = 4 * 1024 * 1024
 
 #: The home's configuration file, beside the database.
 CONFIG_FILE: Final = "config.toml"
@@ -137,6 +147,8 @@ def connect(
         for setup in _SETUP:
             setup(conn)
         conn.pragma("synchronous", "FULL")
+        conn.pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+        conn.pragma("journal_size_limit", WAL_SIZE_LIMIT)
         conn.transaction_mode = "IMMEDIATE"
         if version < SCHEMA_VERSION:
             _migrate(conn, path)
