@@ -62,7 +62,7 @@ class FaultVFS(apsw.VFS):
             self.hits += 1
             raise self.error(f"injected fault: {method} call {self.calls}")
 
-    def xOpen(self, name: Any, flags: list[int]) -> FaultFile:  # noqa: N802 (apsw's name)
+    def xOpen(self, name: Any, flags: list[int]) -> FaultFile:
         return FaultFile(self, name, flags)
 
 
@@ -73,19 +73,19 @@ class FaultFile(apsw.VFSFile):
         self._vfs = vfs
         super().__init__(vfs.base, name, flags)
 
-    def xWrite(self, data: bytes, offset: int) -> None:  # noqa: N802
+    def xWrite(self, data: bytes, offset: int) -> None:
         self._vfs.check("xWrite")
         super().xWrite(data, offset)
 
-    def xSync(self, flags: int) -> None:  # noqa: N802
+    def xSync(self, flags: int) -> None:
         self._vfs.check("xSync")
         super().xSync(flags)
 
-    def xTruncate(self, newsize: int) -> None:  # noqa: N802
+    def xTruncate(self, newsize: int) -> None:
         self._vfs.check("xTruncate")
         super().xTruncate(newsize)
 
-    def xFileControl(self, op: int, ptr: int) -> bool:  # noqa: N802
+    def xFileControl(self, op: int, ptr: int) -> bool:
         self._vfs.check("xFileControl")
         return bool(super().xFileControl(op, ptr))
 

@@ -174,9 +174,8 @@ def _append_seed(log: AuditLog) -> dict[str, Any]:
 
 
 def _payloads_of(tag: str) -> list[dict[str, Any]]:
-    """The payloads an operation tagged ``tag`` tried to write (see the operations below)."""
-    op = tag.split("|", 1)[0] if "|" in tag else None
-    del op
+    """The payloads the failed operation tagged ``tag`` tried to write (none for a save or a
+    checkpoint)."""
     return _ATTEMPTS.pop(tag, [])
 
 
@@ -327,8 +326,9 @@ def test_the_cli_reports_a_fault_in_one_line_and_writes_nothing(
     home.init()
     context = str(EXAMPLES / "context.json")
     for n in range(1, MAX_POINTS):
-        done, hits = _cli_with_fault(tmp_path, home.path, method, n, error, "explain", context,
-                                     "--record")
+        done, hits = _cli_with_fault(
+            tmp_path, home.path, method, n, error, "explain", context, "--record"
+        )
         if hits == 0:
             assert done.returncode == 0, done.stderr
             break
