@@ -128,6 +128,7 @@ def _walk(
     method: str,
     error: type[apsw.Error],
     run: Callable[[Home, str, Acknowledged], list[dict[str, Any]]],
+    persistent: bool = True,
 ) -> int:
     """Run ``run`` with the n-th ``method`` call failing, for n = 1, 2, ...; returns the number
     of fault points walked. ``run`` records what it acknowledged and returns the payloads it
@@ -142,7 +143,7 @@ def _walk(
         cp = log.checkpoint()
         ack.checkpoints.append((cp.size, cp.head_hash))
     for n in range(1, MAX_POINTS):
-        vfs.arm(method, n, error=error)
+        vfs.arm(method, n, error=error, persistent=persistent)
         tag = f"{method}-{n}"
         try:
             done = run(faulty, tag, ack)
@@ -224,12 +225,18 @@ OPERATIONS = {
 }
 
 
+@pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "transient"])
 @pytest.mark.parametrize(("method", "error"), FAULTS, ids=FAULT_IDS)
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 def test_every_fault_point_of_an_operation(
-    vfs: FaultVFS, tmp_path: Path, operation: str, method: str, error: type[apsw.Error]
+    vfs: FaultVFS,
+    tmp_path: Path,
+    operation: str,
+    method: str,
+    error: type[apsw.Error],
+    persistent: bool,
 ) -> None:
-    points = _walk(vfs, tmp_path, method, error, OPERATIONS[operation])
+    points = _walk(vfs, tmp_path, method, error, OPERATIONS[operation], persistent)
     print(f"{operation} {method} {error.__name__}: {points - 1} fault points")
 
 
