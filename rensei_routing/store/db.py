@@ -1,16 +1,22 @@
 """Opening the home SQLite database with apsw: per-connection settings, identity check, migrations.
 Owns the schema; must not hold business logic, and never touches process-wide apsw state.
 
-Every connection gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no
-double-quoted strings, ...) applied to it alone, a longer busy timeout, and
-``PRAGMA synchronous=FULL`` (a commit that returned survives power loss, so a lost commit can
-never look like tampering). Writer connections begin every ``with conn:`` block with
-``BEGIN IMMEDIATE``, so a transaction that reads the chain head already holds the write lock.
+Every connection is made by :func:`_connection`, which sets the busy timeout before any
+statement runs, so no first read (WAL recovery, the schema check) fails on a lock without waiting.
+Each then gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no
+double-quoted strings, ...) applied to it alone and ``PRAGMA synchronous=FULL`` (a commit that
+returned survives power loss, so a lost commit can never look like tampering); writers also get
+the WAL checkpoint policy (:data:`WAL_SIZE_LIMIT`). Writer connections begin every ``with conn:``
+block with ``BEGIN IMMEDIATE``, so a transaction that reads the chain head already holds the
+write lock.
 
-Schema versions are ``PRAGMA user_version`` = number of :data:`MIGRATIONS` applied; migrations
-run stepwise inside one transaction that also stamps :data:`APPLICATION_ID`. A file with another
-application id, a non-empty file without ours, a file that is not SQLite, or a newer
-``user_version`` raises :class:`SchemaVersionError` before anything is written to it.
+Schema versions are ``PRAGMA user_version`` = number of :data:`MIGRATIONS` applied. The version is
+read in one snapshot; migrations identify the file again and run stepwise inside one
+``BEGIN IMMEDIATE`` transaction that also stamps :data:`APPLICATION_ID`, so racing writers never
+see a half-identified file. A file with another application id, a non-empty file without ours, a
+file that is not SQLite, or a newer ``user_version`` raises :class:`SchemaVersionError` before
+anything is written to it. :func:`store_error` turns apsw failures into the typed errors
+(:class:`DiskFullError`, :class:`BusyTimeoutError` naming the lock holder, :class:`StoreError`).
 """
 
 from __future__ import annotations
