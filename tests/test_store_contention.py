@@ -331,3 +331,38 @@ def _line_of_connection_factory(root: Path) -> int:
     lines = (root / "store" / "db.py").read_text("utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("def _connection("))
     return next(i for i in range(start, len(lines)) if "apsw.Connection(" in lines[i]) + 1
+
+
+_WRITE_HOLDER = textwrap.dedent(
+    """
+    import sys, time, apsw
+    conn = apsw.Connection(sys.argv[1])
+    conn.execute("BEGIN IMMEDIATE")
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+    conn.execute("ROLLBACK")
+    """
+)
+
+
+def test_an_append_blocked_by_another_writer_names_it(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    home.config_path.write_text("[store]\nbusy_timeout = 0.2\n")
+    with (
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITE_HOLDER, str(home.db_path), "1.0"],
+            stdout=subprocess.PIPE,
+        ) as holder,
+        AuditLog.open(home) as log,
+    ):
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(BusyTimeoutError) as info:
+            log.append({"x": 1}, recorded_at="2025-03-01T12:00:00.000000Z")
+        if Path("/proc/locks").exists():
+            assert f"pid {holder.pid}" in str(info.value)
+            assert "a writer (write transaction)" in str(info.value)
+        assert "stayed locked longer than the busy timeout" in str(info.value)
+    with AuditLog.open(home) as log:
+        assert log.count() == 0
+        log.append({"x": 1}, recorded_at="2025-03-01T12:00:00.000000Z")  # the lock is gone
+        assert log.count() == 1
