@@ -83,6 +83,14 @@ class HomeError(StoreError):
     """The home directory is missing, not initialised, or unusable."""
 
 
+class BusyTimeoutError(StoreError):
+    """Another connection held a lock on the database for longer than the busy timeout."""
+
+
+class DiskFullError(StoreError):
+    """The disk holding the home (or the database's size limit) is full; nothing was written."""
+
+
 # -- audit --------------------------------------------------------------------------------------
 
 

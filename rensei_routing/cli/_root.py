@@ -61,19 +61,38 @@ class _Root(click.Group):
     callback=no_plugins_option,
     help="Load no installed plugin (built-ins only): a clean-room run.",
 )
-def cli() -> None:
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="RENSEI_HOME",
+    default=DEFAULT_HOME,
+    show_default=True,
+    help="Home directory holding the SQLite store and keys (env RENSEI_HOME); every command "
+    "inherits it, and a command's own --home overrides it.",
+)
+def cli(home: Path) -> None:
     """Where should this agent spawn run, and why? Policy, proof and audit on one host."""
 
 
+def _inherit_home(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
+    """A command's own ``--home`` wins; else the root group's (which already resolved
+    ``RENSEI_HOME`` and the default)."""
+    if value is not None:
+        return value
+    inherited = ctx.find_root().params.get("home")
+    return inherited if isinstance(inherited, Path) else Path(DEFAULT_HOME)
+
+
 def home_option(f: F) -> F:
-    """``--home DIR`` (env ``RENSEI_HOME``, default ``./.rensei``): holds the store and keys."""
+    """``--home DIR`` on a command: overrides ``rensei --home DIR`` (itself env ``RENSEI_HOME``,
+    default ``./.rensei``), the directory holding the store and keys."""
     return click.option(
         "--home",
         type=click.Path(file_okay=False, path_type=Path),
-        envvar="RENSEI_HOME",
-        default=DEFAULT_HOME,
-        show_default=True,
-        help="Home directory holding the SQLite store and keys (env RENSEI_HOME).",
+        default=None,
+        callback=_inherit_home,
+        help="Home directory holding the SQLite store and keys (default: the root --home, "
+        f"env RENSEI_HOME, else ./{DEFAULT_HOME}).",
     )(f)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -17,6 +17,7 @@ from ..core.policy import PolicySnapshot
 from ..errors import HomeError
 from ..plugins import has_observers, notify_recorded
 from ..store.audit import AuditLog
+from ..store.db import close_quietly
 from ..store.home import Home
 from ..store.policies import PolicyStore
 from ._session import session
@@ -35,8 +36,11 @@ def open_policy_store(home: Path, *, write: bool) -> Iterator[PolicyStore]:
         HomeError: the home is not initialised (``rensei init``).
     """
     vocabulary = session().vocabulary()
-    with closing(Home(home).connect(write=write)) as conn:
+    conn = Home(home).connect(write=write)
+    try:
         yield PolicyStore(conn, vocabulary=vocabulary)
+    finally:
+        close_quietly(conn)
 
 
 def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:

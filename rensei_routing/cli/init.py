@@ -22,6 +22,8 @@ from ._root import cli, echo_json, home_option, json_option
 def init(org: str | None, home: Path, json_: bool) -> None:
     """Create the home, its SQLite store and the host signing key (idempotent)."""
     info = Home(home).init(org=org)
+    for warning in info.warnings:
+        click.echo(f"warning: {warning}", err=True)
     where = info.path.resolve()
     if json_:
         echo_json({**info.to_dict(), "home": str(where)})

@@ -47,8 +47,8 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
-from .db import connect
-from .home import Home
+from .db import close_quietly, connect, store_error
+from .home import ConnectOptions, Home
 
 __all__ = ["AppendResult", "AuditLog", "read_checkpoint", "write_checkpoint"]
 
@@ -81,10 +81,22 @@ class AuditLog:
     at once; each process opens its own.
 
     ``origin`` names the log in checkpoints; ``public_key`` checks them; ``private_key`` (a key or
-    a loader, called only by :meth:`checkpoint`) signs them.
+    a loader, called only by :meth:`checkpoint`) signs them. ``options`` (busy timeout, VFS)
+    apply to both connections; :meth:`open` takes them from the home.
+
+    A failed write closes the writer connection, so the next operation opens a fresh one.
     """
 
-    __slots__ = ("_key", "_path", "_public", "_reader", "_redactor", "_writer", "origin")
+    __slots__ = (
+        "_key",
+        "_options",
+        "_path",
+        "_public",
+        "_reader",
+        "_redactor",
+        "_writer",
+        "origin",
+    )
 
     def __init__(
         self,
@@ -94,8 +106,10 @@ class AuditLog:
         public_key: signing.PublicKey | None = None,
         private_key: signing.PrivateKey | Callable[[], signing.PrivateKey] | None = None,
         redactor: Redactor = DEFAULT_REDACTOR,
+        options: ConnectOptions | None = None,
     ) -> None:
         self._path = Path(path)
+        self._options = ConnectOptions() if options is None else options
         self.origin = origin
         self._public = public_key
         self._key = private_key
@@ -121,27 +135,40 @@ class AuditLog:
             public_key=public,
             private_key=home.private_key,
             redactor=redactor,
+            options=home.connect_options(),
         )
 
     # -- connections --------------------------------------------------------------------------
 
     def _write_conn(self) -> apsw.Connection:
         if self._writer is None:
-            self._writer = connect(self._path, write=True)
+            self._writer = self._connect(write=True)
         return self._writer
+
+    def _connect(self, *, write: bool) -> apsw.Connection:
+        o = self._options
+        return connect(self._path, write=write, busy_timeout_ms=o.busy_timeout_ms, vfs=o.vfs)
+
+    def _write_failed(self, what: str, error: apsw.Error) -> StoreError:
+        """Drop the writer connection after a failed write (SQLite may have left it unusable,
+        e.g. after an I/O error) and the typed error for ``what``."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            close_quietly(writer)
+        return store_error(what, error, self._path)
 
     def _read_conn(self) -> apsw.Connection:
         if self._reader is None:
             if not self._path.exists():
                 self._write_conn()  # a reader never creates the database: the writer does
-            self._reader = connect(self._path)
+            self._reader = self._connect(write=False)
         return self._reader
 
     def close(self) -> None:
         """Close the connections this log opened (idempotent)."""
         for conn in (self._reader, self._writer):
             if conn is not None:
-                conn.close()
+                close_quietly(conn)
         self._reader = self._writer = None
 
     def __enter__(self) -> AuditLog:
@@ -193,7 +220,7 @@ class AuditLog:
                 if rows:
                     conn.executemany(_INSERT, rows)
         except apsw.Error as e:
-            raise StoreError(f"cannot append to the audit log: {e}") from e
+            raise self._write_failed("cannot append to the audit log", e) from e
         last = rows[-1][4] if rows else prev
         return AppendResult(first_seq=seq, count=len(rows), head_hash=last), rows
 
@@ -228,7 +255,7 @@ class AuditLog:
         try:
             rows = list(self._read_conn().execute(f"{_SELECT} ORDER BY seq DESC LIMIT ?", (limit,)))
         except (apsw.Error, OverflowError) as e:
-            raise StoreError(f"cannot read the audit log: {e}") from e
+            raise store_error("cannot read the audit log", e, self._path) from e
         return tuple(AuditRecord.from_row(r) for r in reversed(rows))
 
     def count(self) -> int:
@@ -253,7 +280,7 @@ class AuditLog:
         try:
             return self._read_conn().execute(sql, args).fetchone()
         except (apsw.Error, OverflowError) as e:
-            raise StoreError(f"cannot read the audit log: {e}") from e
+            raise store_error("cannot read the audit log", e, self._path) from e
 
     # -- verification -------------------------------------------------------------------------
 
@@ -279,7 +306,7 @@ class AuditLog:
             with conn:
                 result = self._verify_in(conn, checkpoints, stored, progress, self._public)
         except apsw.Error as e:
-            raise StoreError(f"cannot read the audit log: {e}") from e
+            raise store_error("cannot read the audit log", e, self._path) from e
         return result
 
     def _verify_in(
@@ -373,7 +400,7 @@ class AuditLog:
             with conn:
                 result = self._verify_in(conn, (), True, progress, public)
         except apsw.Error as e:
-            raise StoreError(f"cannot read the audit log: {e}") from e
+            raise store_error("cannot read the audit log", e, self._path) from e
         if not result:
             where = (
                 "a stored checkpoint"
@@ -400,7 +427,7 @@ class AuditLog:
                     published = True
         except apsw.Error as e:
             note = f"; the note written to {target} is valid but not stored" if published else ""
-            raise StoreError(f"cannot store the checkpoint: {e}{note}") from e
+            raise self._write_failed(f"cannot store the checkpoint{note}", e) from e
         finally:
             if staged is not None and not published:
                 with contextlib.suppress(OSError):
@@ -425,7 +452,7 @@ class AuditLog:
             with conn:
                 stored = tuple(self._stored_checkpoints(conn))
         except apsw.Error as e:
-            raise StoreError(f"cannot read checkpoints: {e}") from e
+            raise store_error("cannot read checkpoints", e, self._path) from e
         return stored
 
 

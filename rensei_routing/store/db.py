@@ -1,20 +1,27 @@
 """Opening the home SQLite database with apsw: per-connection settings, identity check, migrations.
 Owns the schema; must not hold business logic, and never touches process-wide apsw state.
 
-Every connection gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no
-double-quoted strings, ...) applied to it alone, a longer busy timeout, and
-``PRAGMA synchronous=FULL`` (a commit that returned survives power loss, so a lost commit can
-never look like tampering). Writer connections begin every ``with conn:`` block with
-``BEGIN IMMEDIATE``, so a transaction that reads the chain head already holds the write lock.
+Every connection is made by :func:`_connection`, which sets the busy timeout before any
+statement runs, so no first read (WAL recovery, the schema check) fails on a lock without waiting.
+Each then gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no
+double-quoted strings, ...) applied to it alone and ``PRAGMA synchronous=FULL`` (a commit that
+returned survives power loss, so a lost commit can never look like tampering); writers also get
+the WAL checkpoint policy (:data:`WAL_SIZE_LIMIT`). Writer connections begin every ``with conn:``
+block with ``BEGIN IMMEDIATE``, so a transaction that reads the chain head already holds the
+write lock.
 
-Schema versions are ``PRAGMA user_version`` = number of :data:`MIGRATIONS` applied; migrations
-run stepwise inside one transaction that also stamps :data:`APPLICATION_ID`. A file with another
-application id, a non-empty file without ours, a file that is not SQLite, or a newer
-``user_version`` raises :class:`SchemaVersionError` before anything is written to it.
+Schema versions are ``PRAGMA user_version`` = number of :data:`MIGRATIONS` applied. The version is
+read in one snapshot; migrations identify the file again and run stepwise inside one
+``BEGIN IMMEDIATE`` transaction that also stamps :data:`APPLICATION_ID`, so racing writers never
+see a half-identified file. A file with another application id, a non-empty file without ours, a
+file that is not SQLite, or a newer ``user_version`` raises :class:`SchemaVersionError` before
+anything is written to it. :func:`store_error` turns apsw failures into the typed errors
+(:class:`DiskFullError`, :class:`BusyTimeoutError` naming the lock holder, :class:`StoreError`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +30,21 @@ from typing import Final
 import apsw
 import apsw.bestpractice
 
-from ..errors import SchemaVersionError, StoreError
+from ..errors import BusyTimeoutError, DiskFullError, SchemaVersionError, StoreError
+from .locks import describe_holders
 
-__all__ = ["APPLICATION_ID", "DEFAULT_BUSY_TIMEOUT_MS", "MIGRATIONS", "SCHEMA_VERSION", "connect"]
+__all__ = [
+    "APPLICATION_ID",
+    "CONFIG_FILE",
+    "DEFAULT_BUSY_TIMEOUT_MS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "WAL_AUTOCHECKPOINT_PAGES",
+    "WAL_SIZE_LIMIT",
+    "close_quietly",
+    "connect",
+    "store_error",
+]
 
 #: ``PRAGMA application_id`` of a rensei-routing database: ASCII ``RnRt``.
 APPLICATION_ID: Final = 0x526E5274
@@ -85,8 +104,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
-#: Several processes append to one log; apsw's recommended 100 ms is too short for that.
+#: Several processes append to one log; apsw's recommended 100 ms is too short for that. A home
+#: sets its own in :data:`CONFIG_FILE` (see :mod:`.home`).
 DEFAULT_BUSY_TIMEOUT_MS: Final = 30_000
+
+#: The WAL checkpoint policy. SQLite checkpoints automatically once the WAL holds this many
+#: pages (its default), but cannot reset the WAL while a reader still needs old frames, so a
+#: long ``audit verify`` beside a writer lets the WAL grow; once the reader is done, the next
+#: checkpoint resets it and a writer truncates it back to :data:`WAL_SIZE_LIMIT` bytes
+#: (``journal_size_limit``), and the last connection to close removes it.
+WAL_AUTOCHECKPOINT_PAGES: Final = 1000
+WAL_SIZE_LIMIT: Final = 4 * 1024 * 1024
+
+#: The home's configuration file, beside the database.
+CONFIG_FILE: Final = "config.toml"
 
 #: apsw's recommended per-connection settings, except its 100 ms busy timeout (ours is longer and
 #: must already hold while ``PRAGMA optimize`` and the WAL switch wait for a lock).
@@ -106,7 +137,11 @@ _READ_SETUP: Final = tuple(
 
 
 def connect(
-    path: Path, *, write: bool = False, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    path: Path,
+    *,
+    write: bool = False,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    vfs: str | None = None,
 ) -> apsw.Connection:
     """Open the database at ``path``. The caller owns the connection and closes it.
 
@@ -115,16 +150,20 @@ def connect(
     media can be read and verified; a database on a read-only medium with no ``-wal``/``-shm``
     beside it is opened as immutable (nothing can be writing to it).
 
+    Every statement, the very first included, waits up to ``busy_timeout_ms`` for a lock
+    (:func:`_connection` is the only place a connection is made). ``vfs`` names a registered
+    SQLite VFS (e.g. a test's fault-injecting one); ``None`` is SQLite's default.
+
     Raises:
         SchemaVersionError: the file is not a rensei-routing database, has a newer schema, or
             (read-only) an older one that a writer must migrate first.
-        StoreError: the file cannot be opened (missing and ``write=False``, unreadable, locked
-            longer than the busy timeout, ...).
+        BusyTimeoutError: another connection held a lock longer than the busy timeout.
+        DiskFullError: creating or migrating the database ran out of space.
+        StoreError: the file cannot be opened (missing and ``write=False``, unreadable, ...).
     """
-    conn = _open(path, write)
+    conn = _open(path, write, busy_timeout_ms, vfs)
     try:
-        conn.set_busy_timeout(busy_timeout_ms)
-        version = _identify(conn, path)
+        version = _identify_in_snapshot(conn, path)
         if not write:
             for setup in _READ_SETUP:
                 setup(conn)
@@ -137,53 +176,120 @@ def connect(
         for setup in _SETUP:
             setup(conn)
         conn.pragma("synchronous", "FULL")
+        conn.pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+        conn.pragma("journal_size_limit", WAL_SIZE_LIMIT)
+        conn.transaction_mode = "IMMEDIATE"
         if version < SCHEMA_VERSION:
             _migrate(conn, path)
-        conn.transaction_mode = "IMMEDIATE"
     except apsw.NotADBError as e:
-        conn.close()
+        close_quietly(conn)
         raise SchemaVersionError(f"{path} is not a SQLite database") from e
     except apsw.Error as e:
-        conn.close()
+        close_quietly(conn)
         raise _cannot_open(path, e, write) from e
     except BaseException:
-        conn.close()
+        close_quietly(conn)
         raise
     return conn
 
 
-def _open(path: Path, write: bool) -> apsw.Connection:
+def _connection(name: str, flags: int, busy_timeout_ms: int, vfs: str | None) -> apsw.Connection:
+    """The one place a connection is made: its busy timeout is set before any statement runs,
+    so no first read (WAL recovery, the schema check) ever fails on a lock without waiting."""
+    conn = apsw.Connection(name, flags=flags, vfs=vfs)
+    conn.set_busy_timeout(busy_timeout_ms)
+    return conn
+
+
+def _open(path: Path, write: bool, busy_timeout_ms: int, vfs: str | None) -> apsw.Connection:
     if write:
         flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     else:
         flags = apsw.SQLITE_OPEN_READONLY
     try:
-        conn = apsw.Connection(str(path), flags=flags)
-        if not write:
-            conn.pragma("schema_version")  # WAL recovery happens here, not at open
+        conn = _connection(str(path), flags, busy_timeout_ms, vfs)
+    except apsw.Error as e:
+        raise _cannot_open(path, e, write) from e
+    if write:
+        return conn
+    try:
+        conn.pragma("schema_version")  # WAL recovery happens here, not at open
         return conn
     except apsw.Error as e:
-        if write or not _on_read_only_medium(path):
+        close_quietly(conn)
+        if not _on_read_only_medium(path):
             raise _cannot_open(path, e, write) from e
     # Read-only medium without the WAL index: nothing can be writing, read the file as is.
     uri = Path(path).resolve().as_uri() + "?immutable=1"
     try:
-        return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        return _connection(
+            uri, apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI, busy_timeout_ms, vfs
+        )
     except apsw.Error as e:
         raise StoreError(f"cannot open database {path}: {e}") from e
+
+
+def close_quietly(conn: apsw.Connection) -> None:
+    """Close ``conn``, ignoring an error from the close itself: every transaction has already
+    committed or rolled back by then, and SQLite reports a failed checkpoint-on-close (e.g. after
+    an I/O error) that loses nothing, since the WAL still holds every commit."""
+    with contextlib.suppress(apsw.Error):
+        conn.close()
 
 
 def _cannot_open(path: Path, error: apsw.Error, write: bool) -> StoreError:
     hint = ""
     if write and not os.access(Path(path).parent, os.W_OK):
         hint = " (its directory is read-only: readers work, writers cannot)"
-    return StoreError(f"cannot open database {path}: {error}{hint}")
+    return store_error(f"cannot open database {path}", error, Path(path), hint=hint)
+
+
+def store_error(what: str, error: Exception, db_path: Path | str, *, hint: str = "") -> StoreError:
+    """The typed error for an apsw failure while doing ``what`` on the database at ``db_path``.
+
+    A full disk is a :class:`DiskFullError` naming the home; a lock held past the busy timeout
+    is a :class:`BusyTimeoutError` naming the holder (where the OS can tell) and what to do;
+    anything else a :class:`StoreError` with SQLite's message.
+    """
+    path = Path(db_path)
+    home = path.parent
+    # A failed ROLLBACK after SQLite already rolled back (as it does on SQLITE_FULL and I/O
+    # errors) hides the error that matters: report the first apsw error of the chain.
+    while isinstance(error.__context__, apsw.Error):
+        error = error.__context__
+    if isinstance(error, apsw.FullError):
+        return DiskFullError(
+            f"{what}: disk full: the rensei home {home} has no room left (free space on its "
+            "disk, or raise the database size limit, then retry); nothing was written"
+        )
+    if isinstance(error, apsw.BusyError):
+        which = "it" if str(path) in what else str(path)
+        return BusyTimeoutError(
+            f"{what}: {which} stayed locked longer than the busy timeout"
+            f"{describe_holders(path)}; retry when that process is done, stop it if it hangs, "
+            f"or raise busy_timeout under [store] in {home / CONFIG_FILE} (default "
+            f"{DEFAULT_BUSY_TIMEOUT_MS // 1000} s)"
+        )
+    return StoreError(f"{what}: {error}{hint}")
 
 
 def _on_read_only_medium(path: Path) -> bool:
     path = Path(path)
     wal = Path(f"{path}-wal")
     return path.is_file() and not os.access(path.parent, os.W_OK) and not wal.exists()
+
+
+def _identify_in_snapshot(conn: apsw.Connection, path: Path) -> int:
+    """:func:`_identify` inside one read transaction, so a writer committing a migration between
+    its three reads cannot make a fresh database look like another application's."""
+    mode = conn.transaction_mode
+    conn.transaction_mode = "DEFERRED"
+    try:
+        with conn:
+            version = _identify(conn, path)
+    finally:
+        conn.transaction_mode = mode
+    return version
 
 
 def _identify(conn: apsw.Connection, path: Path) -> int:
@@ -208,16 +314,12 @@ def _identify(conn: apsw.Connection, path: Path) -> int:
 
 
 def _migrate(conn: apsw.Connection, path: Path) -> None:
-    """Apply the missing migrations in one immediate transaction (another process may race us)."""
-    mode = conn.transaction_mode
-    conn.transaction_mode = "IMMEDIATE"
-    try:
-        with conn:
-            version = _identify(conn, path)
-            for step in range(version, SCHEMA_VERSION):
-                conn.execute(MIGRATIONS[step])
-            if version < SCHEMA_VERSION:
-                conn.pragma("application_id", APPLICATION_ID)
-                conn.pragma("user_version", SCHEMA_VERSION)
-    finally:
-        conn.transaction_mode = mode
+    """Identify again and apply the missing migrations in one ``BEGIN IMMEDIATE`` transaction:
+    another process may have migrated (or be migrating) the file since we looked."""
+    with conn:  # the connection's transaction mode is IMMEDIATE
+        version = _identify(conn, path)
+        for step in range(version, SCHEMA_VERSION):
+            conn.execute(MIGRATIONS[step])
+        if version < SCHEMA_VERSION:
+            conn.pragma("application_id", APPLICATION_ID)
+            conn.pragma("user_version", SCHEMA_VERSION)

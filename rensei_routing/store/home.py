@@ -3,17 +3,26 @@ print, read the environment, or ever put private key material in a message.
 
 Layout::
 
+    <home>/                   mode 0700 when ``init`` creates it
     <home>/rensei.db          SQLite store (WAL: rensei.db-wal, rensei.db-shm beside it)
+    <home>/config.toml        optional settings (``[store] busy_timeout = 30``, in seconds)
     <home>/keys/host.key      Ed25519 private key, mode 0600 (directory 0700)
     <home>/keys/host.pub      its public key
 
 The database's ``meta`` table records ``org_id`` and ``host_key_id``; a home is initialised when
-both are set and the key file matches the recorded id.
+both are set and the key file matches the recorded id. Every connection to the home's database
+is made by :meth:`Home.connect` (or with :meth:`Home.connect_options`), so each one waits the
+home's one busy timeout and uses the home's VFS.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import re
+import stat
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -21,10 +30,10 @@ from typing import Final
 import apsw
 
 from .. import signing
-from ..errors import HomeError, KeyFormatError, MalformedError, SignatureError, StoreError
-from .db import connect
+from ..errors import HomeError, KeyFormatError, MalformedError, SignatureError
+from .db import CONFIG_FILE, DEFAULT_BUSY_TIMEOUT_MS, close_quietly, connect, store_error
 
-__all__ = ["DEFAULT_ORG", "Home", "HomeInfo"]
+__all__ = ["DEFAULT_ORG", "ConnectOptions", "Home", "HomeInfo"]
 
 DEFAULT_ORG: Final = "local"
 _ORG = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -34,12 +43,14 @@ _META_KEY: Final = "host_key_id"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HomeInfo:
-    """What a home holds: its path, org, host key id, and whether ``init`` just created it."""
+    """What a home holds: its path, org, host key id, whether ``init`` just created it, and
+    what ``init`` found worth a warning (e.g. a ``keys/`` directory others can write to)."""
 
     path: Path
     org: str
     key_id: str
     created: bool = False
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """JSON form."""
@@ -48,17 +59,78 @@ class HomeInfo:
             "org": self.org,
             "key_id": self.key_id,
             "created": self.created,
+            "warnings": list(self.warnings),
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectOptions:
+    """How every connection to one home is opened: its busy timeout and its SQLite VFS."""
+
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    vfs: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Home:
-    """A home directory (which need not exist yet)."""
+    """A home directory (which need not exist yet).
+
+    ``vfs`` names a registered SQLite VFS every connection to this home uses (``None``: SQLite's
+    default); it exists so tests can inject I/O faults, and is not a CLI option.
+    """
 
     path: Path
+    vfs: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def config_path(self) -> Path:
+        """``<home>/config.toml`` (optional)."""
+        return self.path / CONFIG_FILE
+
+    def connect_options(self) -> ConnectOptions:
+        """The busy timeout (``[store] busy_timeout`` in seconds in ``config.toml``, default 30)
+        and VFS every connection to this home uses.
+
+        Raises:
+            HomeError: ``config.toml`` exists but is unreadable, not TOML, or the timeout is not
+                a non-negative number of seconds.
+        """
+        return ConnectOptions(busy_timeout_ms=self._busy_timeout_ms(), vfs=self.vfs)
+
+    def _busy_timeout_ms(self) -> int:
+        try:
+            with open(self.config_path, "rb") as f:
+                config = tomllib.load(f)
+        except FileNotFoundError:
+            return DEFAULT_BUSY_TIMEOUT_MS
+        except OSError as e:
+            raise HomeError(f"cannot read {self.config_path}: {e.strerror}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise HomeError(f"{self.config_path} is not valid TOML: {e}") from e
+        store = config.get("store", {})
+        value = store.get("busy_timeout") if isinstance(store, dict) else None
+        if value is None:
+            return DEFAULT_BUSY_TIMEOUT_MS
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0 <= value <= 86_400
+        ):
+            raise HomeError(
+                f"{self.config_path}: [store] busy_timeout must be a number of seconds "
+                f"between 0 and 86400, not {value!r}"
+            )
+        return round(value * 1000)
+
+    def _connect_db(self, *, write: bool) -> apsw.Connection:
+        options = self.connect_options()
+        return connect(
+            self.db_path, write=write, busy_timeout_ms=options.busy_timeout_ms, vfs=options.vfs
+        )
 
     @property
     def db_path(self) -> Path:
@@ -95,11 +167,12 @@ class Home:
         if org is not None and not _ORG.fullmatch(org):
             raise MalformedError("org", f"{org!r} must match {_ORG.pattern}")
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self.keys_dir.mkdir(mode=0o700, exist_ok=True)
+            _make_private_dir(self.path, parents=True)
+            _make_private_dir(self.keys_dir)
         except OSError as e:
             raise HomeError(f"cannot create home {self.path}: {e.strerror}") from e
-        conn = connect(self.db_path, write=True)
+        warnings = _keys_dir_warnings(self.keys_dir)
+        conn = self._connect_db(write=True)
         try:
             meta = _read_meta(conn)
             existing = meta.get(_META_ORG)
@@ -117,14 +190,20 @@ class Home:
                     created = conn.changes() > 0
                     meta = _read_meta(conn)
             except apsw.Error as e:
-                raise StoreError(f"cannot initialise {self.db_path}: {e}") from e
+                raise store_error(f"cannot initialise {self.db_path}", e, self.db_path) from e
         finally:
-            conn.close()
+            close_quietly(conn)
         if org is not None and meta[_META_ORG] != org:
             raise HomeError(f"home {self.path} is initialised for org {meta[_META_ORG]!r}")
         if meta[_META_KEY] != key.key_id:
             raise HomeError(f"host key {self.private_key_path} does not match this home's database")
-        return HomeInfo(path=self.path, org=meta[_META_ORG], key_id=key.key_id, created=created)
+        return HomeInfo(
+            path=self.path,
+            org=meta[_META_ORG],
+            key_id=key.key_id,
+            created=created,
+            warnings=warnings,
+        )
 
     def _ensure_key(self, recorded_id: str | None) -> signing.PublicKey:
         """Load the host key, creating it when the home has none yet; keep the .pub file in step."""
@@ -161,11 +240,11 @@ class Home:
         """
         if not self.db_path.is_file():
             raise self._not_initialised()
-        conn = connect(self.db_path)
+        conn = self._connect_db(write=False)
         try:
             meta = _read_meta(conn)
         finally:
-            conn.close()
+            close_quietly(conn)
         if _META_ORG not in meta or _META_KEY not in meta:
             raise self._not_initialised()
         return HomeInfo(path=self.path, org=meta[_META_ORG], key_id=meta[_META_KEY])
@@ -178,7 +257,7 @@ class Home:
             StoreError: the database cannot be opened.
         """
         self.info()
-        return connect(self.db_path, write=write)
+        return self._connect_db(write=write)
 
     def private_key(self) -> signing.PrivateKey:
         """The host's signing key.
@@ -210,4 +289,30 @@ def _read_meta(conn: apsw.Connection) -> dict[str, str]:
     try:
         return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
     except apsw.Error as e:
-        raise StoreError(f"cannot read home metadata: {e}") from e
+        raise store_error("cannot read home metadata", e, conn.filename) from e
+
+
+def _make_private_dir(path: Path, *, parents: bool = False) -> None:
+    """Create ``path`` with mode 0700 whatever the umask (a directory that already exists keeps
+    its mode; missing parents get the usual umask-derived mode)."""
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask, which may take bits away
+
+
+def _keys_dir_warnings(keys_dir: Path) -> tuple[str, ...]:
+    """A warning when ``keys/`` is group- or world-writable (someone else could swap the key)."""
+    with contextlib.suppress(OSError):
+        mode = stat.S_IMODE(os.stat(keys_dir).st_mode)
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (
+                f"{keys_dir} is writable by its group or by others (mode {mode:04o}): anyone "
+                f"who can write there can replace the host key; run chmod 700 {keys_dir}",
+            )
+    return ()

@@ -29,8 +29,8 @@ from ..errors import (
     InputError,
     NotFoundError,
     PolicyValidationError,
-    StoreError,
 )
+from .db import store_error
 
 __all__ = ["PolicyStore", "RevisionInfo", "SnapshotLoad"]
 
@@ -106,7 +106,7 @@ class PolicyStore:
         except OverflowError as e:  # a revision number SQLite cannot hold: it is not there
             raise NotFoundError(f"no policy revision {revision}") from e
         except apsw.Error as e:
-            raise StoreError(f"cannot read policy revisions: {e}") from e
+            raise store_error("cannot read policy revisions", e, self._conn.filename) from e
         if row is None:
             return None
         return int(row[0]), str(row[1]), _as_bytes(row[2])
@@ -194,7 +194,7 @@ class PolicyStore:
                     (revision, content_hash, body, saved_at),
                 )
         except apsw.Error as e:
-            raise StoreError(f"cannot save policy revision: {e}") from e
+            raise store_error("cannot save policy revision", e, self._conn.filename) from e
         return PolicySnapshot(revision=revision, policies=items, content_hash=content_hash)
 
     def history(self) -> list[RevisionInfo]:
@@ -223,5 +223,5 @@ class PolicyStore:
                     )
                 )
         except apsw.Error as e:
-            raise StoreError(f"cannot read policy history: {e}") from e
+            raise store_error("cannot read policy history", e, self._conn.filename) from e
         return out
