@@ -7,14 +7,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 
-import click
-
 from ..core.decision import STATE_ABSENT, RouteDecision
 from ..core.policy import PolicySnapshot
 from ..errors import HomeError
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ..store.policies import PolicyStore
+from ._output import note
 
 
 def now_rfc3339() -> str:
@@ -39,14 +38,12 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
     try:
         Home(home).info()
     except HomeError:
-        click.echo(
-            f"note: no store at {home}; resolving against the empty snapshot (absent)", err=True
-        )
+        note(f"note: no store at {home}; resolving against the empty snapshot (absent)")
         return PolicySnapshot.empty(), STATE_ABSENT
     with open_policy_store(home, write=False) as store:
         loaded = store.load()
     if loaded.detail:
-        click.echo(f"warning: {loaded.detail}", err=True)
+        note(f"warning: {loaded.detail}")
     return loaded.snapshot, loaded.state
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..store.home import DEFAULT_ORG, Home
+from ._output import emit, printable
 from ._root import cli, echo_json, home_option, json_option
 
 
@@ -27,4 +28,4 @@ def init(org: str | None, home: Path, json_: bool) -> None:
         echo_json({**info.to_dict(), "home": str(where)})
         return
     state = "initialised" if info.created else "already initialised"
-    click.echo(f"{state}: rensei home at {where} (org {info.org}, host key {info.key_id})")
+    emit(printable(f"{state}: rensei home at {where} (org {info.org}, host key {info.key_id})"))
