@@ -18,6 +18,8 @@ from rensei_routing.core.chain import (
     VerifyResult,
     note_key_hash,
     parse_checkpoint,
+    payload_hash,
+    record_hash,
 )
 from rensei_routing.core.redact import redact
 from rensei_routing.errors import (
@@ -527,3 +529,116 @@ def test_each_credential_kind_alone_stays_off_disk(
     assert secret.encode() not in _database_bytes(home)
     (stored,) = record.payload["k"]["v"]
     assert f"[REDACTED:{label}]" in stored and secret not in stored
+
+
+# -- a record must parse, even with its hashes recomputed ---------------------------------------
+
+
+def _rewrite(
+    home: Home, seq: int, *, payload: bytes | None = None, stamp: str | None = None
+) -> None:
+    """Edit record ``seq`` and recompute every hash from it to the head, as an attacker who can
+    write the database would for a tail no checkpoint pins yet."""
+    conn = _raw(home)
+    try:
+        with conn:
+            cols = "seq, recorded_at, prev_hash, payload"
+            rows = list(
+                conn.execute(
+                    f"SELECT {cols} FROM audit_records WHERE seq >= ? ORDER BY seq", (seq,)
+                )
+            )
+            prev = rows[0][2]
+            for s, at, _, data in rows:
+                if s == seq:
+                    at = stamp if stamp is not None else at
+                    data = payload if payload is not None else data
+                p_hash = payload_hash(bytes(data))
+                r_hash = record_hash(s, prev, at, p_hash)
+                conn.execute(
+                    "UPDATE audit_records SET recorded_at = ?, prev_hash = ?, payload = ?, "
+                    "payload_hash = ?, record_hash = ? WHERE seq = ?",
+                    (at, prev, data, p_hash, r_hash, s),
+                )
+                prev = r_hash
+    finally:
+        conn.close()
+
+
+UNPARSEABLE_PAYLOADS = {
+    "not-utf8": b'{"a":"\xff"}',
+    "not-json": b'{"decision_id": "d5"',
+    "trailing-garbage": b'{"a":1} {"b":2}',
+    "duplicate-key": b'{"outcome":"selected","outcome":"rejected"}',
+    "nested-duplicate-key": b'{"e":[{"k":1,"k":1}]}',
+    "nan": b'{"a":NaN}',
+    "infinity": b'{"a":[-Infinity]}',
+    "utf16": '{"a":1}'.encode("utf-16"),
+    "too-deep": b"[" * 100_000 + b"]" * 100_000,
+}
+
+
+@pytest.mark.parametrize(
+    "payload", list(UNPARSEABLE_PAYLOADS.values()), ids=list(UNPARSEABLE_PAYLOADS)
+)
+def test_a_rehashed_unparseable_payload_fails_verify_and_checkpoint(
+    home: Home, log: AuditLog, payload: bytes
+) -> None:
+    _rewrite(home, 5, payload=payload)
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq, result.records_checked) == (
+        "unparseable-record",
+        5,
+        5,
+    ), result
+    assert "\n" not in result.detail
+    with AuditLog.open(home) as fresh:
+        with pytest.raises(AuditError, match="seq 5: unparseable-record"):
+            fresh.checkpoint()
+        record = fresh.get(5)  # show and tail say the same as verify
+    assert record.payload_error is not None and record.to_dict()["payload"] is None
+    assert _checkpoint_rows(home) == []
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2025-03-01 12:00:00Z",
+        "2025-03-01T12:00:00+00:00",
+        "2025-02-30T12:00:00Z",
+        "2025-03-01T12:00:00.1234567Z",
+        "yesterday",
+        "",
+        "2025-03-01T12:00:00Z\n",
+    ],
+)
+def test_a_rehashed_bad_timestamp_fails_verify_and_checkpoint(
+    home: Home, log: AuditLog, stamp: str
+) -> None:
+    _rewrite(home, 7, stamp=stamp)
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq) == ("unparseable-record", 7), result
+    assert "recorded_at" in result.detail
+    with AuditLog.open(home) as fresh, pytest.raises(AuditError, match="seq 7: unparseable"):
+        fresh.checkpoint()
+    assert _checkpoint_rows(home) == []
+
+
+def test_a_rehashed_valid_edit_still_verifies(home: Home, log: AuditLog) -> None:
+    """The control: what the checks above refuse is the form, not the recomputed hashes."""
+    _rewrite(home, 5, payload=b'{"a":1}', stamp="2030-01-01T00:00:00Z")
+    assert _verify(home)
+
+
+def test_export_to_the_database_is_refused_by_the_library_too(home: Home, log: AuditLog) -> None:
+    before = log.count()
+    for target in (home.db_path, home.private_key_path, home.path / "x.note"):
+        with pytest.raises(AuditError, match="inside the home"):
+            log.checkpoint(export_to=target)
+    assert home.private_key_path.read_text().startswith("ed25519-private:")
+    assert log.count() == before and _checkpoint_rows(home) == []
+    # a log opened on a bare path still protects its database and companions
+    with AuditLog(home.db_path, origin=log.origin, private_key=home.private_key) as bare:
+        for name in ("rensei.db", "rensei.db-wal", "rensei.db-shm", "rensei.db-journal"):
+            with pytest.raises(AuditError, match="refusing to export"):
+                bare.checkpoint(export_to=home.path / name)

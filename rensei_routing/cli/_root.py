@@ -46,7 +46,7 @@ class _Root(click.Group):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.ClickException as e:
-            e.message = printable(e.message)
+            setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -57,7 +57,7 @@ class _Root(click.Group):
         except RenseiRoutingError as e:
             raise CommandError(str(e)) from e
         except click.ClickException as e:  # usage errors of a subcommand echo their input
-            e.message = printable(e.message)
+            setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
             raise
 
 
