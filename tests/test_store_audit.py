@@ -21,7 +21,10 @@ from rensei_routing.core.chain import (
     payload_hash,
     record_hash,
 )
+from rensei_routing.core.context import RouteContext
+from rensei_routing.core.policy import PolicySnapshot
 from rensei_routing.core.redact import redact
+from rensei_routing.core.resolver import explain
 from rensei_routing.errors import (
     AuditError,
     CanonicalEncodingError,
@@ -642,3 +645,31 @@ def test_export_to_the_database_is_refused_by_the_library_too(home: Home, log: A
         for name in ("rensei.db", "rensei.db-wal", "rensei.db-shm", "rensei.db-journal"):
             with pytest.raises(AuditError, match="refusing to export"):
                 bare.checkpoint(export_to=home.path / name)
+
+
+@pytest.mark.parametrize(
+    "repo",
+    [
+        "AKIAQWERTYUIOP123456/widgets",
+        "AKIAQWERTYUIOP123456-widgets",
+        {"value": "ASIAZXCVBNMLKJHGFDSA/x"},
+    ],
+    ids=["canonical", "runtime-slug", "object"],
+)
+def test_a_credential_in_the_repo_is_redacted_though_the_repo_is_lowercased(
+    home: Home, repo: object
+) -> None:
+    """The context lowercases the repo before it is recorded; redaction must still see the key
+    (and ``.upper()`` must not restore it from the stored bytes)."""
+    ctx = RouteContext.from_dict({"repo": repo, "principal_id": "implementer"})
+    assert ctx.repo is not None and ctx.repo.value == ctx.repo.value.lower()
+    decision = explain(ctx, PolicySnapshot.empty())
+    with AuditLog.open(home) as audit:
+        audit.append_many([decision], recorded_at=T0)
+        stored = audit.get(0).payload
+    on_disk = _database_bytes(home)
+    for key in (b"QWERTYUIOP123456", b"ZXCVBNMLKJHGFDSA"):
+        assert key not in on_disk.upper()
+    assert stored["explanation"]["context"]["repo"]["value"].startswith(
+        "[REDACTED:aws-access-key-id]"
+    )
