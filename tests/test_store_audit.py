@@ -22,6 +22,7 @@ from rensei_routing.core.chain import (
     record_hash,
 )
 from rensei_routing.core.context import RouteContext
+from rensei_routing.core.decision import RouteDecision
 from rensei_routing.core.policy import PolicySnapshot
 from rensei_routing.core.redact import redact
 from rensei_routing.core.resolver import explain
@@ -673,3 +674,60 @@ def test_a_credential_in_the_repo_is_redacted_though_the_repo_is_lowercased(
     assert stored["explanation"]["context"]["repo"]["value"].startswith(
         "[REDACTED:aws-access-key-id]"
     )
+
+
+# -- stored decisions read back, redaction markers and all -----------------------------------
+
+GHP = "ghp_R4nd0mT0k3nV4lu3F0rT3st1ngPurp0s3s"
+
+
+def _redacted_context() -> dict[str, object]:
+    many = ";".join(f"password=p{i}" for i in range(20))  # 20 short secrets: grows 10x
+    return {
+        "repo": f"{GHP}/widgets",
+        "principal_id": f"bot token={GHP}",
+        "model_requirement": {"kind": "concrete_model", "value": "sk-proj-4f9c2b7e1a0d3c5b8e6f"},
+        "accounts": [
+            {"account_id": f"acct-{GHP}", "provider_binding": "anthropic"},
+            {"account_id": "acct-ghp_" + "Z" * 30, "provider_binding": "anthropic"},
+            {"account_id": many, "provider_binding": "zai-harness"},
+        ],
+        "legacy_route": {
+            "provider_binding": "anthropic",
+            "account_id": f"acct-{GHP}",
+            "model": "password=hunter2",
+        },
+    }
+
+
+@pytest.mark.parametrize("repo", [f"{GHP}/widgets", f"{GHP}-widgets"], ids=["canonical", "slug"])
+def test_a_redacted_decision_reads_back_exactly(home: Home, repo: str) -> None:
+    doc = {**_redacted_context(), "repo": repo}
+    anywhere = PolicySnapshot.from_dict([{"id": "anywhere"}])
+    decision = explain(RouteContext.from_dict(doc), anywhere, trace="full")
+    with AuditLog.open(home) as audit:
+        record = audit.append(decision, recorded_at=T0)
+    payload = record.payload
+    context = payload["explanation"]["context"]
+    assert context["repo"]["value"] == "[REDACTED:github-token]" + repo[len(GHP) :].lower()
+    ids = [a["account_id"] for a in context["accounts"]]
+    assert ids[0] == ids[1] == "acct-[REDACTED:github-token]" and len(ids[2]) > 256
+    with pytest.raises(MalformedError):  # input rules still refuse it by default
+        RouteDecision.from_dict(payload)
+    back = RouteDecision.from_dict(payload, redacted=True)
+    assert back.to_dict() == payload
+    assert back.canonical() == record.payload_bytes  # byte for byte what was stored
+    assert back.explanation.context.repo is not None
+    assert back.explanation.context.repo.value == context["repo"]["value"]
+
+
+def test_read_back_mode_still_refuses_what_is_not_a_decision() -> None:
+    doc = {**_redacted_context(), "repo": {"value": "not a repo", "version": "canonical"}}
+    decision = explain(RouteContext.from_dict({"repo": "a/b"}), PolicySnapshot.empty())
+    payload = decision.to_dict()
+    payload["explanation"]["context"] = doc
+    with pytest.raises(MalformedError, match=r"repo\.value"):
+        RouteDecision.from_dict(payload, redacted=True)
+    payload["explanation"]["context"] = {"accounts": [{"account_id": "x" * 300}]}
+    with pytest.raises(MalformedError):
+        RouteDecision.from_dict(payload, redacted=True)
