@@ -230,7 +230,8 @@ DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
         # the password of ``scheme://user:password@host`` (the user name may be a marker)
         "url-credential",
         re.compile(
-            r"[a-z][a-z0-9+.-]*://(?:\[REDACTED:[a-z0-9-]+\]|[^\s/?#@:\[\]\"'])*:"
+            r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://"
+            r"(?:\[REDACTED:[a-z0-9-]+\]|[^\s/?#@:\[\]\"'])*:"
             r"(?P<secret>" + _NOT_MARKER + r"[^\s/?#@\"']+)@",
             _AI,
         ),
