@@ -40,6 +40,10 @@ class MalformedError(InputError):
         super().__init__(f"{self.path}: {message}")
 
 
+class OutputError(RenseiRoutingError):
+    """Output could not be written (a closed pipe, a full device): the work it reports is moot."""
+
+
 class CanonicalEncodingError(InputError):
     """A value cannot be written as RFC 8785 canonical JSON (e.g. NaN, an unsafe integer)."""
 

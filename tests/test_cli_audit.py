@@ -377,3 +377,64 @@ def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
         progress(10_000)
         progress(50_000)
     assert "verifying" in terminal.getvalue()
+
+
+# -- exports never land in the home -----------------------------------------------------------
+
+
+def _home_files(home: Path) -> tuple[object, ...]:
+    """The home's key files byte for byte, and every stored row (SQLite may fold the WAL in)."""
+    keys = {p.name: p.read_bytes() for p in (home / "keys").iterdir()}
+    rows = _query(home, "SELECT * FROM audit_records ORDER BY seq")
+    meta = _query(home, "SELECT * FROM meta ORDER BY key")
+    return keys, rows, meta, _checkpoint_rows(home)
+
+
+@pytest.mark.parametrize(
+    "inside",
+    ["rensei.db", "rensei.db-wal", "rensei.db-shm", "keys/host.key", "keys/host.pub", "note.txt"],
+)
+def test_checkpoint_export_into_the_home_is_refused(
+    runner: CliRunner, filled: Path, inside: str
+) -> None:
+    before = _home_files(filled)
+    result = _run(runner, "audit", "checkpoint", "--home", str(filled), "-o", str(filled / inside))
+    assert "inside the home" in _one_clean_error_line(result)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert _home_files(filled) == before  # database, key and all: byte for byte
+    assert _checkpoint_rows(filled) == []
+    assert _run(runner, "audit", "verify", "--home", str(filled)).exit_code == 0
+    assert _run(runner, "init", "--home", str(filled)).exit_code == 0
+
+
+def test_checkpoint_export_through_a_symlink_into_the_home_is_refused(
+    runner: CliRunner, filled: Path, tmp_path: Path
+) -> None:
+    before = _home_files(filled)
+    (tmp_path / "elsewhere").symlink_to(filled / "keys", target_is_directory=True)
+    (tmp_path / "db-link").symlink_to(filled / "rensei.db")
+    for target in (tmp_path / "elsewhere" / "host.key", tmp_path / "db-link"):
+        result = _run(runner, "audit", "checkpoint", "--home", str(filled), "-o", str(target))
+        assert "inside the home" in _one_clean_error_line(result)
+    assert _home_files(filled) == before and _checkpoint_rows(filled) == []
+
+
+def test_checkpoint_export_refusal_is_relative_path_proof(
+    runner: CliRunner, filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(filled / "keys")
+    before = _home_files(filled)
+    result = _run(runner, "audit", "checkpoint", "--home", "..", "-o", "../rensei.db")
+    assert "inside the home" in _one_clean_error_line(result)
+    assert _home_files(filled) == before
+
+
+def test_checkpoint_export_next_to_the_home_is_fine(
+    runner: CliRunner, filled: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "h-notes" / "cp.txt"  # a sibling whose name starts like the home's
+    target.parent.mkdir()
+    assert (
+        _run(runner, "audit", "checkpoint", "--home", str(filled), "-o", str(target)).exit_code == 0
+    )
+    assert parse_checkpoint(target.read_text()).size == 10

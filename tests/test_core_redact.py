@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rensei_routing.core.canonical import canonical_bytes
+from rensei_routing.core.context import RouteContext
+from rensei_routing.core.policy import PolicySnapshot
 from rensei_routing.core.redact import (
     DEFAULT_PATTERNS,
     DEFAULT_REDACTOR,
@@ -17,6 +21,7 @@ from rensei_routing.core.redact import (
     marker,
     redact,
 )
+from rensei_routing.core.resolver import explain
 from rensei_routing.errors import ConfigurationError
 
 PEM_RSA = (
@@ -28,6 +33,31 @@ PEM_OPENSSH = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\n"
     "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
     "-----END OPENSSH PRIVATE KEY-----"
+)
+
+PEM_PKCS8 = (
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"
+    "-----END PRIVATE KEY-----"
+)
+PEM_ENCRYPTED = (
+    "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHDBOBgkqhkiG9w0BBQ0wQTApBgkqhkiG9w0BBQwwHAQI\n"
+    "-----END ENCRYPTED PRIVATE KEY-----"
+)
+PEM_EC = (
+    "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIAZ2x9o8PQWERTYuiop1234567890asdfghjklzxcvbnm\n"
+    "-----END EC PRIVATE KEY-----"
+)
+PGP_BLOCK = (
+    "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGRkZGRkZGRkZGRkZGRkZGRkZGRk\n"
+    "-----END PGP PRIVATE KEY BLOCK-----"
+)
+SSH2 = (
+    '---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: "rsa-key"\n'
+    "P2/56wAAAi4AAAA3aWYtbW9kbnt7c2lnbn\n---- END SSH2 ENCRYPTED PRIVATE KEY ----"
+)
+PUTTY = (
+    "PuTTY-User-Key-File-3: ssh-rsa\nEncryption: none\nComment: k\nPublic-Lines: 1\nAAAAB3Nza\n"
+    "Private-Lines: 1\nAAAAgQCyZGRkZGRkZGRkZGRk\nPrivate-MAC: 0a1b2c3d4e5f"
 )
 
 #: (id, text containing the credential, the secret part that must disappear, label)
@@ -76,6 +106,74 @@ CREDENTIALS: list[tuple[str, str, str, str]] = [
     ("token_colon", 'token: "tkn-8f7e6d5c4b3a"', "tkn-8f7e6d5c4b3a", "secret-assignment"),
     ("api_key_env", "API_KEY=zq8Yv7Xw6Ut5", "zq8Yv7Xw6Ut5", "secret-assignment"),
     ("secret_json", '{"client_secret": "s3cr3t-v4lue-42"}', "s3cr3t-v4lue-42", "secret-assignment"),
+    # issue 14: shapes that used to pass
+    ("aws_lowercased", "akiaqwertyuiop123456/widgets", "qwertyuiop123456", "aws-access-key-id"),
+    (
+        "slack_app",
+        "xapp-1-A0123456789-1234567890123-0a1b2c3d4e5f6a7b8c9d",
+        "1234567890123-0a1b2c3d",
+        "slack-token",
+    ),
+    (
+        "slack_webhook",
+        "https://hooks.slack.com/services/T0000AAAA/B0000BBBB/XXXXXXXXXXXXXXXXXXXXXXXX",
+        "T0000AAAA/B0000BBBB/XXXXXXXX",
+        "slack-webhook",
+    ),
+    (
+        "url_userinfo",
+        "https://deploy:Tr0ub4dor@git.example.com/x.git",
+        "Tr0ub4dor",
+        "url-credential",
+    ),
+    ("url_no_user", "redis://:hunter2@cache:6379/0", "hunter2", "url-credential"),
+    (
+        "authorization_bearer",
+        "Authorization: Bearer abc.DEF_123",
+        "abc.DEF_123",
+        "authorization",
+    ),
+    ("authorization_basic", "authorization='Basic dXNlcjpwYXNz'", "dXNlcjpwYXNz", "authorization"),
+    (
+        "bearer_bare",
+        "curl -H 'Bearer 9f8e7d6c5b4a39281706'",
+        "9f8e7d6c5b4a39281706",
+        "bearer-token",
+    ),
+    (
+        "jwt",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "eyJzdWIiOiIxMjM0NTY3ODkwIn0",
+        "jwt",
+    ),
+    ("gitlab_pat", "glpat-xY9zW8vU7tS6rQ5pO4nM", "xY9zW8vU7tS6rQ5pO4nM", "gitlab-token"),
+    (
+        "google_api_key",
+        "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
+        "SyA1b2C3d4E5f6G7h8I9",
+        "google-api-key",
+    ),
+    ("npm", "npm_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8", "a1B2c3D4e5F6g7H8i9J0k1L2", "npm-token"),
+    ("pem_pkcs8", PEM_PKCS8, "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "private-key"),
+    ("pem_encrypted", PEM_ENCRYPTED, "MIIFHDBOBgkqhkiG9w0BBQ0wQTApBgkq", "private-key"),
+    ("pem_ec_lowercased", PEM_EC.lower(), "mhccaqeeiaz2x9o8pqwerty", "private-key"),
+    ("pgp", PGP_BLOCK, "lQOYBGRkZGRkZGRk", "private-key"),
+    ("ssh2", SSH2, "P2/56wAAAi4AAAA3aWYtbW9kbn", "private-key"),
+    ("putty", PUTTY, "AAAAgQCyZGRkZGRkZGRkZGRk", "private-key"),
+    (
+        "openssh_body_only",
+        "key: b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ",
+        "AAAABG5vbmUAAAAEbm9uZQ",
+        "private-key",
+    ),
+    (
+        "age",
+        "AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ",
+        "QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ",
+        "age-secret-key",
+    ),
+    ("password_short", "password=Zq7wX", "Zq7wX", "secret-assignment"),
+    ("token_short_colon", "token: Wx9Vq", "Wx9Vq", "secret-assignment"),
 ]
 IDS = [c[0] for c in CREDENTIALS]
 
@@ -229,6 +327,84 @@ def test_pattern_definitions_are_checked(
         RedactionPattern(label, regex, triggers)
 
 
+ORDINARY = [
+    "claude-opus-4-1",
+    "claude-sonnet-4-5",
+    "anthropic.claude-opus-4-1-v1:0",
+    "glm-5.3",
+    "glm-*",
+    "acme/widgets",
+    "hydraflow/asia-pacific-region",
+    "akia/widgets",
+    "hydraflow-reviewers-on-zai",
+    "anthropic-primary",
+    "zai-harness",
+    "task-0123456789abcdefghij-runner",
+    "desk-9a8b7c6d5e4f3a2b1c0d",
+    "sk-learn-pipeline-configuration",
+    "max_tokens: 4096",
+    "token_budget=12",
+    "secrets are resolved by the vault",
+    "the bearer of this decision",
+    "see https://example.com/docs?x=1 and git@github.com:acme/widgets.git",
+    "ssh://git@github.com/acme/widgets",
+    "sha256:" + "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "npm_config_cache",
+    "glpat",
+    "eyJ-only-a-prefix",
+    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG public key",
+]
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_routing_text_is_not_redacted(text: str) -> None:
+    assert redact(text) == text
+    assert redact({"note": [text]}) == {"note": [text]}
+
+
+def test_the_shipped_examples_are_unchanged_by_redaction() -> None:
+    examples = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
+    documents = [json.loads((examples / n).read_text()) for n in ("policies.json", "context.json")]
+    documents += [
+        json.loads(line) for line in (examples / "contexts.jsonl").read_text().split("\n") if line
+    ]
+    assert len(documents) > 3
+    for doc in documents:
+        assert redact(doc) is doc  # not even rebuilt
+    snapshot = PolicySnapshot.from_dict(documents[0])
+    for ctx in documents[1:]:
+        decision = explain(RouteContext.from_dict(ctx), snapshot, trace="full")
+        text = decision.canonical().decode()
+        assert not DEFAULT_REDACTOR.might_match(text)  # the append path's pre-check skips them
+        assert redact(decision.to_dict()) == decision.to_dict()
+
+
+def test_authorization_keeps_its_scheme_and_is_idempotent() -> None:
+    once = redact("Authorization: Bearer abc.DEF_123")
+    assert once == "Authorization: Bearer [REDACTED:authorization]"
+    assert redact(once) == once
+    assert redact("Authorization: Bearer") == "Authorization: Bearer"
+
+
+def test_url_credential_keeps_the_rest_of_the_url() -> None:
+    assert redact("https://deploy:p4ss@git.example.com/x.git") == (
+        "https://deploy:[REDACTED:url-credential]@git.example.com/x.git"
+    )
+    once = redact("https://ghp_" + "A1" * 12 + ":x-oauth@github.com")
+    assert "ghp_" not in once and "x-oauth" not in once and redact(once) == once
+
+
+def test_a_redactor_is_built_from_any_pattern_list() -> None:
+    """The construction API a plugin hook will feed: patterns are data."""
+    ticket = RedactionPattern("acme-ticket", re.compile(r"ACME-[0-9]{6}", re.ASCII), ("acme-",))
+    redactor = Redactor((*DEFAULT_PATTERNS, ticket))
+    assert "acme-" in (redactor.triggers or ())
+    assert redactor.redact({"a": "ACME-123456 xapp-1-A1-22-abcdef0123"}) == {
+        "a": "[REDACTED:acme-ticket] [REDACTED:slack-token]"
+    }
+
+
 # -- properties ---------------------------------------------------------------------------------
 
 FRAGMENTS = [
@@ -243,6 +419,26 @@ FRAGMENTS = [
     "sk-",
     "sk-ant-",
     "-----BEGIN RSA PRIVATE KEY-----",
+    "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----",
+    "PuTTY-User-Key-File-2: ",
+    "Private-MAC: ",
+    "b3BlbnNzaC1rZXktdjE",
+    "AGE-SECRET-KEY-1",
+    "xapp-",
+    "hooks.slack.com/services/",
+    "://",
+    "https://",
+    "@",
+    "Authorization: ",
+    "Bearer ",
+    "basic ",
+    "eyJ",
+    ".eyJ",
+    ".",
+    "glpat-",
+    "AIza",
+    "npm_",
+    "akia",
     "-----END RSA PRIVATE KEY-----",
     "-----BEGIN ",
     " PRIVATE KEY-----",

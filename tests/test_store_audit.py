@@ -18,8 +18,14 @@ from rensei_routing.core.chain import (
     VerifyResult,
     note_key_hash,
     parse_checkpoint,
+    payload_hash,
+    record_hash,
 )
+from rensei_routing.core.context import RouteContext
+from rensei_routing.core.decision import RouteDecision
+from rensei_routing.core.policy import PolicySnapshot
 from rensei_routing.core.redact import redact
+from rensei_routing.core.resolver import explain
 from rensei_routing.errors import (
     AuditError,
     CanonicalEncodingError,
@@ -527,3 +533,201 @@ def test_each_credential_kind_alone_stays_off_disk(
     assert secret.encode() not in _database_bytes(home)
     (stored,) = record.payload["k"]["v"]
     assert f"[REDACTED:{label}]" in stored and secret not in stored
+
+
+# -- a record must parse, even with its hashes recomputed ---------------------------------------
+
+
+def _rewrite(
+    home: Home, seq: int, *, payload: bytes | None = None, stamp: str | None = None
+) -> None:
+    """Edit record ``seq`` and recompute every hash from it to the head, as an attacker who can
+    write the database would for a tail no checkpoint pins yet."""
+    conn = _raw(home)
+    try:
+        with conn:
+            cols = "seq, recorded_at, prev_hash, payload"
+            rows = list(
+                conn.execute(
+                    f"SELECT {cols} FROM audit_records WHERE seq >= ? ORDER BY seq", (seq,)
+                )
+            )
+            prev = rows[0][2]
+            for s, at, _, data in rows:
+                if s == seq:
+                    at = stamp if stamp is not None else at
+                    data = payload if payload is not None else data
+                p_hash = payload_hash(bytes(data))
+                r_hash = record_hash(s, prev, at, p_hash)
+                conn.execute(
+                    "UPDATE audit_records SET recorded_at = ?, prev_hash = ?, payload = ?, "
+                    "payload_hash = ?, record_hash = ? WHERE seq = ?",
+                    (at, prev, data, p_hash, r_hash, s),
+                )
+                prev = r_hash
+    finally:
+        conn.close()
+
+
+UNPARSEABLE_PAYLOADS = {
+    "not-utf8": b'{"a":"\xff"}',
+    "not-json": b'{"decision_id": "d5"',
+    "trailing-garbage": b'{"a":1} {"b":2}',
+    "duplicate-key": b'{"outcome":"selected","outcome":"rejected"}',
+    "nested-duplicate-key": b'{"e":[{"k":1,"k":1}]}',
+    "nan": b'{"a":NaN}',
+    "infinity": b'{"a":[-Infinity]}',
+    "utf16": '{"a":1}'.encode("utf-16"),
+    "too-deep": b"[" * 100_000 + b"]" * 100_000,
+}
+
+
+@pytest.mark.parametrize(
+    "payload", list(UNPARSEABLE_PAYLOADS.values()), ids=list(UNPARSEABLE_PAYLOADS)
+)
+def test_a_rehashed_unparseable_payload_fails_verify_and_checkpoint(
+    home: Home, log: AuditLog, payload: bytes
+) -> None:
+    _rewrite(home, 5, payload=payload)
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq, result.records_checked) == (
+        "unparseable-record",
+        5,
+        5,
+    ), result
+    assert "\n" not in result.detail
+    with AuditLog.open(home) as fresh:
+        with pytest.raises(AuditError, match="seq 5: unparseable-record"):
+            fresh.checkpoint()
+        record = fresh.get(5)  # show and tail say the same as verify
+    assert record.payload_error is not None and record.to_dict()["payload"] is None
+    assert _checkpoint_rows(home) == []
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2025-03-01 12:00:00Z",
+        "2025-03-01T12:00:00+00:00",
+        "2025-02-30T12:00:00Z",
+        "2025-03-01T12:00:00.1234567Z",
+        "yesterday",
+        "",
+        "2025-03-01T12:00:00Z\n",
+    ],
+)
+def test_a_rehashed_bad_timestamp_fails_verify_and_checkpoint(
+    home: Home, log: AuditLog, stamp: str
+) -> None:
+    _rewrite(home, 7, stamp=stamp)
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq) == ("unparseable-record", 7), result
+    assert "recorded_at" in result.detail
+    with AuditLog.open(home) as fresh, pytest.raises(AuditError, match="seq 7: unparseable"):
+        fresh.checkpoint()
+    assert _checkpoint_rows(home) == []
+
+
+def test_a_rehashed_valid_edit_still_verifies(home: Home, log: AuditLog) -> None:
+    """The control: what the checks above refuse is the form, not the recomputed hashes."""
+    _rewrite(home, 5, payload=b'{"a":1}', stamp="2030-01-01T00:00:00Z")
+    assert _verify(home)
+
+
+def test_export_to_the_database_is_refused_by_the_library_too(home: Home, log: AuditLog) -> None:
+    before = log.count()
+    for target in (home.db_path, home.private_key_path, home.path / "x.note"):
+        with pytest.raises(AuditError, match="inside the home"):
+            log.checkpoint(export_to=target)
+    assert home.private_key_path.read_text().startswith("ed25519-private:")
+    assert log.count() == before and _checkpoint_rows(home) == []
+    # a log opened on a bare path still protects its database and companions
+    with AuditLog(home.db_path, origin=log.origin, private_key=home.private_key) as bare:
+        for name in ("rensei.db", "rensei.db-wal", "rensei.db-shm", "rensei.db-journal"):
+            with pytest.raises(AuditError, match="refusing to export"):
+                bare.checkpoint(export_to=home.path / name)
+
+
+@pytest.mark.parametrize(
+    "repo",
+    [
+        "AKIAQWERTYUIOP123456/widgets",
+        "AKIAQWERTYUIOP123456-widgets",
+        {"value": "ASIAZXCVBNMLKJHGFDSA/x"},
+    ],
+    ids=["canonical", "runtime-slug", "object"],
+)
+def test_a_credential_in_the_repo_is_redacted_though_the_repo_is_lowercased(
+    home: Home, repo: object
+) -> None:
+    """The context lowercases the repo before it is recorded; redaction must still see the key
+    (and ``.upper()`` must not restore it from the stored bytes)."""
+    ctx = RouteContext.from_dict({"repo": repo, "principal_id": "implementer"})
+    assert ctx.repo is not None and ctx.repo.value == ctx.repo.value.lower()
+    decision = explain(ctx, PolicySnapshot.empty())
+    with AuditLog.open(home) as audit:
+        audit.append_many([decision], recorded_at=T0)
+        stored = audit.get(0).payload
+    on_disk = _database_bytes(home)
+    for key in (b"QWERTYUIOP123456", b"ZXCVBNMLKJHGFDSA"):
+        assert key not in on_disk.upper()
+    assert stored["explanation"]["context"]["repo"]["value"].startswith(
+        "[REDACTED:aws-access-key-id]"
+    )
+
+
+# -- stored decisions read back, redaction markers and all -----------------------------------
+
+GHP = "ghp_R4nd0mT0k3nV4lu3F0rT3st1ngPurp0s3s"
+
+
+def _redacted_context() -> dict[str, object]:
+    many = ";".join(f"password=p{i}" for i in range(20))  # 20 short secrets: grows 10x
+    return {
+        "repo": f"{GHP}/widgets",
+        "principal_id": f"bot token={GHP}",
+        "model_requirement": {"kind": "concrete_model", "value": "sk-proj-4f9c2b7e1a0d3c5b8e6f"},
+        "accounts": [
+            {"account_id": f"acct-{GHP}", "provider_binding": "anthropic"},
+            {"account_id": "acct-ghp_" + "Z" * 30, "provider_binding": "anthropic"},
+            {"account_id": many, "provider_binding": "zai-harness"},
+        ],
+        "legacy_route": {
+            "provider_binding": "anthropic",
+            "account_id": f"acct-{GHP}",
+            "model": "password=hunter2",
+        },
+    }
+
+
+@pytest.mark.parametrize("repo", [f"{GHP}/widgets", f"{GHP}-widgets"], ids=["canonical", "slug"])
+def test_a_redacted_decision_reads_back_exactly(home: Home, repo: str) -> None:
+    doc = {**_redacted_context(), "repo": repo}
+    anywhere = PolicySnapshot.from_dict([{"id": "anywhere"}])
+    decision = explain(RouteContext.from_dict(doc), anywhere, trace="full")
+    with AuditLog.open(home) as audit:
+        record = audit.append(decision, recorded_at=T0)
+    payload = record.payload
+    context = payload["explanation"]["context"]
+    assert context["repo"]["value"] == "[REDACTED:github-token]" + repo[len(GHP) :].lower()
+    ids = [a["account_id"] for a in context["accounts"]]
+    assert ids[0] == ids[1] == "acct-[REDACTED:github-token]" and len(ids[2]) > 256
+    with pytest.raises(MalformedError):  # input rules still refuse it by default
+        RouteDecision.from_dict(payload)
+    back = RouteDecision.from_dict(payload, redacted=True)
+    assert back.to_dict() == payload
+    assert back.canonical() == record.payload_bytes  # byte for byte what was stored
+    assert back.explanation.context.repo is not None
+    assert back.explanation.context.repo.value == context["repo"]["value"]
+
+
+def test_read_back_mode_still_refuses_what_is_not_a_decision() -> None:
+    doc = {**_redacted_context(), "repo": {"value": "not a repo", "version": "canonical"}}
+    decision = explain(RouteContext.from_dict({"repo": "a/b"}), PolicySnapshot.empty())
+    payload = decision.to_dict()
+    payload["explanation"]["context"] = doc
+    with pytest.raises(MalformedError, match=r"repo\.value"):
+        RouteDecision.from_dict(payload, redacted=True)
+    payload["explanation"]["context"] = {"accounts": [{"account_id": "x" * 300}]}
+    with pytest.raises(MalformedError):
+        RouteDecision.from_dict(payload, redacted=True)

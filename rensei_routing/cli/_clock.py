@@ -12,6 +12,7 @@ from typing import Final
 import click
 
 from ..core.chain import format_timestamp
+from ._output import note
 
 OFFSET_ENV: Final = "RENSEI_REHEARSAL_CLOCK_OFFSET_S"
 _warned: list[bool] = []
@@ -29,7 +30,7 @@ def _offset() -> dt.timedelta:
         raise click.UsageError(f"{OFFSET_ENV}={raw!r} is out of range")
     if not _warned:
         _warned.append(True)
-        click.echo(f"note: rehearsal clock: now is shifted by {seconds:+g} s", err=True)
+        note(f"note: rehearsal clock: now is shifted by {seconds:+g} s")
     return dt.timedelta(seconds=seconds)
 
 

@@ -20,6 +20,9 @@ from ..errors import InputError, MalformedError
 
 T = TypeVar("T")
 
+#: The whitespace JSON allows between tokens (RFC 8259): a line of only these is blank.
+_JSON_WHITESPACE = " \t\r\n"
+
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -47,12 +50,17 @@ def parse_json(text: str, source: str) -> Any:
 
 
 def _read_text(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
+    """The UTF-8 text of a file or of stdin (``-``), read as bytes and decoded here, whatever
+    the locale says, so bad bytes are an :class:`InputError` rather than a traceback."""
     try:
-        return Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {source}: {e}") from e
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {_label(source)}: {e.strerror or e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = f"byte 0x{data[e.start]:02x} at offset {e.start}"
+        raise InputError(f"cannot read {_label(source)}: not UTF-8 ({bad})") from e
 
 
 def _named(source: str, build: Callable[[Any], T], doc: Any) -> T:
@@ -119,14 +127,17 @@ def read_context_lines(
 ) -> list[RouteContext]:
     """Every context of a JSON Lines file (blank lines skipped), all parsed before any is used.
 
+    Lines end at ``\\n`` only (a ``\\r`` before it is JSON whitespace): ``str.splitlines``
+    would also split inside a string holding U+2028, U+2029 or U+0085, which JSON allows raw.
+
     Raises:
         InputError: naming the line number and the field of the first bad line.
     """
     label = _label(str(source))
     build = partial(RouteContext.from_dict, vocabulary=vocabulary)
     contexts = []
-    for number, line in enumerate(_read_text(str(source)).splitlines(), start=1):
-        if line.strip():
+    for number, line in enumerate(_read_text(str(source)).split("\n"), start=1):
+        if line.strip(_JSON_WHITESPACE):
             where = f"{label}:{number}"
             contexts.append(_named(where, build, parse_json(line, where)))
     return contexts

@@ -3,14 +3,14 @@ prints, exits, or reads the clock and environment for defaults."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from ..errors import PluginError, RenseiRoutingError
+from ..errors import OutputError, PluginError, RenseiRoutingError
+from ._output import emit_json, printable
 from ._session import no_plugins_option, session
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -19,19 +19,47 @@ DEFAULT_HOME = ".rensei"
 
 
 class CommandError(click.ClickException):
-    """A failed command: one line on stderr, exit 1."""
+    """A failed command: one line on stderr (every non-printable character escaped), exit 1."""
 
     exit_code = 1
 
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
+
+
+class OutputFailedError(CommandError):
+    """Stdout could not be written: exit 3, so a script never reads it as the command's verdict."""
+
+    exit_code = 3
+
 
 class _Root(click.Group):
-    """Turns every error we raise on purpose into one clear line and a non-zero exit."""
+    """Turns every error we raise on purpose into one clear line and a non-zero exit, and keeps
+    control characters that a usage error echoes from reaching the terminal."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:
+            setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
+            raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except OutputError as e:
+            raise OutputFailedError(str(e)) from e
         except RenseiRoutingError as e:
             raise CommandError(str(e)) from e
+        except click.ClickException as e:  # usage errors of a subcommand echo their input
+            setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
+            raise
 
     # Plugin commands: looked up only when a name is not built in (so a built-in command never
     # waits for entry points), listed for --help with a warning if a plugin is broken.
@@ -46,7 +74,7 @@ class _Root(click.Group):
         try:
             extra = session(ctx).commands(self.commands)
         except PluginError as e:
-            click.echo(f"warning: plugin commands not listed: {e}", err=True)
+            click.echo(printable(f"warning: plugin commands not listed: {e}"), err=True)
             extra = {}
         return sorted({*super().list_commands(ctx), *extra})
 
@@ -102,5 +130,9 @@ def json_option(f: F) -> F:
 
 
 def echo_json(value: Any) -> None:
-    """Print ``value`` as indented JSON on stdout."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    """Print ``value`` as indented JSON on stdout (see :func:`._output.emit_json`).
+
+    Raises:
+        OutputError: stdout cannot be written.
+    """
+    emit_json(value)

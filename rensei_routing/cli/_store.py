@@ -9,8 +9,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import click
-
 from ..core.chain import AuditRecord
 from ..core.decision import STATE_ABSENT, RouteDecision
 from ..core.policy import PolicySnapshot
@@ -20,6 +18,7 @@ from ..store.audit import AuditLog
 from ..store.db import close_quietly
 from ..store.home import Home
 from ..store.policies import PolicyStore
+from ._output import note
 from ._session import session
 
 
@@ -49,14 +48,12 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
     try:
         Home(home).info()
     except HomeError:
-        click.echo(
-            f"note: no store at {home}; resolving against the empty snapshot (absent)", err=True
-        )
+        note(f"note: no store at {home}; resolving against the empty snapshot (absent)")
         return PolicySnapshot.empty(), STATE_ABSENT
     with open_policy_store(home, write=False) as store:
         loaded = store.load()
     if loaded.detail:
-        click.echo(f"warning: {loaded.detail}", err=True)
+        note(f"warning: {loaded.detail}")
     return loaded.snapshot, loaded.state
 
 
@@ -74,7 +71,7 @@ def notify_observers(records: Iterable[AuditRecord]) -> None:
     """Tell every ``decision_recorded`` observer about records already committed; an observer
     that raises gets one warning line on stderr and never fails the command."""
     for failure in notify_recorded(session().pm, records):
-        click.echo(f"warning: {failure}", err=True)
+        note(f"warning: {failure}")
 
 
 def record_decisions(home: Path, decisions: Sequence[RouteDecision]) -> None:

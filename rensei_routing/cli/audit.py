@@ -5,7 +5,11 @@ confirmations and warnings on stderr.
 Exit codes of ``audit verify``: 0 intact; 1 broken (the first bad seq and reason are printed, and
 an ``Error:`` line goes to stderr); 2 usage errors; 3 could not verify (uninitialised home,
 unreadable database, unreadable or malformed ``--checkpoint`` file: one ``Error:`` line, nothing on
-stdout), so a script can tell tampering from a verification that never ran.
+stdout; and a verdict that could not be written to stdout), so a script can tell tampering from
+a verification that never ran.
+
+Every text output escapes non-printable characters (see :mod:`._output`): a stored record is
+attacker-controlled data once the database is, and must not drive the terminal.
 
 ``audit show`` and ``audit tail`` display a damaged record (payload bytes that are not JSON) as
 stored, clearly marked, and exit 0: the record ``verify`` points to can always be inspected.
@@ -13,7 +17,6 @@ stored, clearly marked, and exit 0: the record ``verify`` points to can always b
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,10 +24,11 @@ from pathlib import Path
 
 import click
 
-from ..core.chain import AuditRecord, VerifyResult
+from ..core.chain import AuditRecord, Checkpoint, VerifyResult
 from ..errors import RenseiRoutingError
 from ..store.audit import AuditLog, read_checkpoint
 from ..store.home import Home
+from ._output import emit, json_text, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 
 
@@ -35,7 +39,8 @@ class ChainBrokenError(CommandError):
 
 
 class CouldNotVerifyError(CommandError):
-    """``audit verify`` could not run (no home, unreadable store or checkpoint file): exit 3."""
+    """``audit verify`` could not run (no home, unreadable store or checkpoint file) or could not
+    write its verdict: exit 3."""
 
     exit_code = 3
 
@@ -74,7 +79,7 @@ def _verdict(result: VerifyResult) -> str:
             f"{result.checkpoints_checked} checkpoint(s) checked"
         )
     where = "checkpoint" if result.first_broken_seq is None else f"seq {result.first_broken_seq}"
-    return f"broken at {where}: {result.reason}: {result.detail}"
+    return printable(f"broken at {where}: {result.reason}: {result.detail}")
 
 
 @audit.command(name="verify")
@@ -97,7 +102,8 @@ def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) ->
          reason are printed, and one Error: line goes to stderr
       2  usage error (unknown option, bad argument)
       3  could not verify: no initialised home, unreadable database,
-         unreadable or malformed --checkpoint file (one Error: line)
+         unreadable or malformed --checkpoint file, or the verdict
+         could not be written to stdout (one Error: line)
     """
     try:
         checkpoints = [read_checkpoint(p) for p in checkpoint_files]
@@ -107,10 +113,13 @@ def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) ->
                 result = log.verify(checkpoints, progress=progress)
     except RenseiRoutingError as e:
         raise CouldNotVerifyError(f"could not verify: {e}") from e
-    if json_:
-        echo_json(result.to_dict())
-    else:
-        click.echo(_verdict(result))
+    try:
+        if json_:
+            echo_json(result.to_dict())
+        else:
+            emit(_verdict(result))
+    except RenseiRoutingError as e:  # OutputError: the verdict was never delivered
+        raise CouldNotVerifyError(f"could not verify: {e}") from e
     if not result:
         seq = "-" if result.first_broken_seq is None else str(result.first_broken_seq)
         raise ChainBrokenError(f"audit log does not verify (seq {seq}: {result.reason})")
@@ -127,19 +136,23 @@ def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) ->
 def audit_checkpoint(output: Path | None, home: Path) -> None:
     """Verify the whole log (every record and stored checkpoint, like `audit verify`), then
     sign and store a checkpoint of its size and head hash. A broken log is refused (exit 1,
-    nothing stored). With -o the note is written to FILE first and stored only if that
-    succeeds; stdout then stays empty and the confirmation goes to stderr.
+    nothing stored). The note is printed, or with -o written to FILE, inside the transaction
+    that stores it, and stored only if that succeeds (an unwritable stdout exits 3, nothing
+    stored); with -o stdout stays empty and the confirmation goes to stderr. FILE may not be
+    inside the home (its database, WAL, keys).
     """
+
+    def show(cp: Checkpoint) -> None:
+        emit(cp.to_text(), nl=False)
+
     with AuditLog.open(Home(home)) as log:
         total = log.count() if sys.stderr.isatty() else 0
         with _progress(total) as progress:
-            cp = log.checkpoint(export_to=output, progress=progress)
-    if output is None:
-        click.echo(cp.to_text(), nl=False)
-    else:
-        click.echo(
-            f"checkpoint of {cp.size} records ({cp.head_hash}) written to {output}", err=True
-        )
+            cp = log.checkpoint(
+                export_to=output, progress=progress, deliver=show if output is None else None
+            )
+    if output is not None:
+        note(f"checkpoint of {cp.size} records ({cp.head_hash}) written to {output}")
 
 
 def _escaped(data: bytes) -> str:
@@ -153,30 +166,29 @@ def _damaged_warning(records: Sequence[AuditRecord]) -> None:
     """One stderr line naming the records whose payload does not parse (none: nothing)."""
     damaged = [str(r.seq) for r in records if r.payload_error is not None]
     if damaged:
-        click.echo(
+        note(
             f"warning: unparseable payload in record(s) {', '.join(damaged)}: shown as stored "
-            "bytes; run `rensei audit verify`",
-            err=True,
+            "bytes; run `rensei audit verify`"
         )
 
 
 def _record_text(record: AuditRecord) -> str:
     error = record.payload_error
     if error is None:
-        payload = "payload:\n" + json.dumps(record.payload, indent=2, ensure_ascii=False)
+        payload = "payload:\n" + json_text(record.payload)
     else:
         data = record.payload_bytes
         payload = (
-            f"payload:      UNPARSEABLE ({error}); {len(data)} stored bytes:\n"
+            f"payload:      UNPARSEABLE ({printable(error)}); {len(data)} stored bytes:\n"
             f"payload_hex:  {data.hex()}\n"
             f"payload_text: {_escaped(data)}"
         )
     return (
         f"seq:          {record.seq}\n"
-        f"recorded_at:  {record.recorded_at}\n"
-        f"prev_hash:    {record.prev_hash}\n"
-        f"payload_hash: {record.payload_hash}\n"
-        f"record_hash:  {record.record_hash}\n"
+        f"recorded_at:  {printable(str(record.recorded_at))}\n"
+        f"prev_hash:    {printable(str(record.prev_hash))}\n"
+        f"payload_hash: {printable(str(record.payload_hash))}\n"
+        f"record_hash:  {printable(str(record.record_hash))}\n"
         f"{payload}"
     )
 
@@ -198,7 +210,7 @@ def audit_show(seq: int, home: Path, json_: bool) -> None:
     if json_:
         echo_json(record.to_dict())
     else:
-        click.echo(_record_text(record))
+        emit(_record_text(record))
 
 
 @audit.command(name="tail")
@@ -226,7 +238,8 @@ def audit_tail(n: int, home: Path, json_: bool) -> None:
         echo_json([r.to_dict() for r in records])
         return
     for r in records:
-        click.echo(f"{r.seq}\t{r.recorded_at}\t{r.record_hash}\t{_payload_cell(r)}")
+        cells = (str(r.seq), str(r.recorded_at), str(r.record_hash), _payload_cell(r))
+        emit("\t".join(printable(c) for c in cells))
 
 
 def _payload_cell(record: AuditRecord) -> str:
@@ -234,4 +247,4 @@ def _payload_cell(record: AuditRecord) -> str:
     error = record.payload_error
     if error is not None:
         return f"UNPARSEABLE hex:{record.payload_bytes.hex()} ({error})"
-    return json.dumps(record.payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return json_text(record.payload, indent=None)

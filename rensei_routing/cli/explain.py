@@ -1,8 +1,8 @@
-"""``rensei explain`` and ``rensei explain-batch``: resolve contexts and show why."""
+"""``rensei explain`` and ``rensei explain-batch``: resolve contexts and show why. Text output
+escapes every non-printable character of a context (see :mod:`._output`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -13,6 +13,7 @@ from ..core.resolver import explain, explain_batch
 from ..core.validation import validate_policies
 from ..store.home import Home
 from ._inputs import read_context, read_context_lines, read_policy_file
+from ._output import emit, json_text, note, printable
 from ._root import F, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import load_current_snapshot, record_decisions
@@ -30,10 +31,9 @@ def _snapshot(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
             validate_policies(snapshot.policies, vocabulary=vocabulary) if state == "ok" else ()
         )
         if issues:
-            click.echo(
+            note(
                 f"warning: {policies} has {len(issues)} validation issue(s) "
-                f"(see rensei policy validate); resolving anyway",
-                err=True,
+                f"(see rensei policy validate); resolving anyway"
             )
         return snapshot, state
     return load_current_snapshot(home)
@@ -65,7 +65,9 @@ def _record_option(f: F) -> F:
 
 
 def render_decision(decision: RouteDecision) -> str:
-    """A readable, self-contained explanation of one decision."""
+    """A readable, self-contained explanation of one decision. Each line is made printable on
+    its own, so a value holding a newline, carriage return or escape sequence can neither drive
+    the terminal nor forge a line."""
     lines = [f"{decision.outcome}: {decision.reason}"]
     if decision.policy_id is not None:
         rung = decision.precedence_level
@@ -108,7 +110,7 @@ def render_decision(decision: RouteDecision) -> str:
             lines.append(f"  + {account} eligible{chosen}")
         for r in ex.rejected_accounts:
             lines.append(f"  x {r.account_id}: {r.reason}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 @cli.command(name="explain")
@@ -135,7 +137,7 @@ def explain_cmd(
     if json_:
         echo_json(decision.to_dict())
     else:
-        click.echo(render_decision(decision))
+        emit(render_decision(decision))
 
 
 @cli.command(name="explain-batch")
@@ -166,4 +168,4 @@ def explain_batch_cmd(
     if record:
         record_decisions(home, decisions)
     for decision in decisions:
-        click.echo(json.dumps(decision.to_dict(), ensure_ascii=False, separators=(",", ":")))
+        emit(json_text(decision.to_dict(), indent=None))

@@ -37,6 +37,7 @@ from ..host.server import RunningServer, SnapshotService, make_app, serve_in_thr
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ._clock import now, now_text
+from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 
 log = logging.getLogger("rensei_routing.host")
@@ -102,7 +103,7 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     _logging()
     server: Any = waitress.server.create_server(app, host=bind, port=port, threads=4)
     actual = server.effective_port
-    click.echo(f"serving http://{bind}:{actual}/api/daemon/ruleset-snapshot", err=True)
+    note(f"serving http://{bind}:{actual}/api/daemon/ruleset-snapshot")
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(0)
@@ -110,7 +111,7 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     signal.signal(signal.SIGTERM, stop)
     server.run()  # returns after SIGTERM/SIGINT, once in-flight requests are answered
     service.wait_idle(10)
-    click.echo("stopped", err=True)
+    note("stopped")
 
 
 def _compile(h: Home) -> Any:
@@ -137,7 +138,7 @@ def host_trust(keyfile: Path, home: Path) -> None:
     except KeyFormatError as e:
         raise CommandError(str(e)) from e
     path = _cache(home).trust(key)
-    click.echo(f"trusted key {key.key_id} ({path})", err=True)
+    note(f"trusted key {key.key_id} ({path})")
 
 
 @host.command(name="sync")
@@ -170,7 +171,7 @@ def host_sync(
     )
     cache.save_config(config)
     result = _poll_once(cache, config)
-    click.echo(result)
+    emit(printable(result))
 
 
 def _poll_once(cache: HostCache, config: HostConfig) -> str:
@@ -246,7 +247,7 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
             stop.wait(period + rng.uniform(0, spread))
     if server is not None:
         server.stop()
-    click.echo("stopped", err=True)
+    note("stopped")
 
 
 def _status_server(cache: HostCache, listen: str) -> RunningServer:
@@ -255,7 +256,7 @@ def _status_server(cache: HostCache, listen: str) -> RunningServer:
         raise click.UsageError(f"--listen {listen!r} is not HOST:PORT")
     app = make_app(now=now, host_status=lambda: _status(cache))
     server = serve_in_thread(app, host=bind, port=int(port))
-    click.echo(f"status on http://{bind}:{server.port}/api/daemon/routing/config", err=True)
+    note(f"status on http://{bind}:{server.port}/api/daemon/routing/config")
     return server
 
 
@@ -308,11 +309,11 @@ def host_status(home: Path, json_: bool) -> None:
         echo_json(status)
         return
     if not status["source"]["configured"]:
-        click.echo("no snapshot source configured", err=True)
+        note("no snapshot source configured")
         return
     snap = status["snapshot"]
     if snap is None:
-        click.echo("Ruleset snapshot: none cached")
+        emit(printable("Ruleset snapshot: none cached"))
     else:
         age = snap.get("snapshotAgeMs")
         line = f"Ruleset snapshot: {snap['rulesetRev']}"
@@ -322,13 +323,15 @@ def host_status(home: Path, json_: bool) -> None:
             line += " (degraded)"
         elif snap["state"] in ("expired", "refused"):
             line += f" ({snap['state']}: refusing to decide from it)"
-        click.echo(line)
+        emit(printable(line))
     last = status["lastFetch"]
     if last:
         result = "ok" if last.get("ok") else "FAILED"
-        click.echo(
-            f"Last fetch: {last.get('at')} from {last.get('source')}: {result}, "
-            f"{last.get('detail')}"
+        emit(
+            printable(
+                f"Last fetch: {last.get('at')} from {last.get('source')}: {result}, "
+                f"{last.get('detail')}"
+            )
         )
 
 
@@ -380,9 +383,11 @@ def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> No
     else:
         verdict = "admitted" if result.admitted else "refused"
         flag = " (degraded)" if fresh.degraded else ""
-        click.echo(
-            f"{verdict}: pool {pool_id} ({result.reason}) against {snap.ruleset_rev}, "
-            f"age {format_age(fresh.age_ms or 0)}{flag}"
+        emit(
+            printable(
+                f"{verdict}: pool {pool_id} ({result.reason}) against {snap.ruleset_rev}, "
+                f"age {format_age(fresh.age_ms or 0)}{flag}"
+            )
         )
     if not result.admitted:
         raise CommandError(f"claim refused: {result.reason} {result.detail}".rstrip())

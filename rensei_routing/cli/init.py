@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..store.home import DEFAULT_ORG, Home
+from ._output import emit, note, printable
 from ._root import cli, echo_json, home_option, json_option
 
 
@@ -23,10 +24,10 @@ def init(org: str | None, home: Path, json_: bool) -> None:
     """Create the home, its SQLite store and the host signing key (idempotent)."""
     info = Home(home).init(org=org)
     for warning in info.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        note(f"warning: {warning}")
     where = info.path.resolve()
     if json_:
         echo_json({**info.to_dict(), "home": str(where)})
         return
     state = "initialised" if info.created else "already initialised"
-    click.echo(f"{state}: rensei home at {where} (org {info.org}, host key {info.key_id})")
+    emit(printable(f"{state}: rensei home at {where} (org {info.org}, host key {info.key_id})"))

@@ -8,6 +8,7 @@ import click
 
 from ..plugin_checks import check_plugin
 from ..plugins import plugin_infos
+from ._output import emit, printable
 from ._root import CommandError, cli, echo_json, json_option
 from ._session import session
 
@@ -27,7 +28,7 @@ def plugins_list(json_: bool) -> None:
         return
     for i in infos:
         origin = "built-in" if i.builtin else f"{i.distribution or '-'} {i.version or '-'}"
-        click.echo(f"{i.name}\t{origin}\t{', '.join(i.hooks) or '-'}")
+        emit(_row(i.name, origin, ", ".join(i.hooks) or "-"))
 
 
 @plugins.command(name="check")
@@ -47,10 +48,10 @@ def plugins_check(name: str, examples: int) -> None:
     reserved = root.commands if isinstance(root, click.Group) else {}
     problems = check_plugin(name, reserved_commands=reserved, count=examples)
     for problem in problems:
-        click.echo(problem)
+        emit(printable(problem))
     if problems:
         raise CommandError(f"plugin {name!r}: {len(problems)} problem(s)")
-    click.echo(f"ok: plugin {name!r}")
+    emit(printable(f"ok: plugin {name!r}"))
 
 
 @cli.group(name="seams")
@@ -77,4 +78,9 @@ def seams_list(json_: bool) -> None:
         echo_json(rows)
         return
     for r in rows:
-        click.echo(f"{r['name']}\t{r['plugin']}\t{r['request_face']}\t{' > '.join(r['stages'])}")
+        emit(_row(r["name"], r["plugin"], r["request_face"], " > ".join(r["stages"])))
+
+
+def _row(*fields: str) -> str:
+    """A tab-separated row, each field made printable (a tab inside a field is escaped)."""
+    return "\t".join(printable(f) for f in fields)

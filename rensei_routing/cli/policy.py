@@ -1,4 +1,5 @@
-"""``rensei policy ...``: validate a policy file, save it as a revision, show and list revisions."""
+"""``rensei policy ...``: validate a policy file, save it as a revision, show and list revisions.
+Text output escapes every non-printable character of a policy (see :mod:`._output`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ from pathlib import Path
 
 import click
 
-from ..core.validation import validate_policies
+from ..core.validation import ValidationIssue, validate_policies
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
+from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import now_rfc3339, open_policy_store
+
+
+def _issue_line(issue: ValidationIssue) -> str:
+    cells = (issue.code, issue.policy_id or "-", issue.detail)
+    return "\t".join(printable(c) for c in cells)
 
 
 @cli.group()
@@ -37,10 +44,10 @@ def policy_validate(file: Path, json_: bool) -> None:
             }
         )
     elif not issues:
-        click.echo(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
+        emit(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
     else:
         for issue in issues:
-            click.echo(f"{issue.code}\t{issue.policy_id or '-'}\t{issue.detail}")
+            emit(_issue_line(issue))
     if issues:
         raise CommandError(f"{len(issues)} validation issue(s) in {file}")
 
@@ -66,7 +73,7 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
             saved = store.save(snapshot.policies, saved_at=now_rfc3339(), over_corrupt=over_corrupt)
         except PolicyValidationError as e:
             for issue in e.issues:
-                click.echo(f"{issue.code}\t{issue.policy_id or '-'}\t{issue.detail}", err=True)
+                note(_issue_line(issue))
             raise CommandError(f"{len(e.issues)} validation issue(s); nothing was saved") from e
     if json_:
         echo_json(
@@ -77,7 +84,7 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
             }
         )
     else:
-        click.echo(
+        emit(
             f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash}"
         )
 
@@ -102,12 +109,12 @@ def policy_show(revision: int | None, home: Path, json_: bool) -> None:
         echo_json(doc)
         return
     snap = loaded.snapshot
-    click.echo(f"state {loaded.state}, revision {snap.revision}, {snap.content_hash}")
+    emit(printable(f"state {loaded.state}, revision {snap.revision}, {snap.content_hash}"))
     if loaded.detail:
-        click.echo(f"detail: {loaded.detail}")
+        emit(printable(f"detail: {loaded.detail}"))
     for pol in sorted(snap.policies, key=lambda p: p.id):
         flag = "" if pol.enabled else " (disabled)"
-        click.echo(f"  {pol.id} priority {pol.priority}{flag}")
+        emit(printable(f"  {pol.id} priority {pol.priority}{flag}"))
 
 
 @policy.command(name="history")
@@ -121,7 +128,8 @@ def policy_history(home: Path, json_: bool) -> None:
         echo_json([r.to_dict() for r in rows])
         return
     if not rows:
-        click.echo("no revisions saved yet")
+        emit("no revisions saved yet")
     for r in rows:
         count = "?" if r.policy_count is None else str(r.policy_count)
-        click.echo(f"{r.revision}\t{r.saved_at}\t{count} policies\t{r.content_hash}")
+        cells = (str(r.revision), str(r.saved_at), f"{count} policies", str(r.content_hash))
+        emit("\t".join(printable(c) for c in cells))

@@ -21,6 +21,7 @@ from ..store.home import Home
 from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text
 from ._inputs import _named, read_document
+from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 
 _REV = click.IntRange(min=1, max=2**53 - 1)
@@ -41,11 +42,10 @@ def org_load(source: str, home: Path) -> None:
     h = Home(home)
     with closing(h.connect(write=True)) as conn:
         revision = OrgStore(conn).save(data, saved_at=now_text())
-    click.echo(
+    note(
         f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
         f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
-        f"{len(data.cells)} cell(s), {len(data.arms)} posterior arm(s)",
-        err=True,
+        f"{len(data.cells)} cell(s), {len(data.arms)} posterior arm(s)"
     )
 
 
@@ -59,14 +59,18 @@ def org_show(home: Path, json_: bool) -> None:
     if json_:
         echo_json({"revision": revision, **data.to_dict()})
         return
-    click.echo(f"org data revision {revision}")
+    emit(printable(f"org data revision {revision}"))
     for pool in data.pools:
-        click.echo(f"  pool {pool['id']:<24} {pool['status']}")
+        emit(printable(f"  pool {pool['id']:<24} {pool['status']}"))
     for prof in data.profiles:
-        click.echo(f"  profile {prof['id']:<21} pools: {', '.join(prof['pools']) or '-'}")
+        emit(printable(f"  profile {prof['id']:<21} pools: {', '.join(prof['pools']) or '-'}"))
     for grant in data.grants:
-        click.echo(f"  grant {grant['profile']:<23} project: {grant.get('project', '*')}")
-    click.echo(f"  {len(data.hosts)} host(s), {len(data.cells)} cell(s), {len(data.arms)} arm(s)")
+        emit(printable(f"  grant {grant['profile']:<23} project: {grant.get('project', '*')}"))
+    emit(
+        printable(
+            f"  {len(data.hosts)} host(s), {len(data.cells)} cell(s), {len(data.arms)} arm(s)"
+        )
+    )
 
 
 @cli.group(name="snapshot")
@@ -93,9 +97,11 @@ def snapshot_compile(home: Path, json_: bool) -> None:
             }
         )
         return
-    click.echo(
-        f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
-        f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
+    emit(
+        printable(
+            f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
+            f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
+        )
     )
 
 
@@ -114,14 +120,16 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
         echo_json(snap.to_dict())
         return
     age = format_age(int((now() - compiled_moment(snap)).total_seconds() * 1000))
-    click.echo(f"{snap.ruleset_rev}  compiled {snap.compiled_at} ({age} ago)")
-    click.echo(f"  content hash  {snap.content_hash}")
-    click.echo(f"  signed by     {snap.header.signing_key_id} ({snap.header.algorithm})")
-    click.echo(f"  validators    {', '.join(snap.validators) or '-'}")
+    emit(printable(f"{snap.ruleset_rev}  compiled {snap.compiled_at} ({age} ago)"))
+    emit(printable(f"  content hash  {snap.content_hash}"))
+    emit(printable(f"  signed by     {snap.header.signing_key_id} ({snap.header.algorithm})"))
+    emit(printable(f"  validators    {', '.join(snap.validators) or '-'}"))
     bundle = snap.sections.get("policyBundle") or {}
-    click.echo(
-        f"  policies      revision {bundle.get('revision')}, "
-        f"{len(bundle.get('policies') or [])} policy(ies)"
+    emit(
+        printable(
+            f"  policies      revision {bundle.get('revision')}, "
+            f"{len(bundle.get('policies') or [])} policy(ies)"
+        )
     )
 
 
@@ -137,7 +145,9 @@ def snapshot_history(home: Path, json_: bool) -> None:
         echo_json([r.to_dict() for r in rows])
         return
     for r in rows:
-        click.echo(f"{r.ruleset_rev:<28} {r.compiled_at}  {r.content_hash[:16]}...  {r.size} B")
+        emit(
+            printable(f"{r.ruleset_rev:<28} {r.compiled_at}  {r.content_hash[:16]}...  {r.size} B")
+        )
 
 
 @snapshot.command(name="export")
@@ -156,7 +166,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
         atomic_write(target, data)
     except OSError as e:
         raise CommandError(f"cannot write {target}: {e.strerror or e}") from e
-    click.echo(f"exported {snap.ruleset_rev} to {target} ({len(data)} bytes)", err=True)
+    note(f"exported {snap.ruleset_rev} to {target} ({len(data)} bytes)")
 
 
 @snapshot.command(name="verify")
@@ -197,9 +207,11 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
             }
         )
         return
-    click.echo(
-        f"ok: {snap.ruleset_rev} compiled {snap.compiled_at}, content {snap.content_hash[:16]}..."
-        f", signed by trusted key {snap.header.signing_key_id}"
+    emit(
+        printable(
+            f"ok: {snap.ruleset_rev} compiled {snap.compiled_at}, content "
+            f"{snap.content_hash[:16]}..., signed by trusted key {snap.header.signing_key_id}"
+        )
     )
 
 

@@ -1,5 +1,5 @@
-"""Audit-chain link rules, checkpoint notes and the streaming verifier. Pure: no I/O, no clock, no
-key material (the adapter signs notes and supplies a signature check).
+"""Audit-chain link rules, the stored-record rules and the streaming verifier. Pure: no I/O, no
+clock, no key material (the adapter signs notes and supplies a signature check).
 
 The chain (SEMANTICS.md "Audit chain", document 001 §D6):
 
@@ -11,34 +11,36 @@ The chain (SEMANTICS.md "Audit chain", document 001 §D6):
   covered** (the reference leaves it outside the hash, so a record could be re-dated without
   breaking the chain; here re-dating is a ``record-hash-mismatch``).
 
-Checkpoints follow the C2SP tlog-checkpoint / signed-note text format::
+* A stored record is readable when ``recorded_at`` is RFC 3339 UTC (``...Z``) and the payload
+  bytes are strict JSON: UTF-8, no duplicate object key, no ``NaN``/``Infinity`` (the rules the
+  CLI applies to its input, and that the canonical encoder never breaks). Anything else is
+  ``unparseable-record``, whether or not its hashes were recomputed to match.
 
-    <origin>
-    <size>
-    <base64 of the 32 head-hash bytes>
-
-    — <key name> <base64(key hash ‖ signature)>
-
-where the head hash is the ``record_hash`` of record ``size - 1`` (the genesis hash for size 0),
-the key hash is the first 4 bytes of SHA-256(key name ‖ ``\\n`` ‖ 0x01 ‖ Ed25519 public key), and
-the Ed25519 signature covers the note body (everything before the blank line, newline included).
+Checkpoints (C2SP signed notes) are parsed and written by :mod:`.note`; the names are re-exported
+here.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from json.encoder import encode_basestring as _e
 from typing import Any, Final, Literal
 
-from ..errors import CheckpointFormatError, MalformedError
+from ..errors import MalformedError
 from .canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
+from .note import (
+    NOTE_MAX_BYTES,
+    Checkpoint,
+    NoteSignature,
+    checkpoint_origin,
+    note_key_hash,
+    parse_checkpoint,
+)
 from .redact import DEFAULT_REDACTOR, Redactor
 
 __all__ = [
@@ -90,19 +92,25 @@ REASONS: Final[tuple[Reason, ...]] = (
 ROW_COLUMNS: Final = ("seq", "recorded_at", "prev_hash", "payload_hash", "record_hash", "payload")
 Row = tuple[int, str, str, str, str, bytes]
 
-NOTE_MAX_BYTES: Final = 16 * 1024
-_MAX_SIGNATURES: Final = 64
-_MAX_SIZE: Final = 2**63 - 1
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
-_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
-_KEY_NAME = re.compile(r"[^\s+]+")
-_SIG_PREFIX: Final = "\u2014 "
 PROGRESS_EVERY: Final = 10_000
 
 
 # -- records ------------------------------------------------------------------------------------
 _MAX_SAFE_INT: Final = 2**53 - 1
+
+
+def _is_timestamp(text: str) -> bool:
+    """Whether ``text`` is RFC 3339 UTC (``...Z``, at most 6 fraction digits) naming a real
+    date and time."""
+    if not _TIMESTAMP.fullmatch(text):
+        return False
+    try:
+        datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        return False
+    return True
 
 
 def check_timestamp(recorded_at: str) -> str:
@@ -111,12 +119,8 @@ def check_timestamp(recorded_at: str) -> str:
     Raises:
         MalformedError: anything else.
     """
-    if not isinstance(recorded_at, str) or not _TIMESTAMP.fullmatch(recorded_at):
+    if not isinstance(recorded_at, str) or not _is_timestamp(recorded_at):
         raise MalformedError("recorded_at", f"not an RFC 3339 UTC timestamp: {recorded_at!r}")
-    try:
-        datetime.fromisoformat(recorded_at[:-1] + "+00:00")
-    except ValueError as e:
-        raise MalformedError("recorded_at", f"not a valid date and time: {recorded_at!r}") from e
     return recorded_at
 
 
@@ -271,156 +275,40 @@ class AuditRecord:
         return out
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):  # the C dict constructor, then one comparison: the fast check
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+#: One decoder for every stored payload: the C scanner, refusing what the CLI refuses in input
+#: (duplicate keys, whose last-one-wins would let two readers disagree; NaN and Infinity).
+_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+
+
 def _parse_payload(data: bytes) -> Any:
     """Stored payload bytes as a JSON value: strictly UTF-8 (``json.loads`` would also guess
-    UTF-16/32 from the bytes), as written by :func:`encode_payload`.
+    UTF-16/32 from the bytes), no duplicate key, no ``NaN``/``Infinity``, nothing after it.
 
     Raises:
-        ValueError: not UTF-8 (``UnicodeDecodeError``) or not JSON.
+        ValueError: not UTF-8 (``UnicodeDecodeError``) or not such JSON.
         RecursionError: nested too deeply to parse.
     """
-    return json.loads(data.decode("utf-8"))
+    return _DECODER.decode(data.decode("utf-8"))
 
 
 def _one_line(text: str) -> str:
     """``text`` with every control character (newline, tab, ...) replaced by a space."""
     return "".join(" " if c < " " or c == "\x7f" else c for c in text)
-
-
-# -- checkpoints --------------------------------------------------------------------------------
-
-
-def checkpoint_origin(org_id: str) -> str:
-    """Origin line and signing key name of an org's audit log: ``rensei-routing/<org>/audit``."""
-    return f"rensei-routing/{org_id}/audit"
-
-
-def note_key_hash(key_name: str, public_key: bytes) -> bytes:
-    """C2SP signed-note key hash of an Ed25519 key: SHA-256(name ‖ ``\\n`` ‖ 0x01 ‖ key)[:4]."""
-    return hashlib.sha256(key_name.encode("utf-8") + b"\n\x01" + public_key).digest()[:4]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NoteSignature:
-    """One signature line of a note: key name, 4-byte key hash, raw signature."""
-
-    name: str
-    key_hash: bytes
-    signature: bytes
-
-    def to_line(self) -> str:
-        """The ``— <name> <base64>`` line, newline included."""
-        blob = base64.b64encode(self.key_hash + self.signature).decode("ascii")
-        return f"{_SIG_PREFIX}{self.name} {blob}\n"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Checkpoint:
-    """A checkpoint of a log: ``size`` records whose last ``record_hash`` is ``head_hash``."""
-
-    origin: str
-    size: int
-    head_hash: str
-    extensions: tuple[str, ...] = ()
-    signatures: tuple[NoteSignature, ...] = ()
-
-    @property
-    def body(self) -> bytes:
-        """The signed text: origin, size, base64 head hash, extensions, each ending in ``\\n``."""
-        raw = bytes.fromhex(self.head_hash[len(SHA256_PREFIX) :])
-        lines = [
-            self.origin,
-            str(self.size),
-            base64.b64encode(raw).decode("ascii"),
-            *self.extensions,
-        ]
-        return "".join(f"{line}\n" for line in lines).encode("utf-8")
-
-    def to_text(self) -> str:
-        """The whole note: body, blank line, signature lines."""
-        return self.body.decode("utf-8") + "\n" + "".join(s.to_line() for s in self.signatures)
-
-    def signature_by(self, name: str, key_hash: bytes) -> bytes | None:
-        """The signature made by the named key with that key hash, if the note carries one."""
-        for s in self.signatures:
-            if s.name == name and s.key_hash == key_hash:
-                return s.signature
-        return None
-
-    def with_signature(self, signature: NoteSignature) -> Checkpoint:
-        """A copy carrying one more signature line."""
-        return replace(self, signatures=(*self.signatures, signature))
-
-
-def parse_checkpoint(note: str | bytes) -> Checkpoint:
-    """Parse a C2SP-style checkpoint note (signatures are parsed, not checked).
-
-    Raises:
-        CheckpointFormatError: the text is too long, not UTF-8, lacks the blank line or a
-            signature, or has a malformed origin, size, hash or signature line.
-    """
-    raw = note if isinstance(note, bytes) else note.encode("utf-8", "surrogatepass")
-    if len(raw) > NOTE_MAX_BYTES:
-        raise CheckpointFormatError(f"checkpoint note longer than {NOTE_MAX_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CheckpointFormatError("checkpoint note is not UTF-8") from e
-    if any(c < " " and c != "\n" for c in text) or "\x7f" in text:
-        raise CheckpointFormatError("checkpoint note contains control characters")
-    if not text.endswith("\n"):
-        raise CheckpointFormatError("checkpoint note must end with a newline")
-    split = text.find("\n\n")
-    if split < 0:
-        raise CheckpointFormatError("checkpoint note has no blank line before its signatures")
-    body_lines = text[:split].split("\n")
-    sig_lines = text[split + 2 : -1].split("\n") if text[split + 2 :] else []
-    if len(body_lines) < 3:
-        raise CheckpointFormatError("checkpoint body needs origin, size and hash lines")
-    origin, size_text, hash_text, *extensions = body_lines
-    if not origin or origin != origin.strip():
-        raise CheckpointFormatError("checkpoint origin line is empty or padded")
-    if not _DECIMAL.fullmatch(size_text) or int(size_text) > _MAX_SIZE:
-        raise CheckpointFormatError(f"checkpoint size is not a decimal count: {size_text!r}")
-    head = _decode_b64(hash_text, "checkpoint hash")
-    if len(head) != 32:
-        raise CheckpointFormatError("checkpoint hash is not 32 bytes")
-    if any(not line for line in extensions):
-        raise CheckpointFormatError("checkpoint has an empty extension line")
-    if not sig_lines:
-        raise CheckpointFormatError("checkpoint note carries no signature")
-    if len(sig_lines) > _MAX_SIGNATURES:
-        raise CheckpointFormatError("checkpoint note carries too many signatures")
-    signatures = tuple(_parse_signature(line) for line in sig_lines)
-    return Checkpoint(
-        origin=origin,
-        size=int(size_text),
-        head_hash=SHA256_PREFIX + head.hex(),
-        extensions=tuple(extensions),
-        signatures=signatures,
-    )
-
-
-def _decode_b64(text: str, what: str) -> bytes:
-    try:
-        data = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as e:
-        raise CheckpointFormatError(f"{what} is not base64") from e
-    if base64.b64encode(data).decode("ascii") != text:
-        raise CheckpointFormatError(f"{what} is not canonical base64")
-    return data
-
-
-def _parse_signature(line: str) -> NoteSignature:
-    if not line.startswith(_SIG_PREFIX):
-        raise CheckpointFormatError("checkpoint signature line must start with '— '")
-    parts = line[len(_SIG_PREFIX) :].split(" ")
-    if len(parts) != 2 or not _KEY_NAME.fullmatch(parts[0]):
-        raise CheckpointFormatError("checkpoint signature line must be '— <name> <base64>'")
-    blob = _decode_b64(parts[1], "checkpoint signature")
-    if len(blob) < 5:
-        raise CheckpointFormatError("checkpoint signature is too short")
-    return NoteSignature(name=parts[0], key_hash=blob[:4], signature=blob[4:])
 
 
 # -- verification -------------------------------------------------------------------------------
@@ -470,11 +358,12 @@ def verify_chain(
 ) -> VerifyResult:
     """Walk stored rows (``ROW_COLUMNS`` order, ascending seq) once, in constant memory.
 
-    Per record, in order: the row is readable (types, hash syntax, payload is JSON) else
-    ``unparseable-record``; ``seq`` is the next expected one else ``seq-gap``; ``prev_hash`` is the
-    previous record hash else ``prev-hash-mismatch``; the payload bytes hash to ``payload_hash``
-    else ``payload-hash-mismatch``; the recomputed record hash matches else
-    ``record-hash-mismatch``. The first failure ends the walk.
+    Per record, in order: the row is readable (types, hash syntax, ``recorded_at`` is RFC 3339
+    UTC, the payload is strict JSON: see the module docstring) else ``unparseable-record``;
+    ``seq`` is the next expected one else ``seq-gap``; ``prev_hash`` is the previous record hash
+    else ``prev-hash-mismatch``; the payload bytes hash to ``payload_hash`` else
+    ``payload-hash-mismatch``; the recomputed record hash matches else ``record-hash-mismatch``.
+    The first failure ends the walk.
 
     Checkpoints are checked first: each must name ``origin`` (when given) and pass
     ``signature_ok``, else ``checkpoint-signature-invalid`` (``first_broken_seq`` is ``None``).
@@ -521,6 +410,8 @@ def verify_chain(
     expected = start_seq
     prev = start_hash
     hash_ok = _HASH.fullmatch
+    parse = _DECODER.decode
+    stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
     for row in rows:
         try:
             seq, recorded_at, prev_hash, p_hash, r_hash, data = row
@@ -546,6 +437,26 @@ def verify_chain(
                 f"record {expected} has a field of the wrong type or form",
                 prev,
             )
+        if recorded_at != stamp:
+            if not _is_timestamp(recorded_at):
+                return _broken(
+                    expected,
+                    expected,
+                    "unparseable-record",
+                    f"record {expected} recorded_at is not an RFC 3339 UTC timestamp",
+                    prev,
+                )
+            stamp = recorded_at
+        try:
+            parse(data.decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            return _broken(
+                expected,
+                expected,
+                "unparseable-record",
+                _one_line(f"record {expected} payload is not JSON: {e}"),
+                prev,
+            )
         if seq != expected:
             return _broken(
                 expected, expected, "seq-gap", f"expected seq {expected}, found {seq}", prev
@@ -559,18 +470,6 @@ def verify_chain(
                 prev,
             )
         if SHA256_PREFIX + hashlib.sha256(data).hexdigest() != p_hash:
-            # Bytes whose hash still holds were written by ``append`` as canonical JSON, so
-            # only a payload that fails its hash is worth parsing, to say how it broke.
-            try:
-                _parse_payload(data)
-            except (ValueError, RecursionError):
-                return _broken(
-                    expected,
-                    expected,
-                    "unparseable-record",
-                    f"record {expected} payload is not JSON",
-                    prev,
-                )
             return _broken(
                 expected,
                 expected,

@@ -3,6 +3,12 @@
 Pure: frozen values with ``from_dict`` / ``to_dict``; no I/O, no clock. ``from_dict`` refuses
 what cannot be a context at all (unknown field, wrong type, value outside the vocabulary) with a
 :class:`~rensei_routing.errors.MalformedError` naming the field path.
+
+``from_dict(..., redacted=True)`` reads a context as the audit log stored it: a string holding a
+redaction marker (``[REDACTED:<label>]``) is taken verbatim (a repo id so rewritten is kept with
+its stated version though it is no longer ``owner/repo``), is not held to a length bound (a
+marker can be longer than what it replaced), and two accounts whose ids redaction made equal are
+both kept.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any, Final
 
 from . import _parse as p
 from .canonical import json_string as _s
+from .redact import MARKER_PREFIX
 from .vocabulary import (
     CAPABILITY,
     CONCRETE_MODEL,
@@ -39,6 +46,17 @@ CANONICAL: Final = "canonical"
 LEGACY_LOSSY: Final = "legacy-lossy"
 _SEGMENT: Final = re.compile(r"[a-z0-9_][a-z0-9._-]*")
 _MAX_ID: Final = 256
+#: The length bound of a redacted stored string: what redaction can grow, not what input allows.
+_UNBOUNDED: Final = 1 << 30
+
+
+def _redacted(value: Any, redacted: bool) -> bool:
+    """Whether ``value`` is a stored string that redaction rewrote (read back verbatim)."""
+    return redacted and isinstance(value, str) and MARKER_PREFIX in value
+
+
+def _bound(value: Any, limit: int, redacted: bool) -> int:
+    return _UNBOUNDED if _redacted(value, redacted) else limit
 
 
 def canonicalize_repo(value: object) -> str | None:
@@ -78,7 +96,12 @@ class ModelRequirement:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls,
+        data: Any,
+        *,
+        path: p.Path = "",
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redacted: bool = False,
     ) -> ModelRequirement:
         """Read ``{"kind": ..., "value": ...}``, or a bare string whose kind is inferred.
 
@@ -89,7 +112,7 @@ class ModelRequirement:
             MalformedError: unknown kind, unknown family or class, or a bad concrete id.
         """
         if isinstance(data, str):
-            text = p.string(data, path, max_len=64)
+            text = p.string(data, path, max_len=_bound(data, 64, redacted))
             lowered = text.lower()
             if lowered in vocabulary.literal_families:
                 return cls(kind=LITERAL_FAMILY, value=lowered)
@@ -106,7 +129,7 @@ class ModelRequirement:
                 d["value"], vpath, vocabulary.capability_classes, what="capability class"
             )
         else:
-            value = p.string(d["value"], vpath, max_len=64)
+            value = p.string(d["value"], vpath, max_len=_bound(d["value"], 64, redacted))
         return cls(kind=kind, value=value)
 
 
@@ -142,15 +165,19 @@ class RepoIdentity:
         return {"value": self.value, "version": self.version}
 
     @classmethod
-    def from_dict(cls, data: Any, *, path: p.Path = "") -> RepoIdentity:
+    def from_dict(cls, data: Any, *, path: p.Path = "", redacted: bool = False) -> RepoIdentity:
         """Read ``"owner/name"`` or ``{"value", "version"}``.
 
         A plain string that is not canonical becomes a ``legacy-lossy`` identity: the route is
-        still resolved, only the join to repo-scoped policies is refused.
+        still resolved, only the join to repo-scoped policies is refused. With ``redacted``, a
+        value holding a redaction marker is kept verbatim with its stated version (a plain
+        string: ``legacy-lossy``), as the audit log stored it.
 
         Raises:
             MalformedError: wrong shape, or ``version: canonical`` on a non-canonical value.
         """
+        if _redacted(data, redacted):
+            return cls(value=p.string(data, path, max_len=_UNBOUNDED), version=LEGACY_LOSSY)
         if isinstance(data, str):
             text = p.string(data, path, max_len=_MAX_ID)
             canonical = canonicalize_repo(text)
@@ -158,13 +185,16 @@ class RepoIdentity:
                 return cls(value=canonical, version=CANONICAL)
             return cls.from_runtime_slug(text)
         d = p.obj(data, path, required=("value",), optional=("version",))
-        value = p.string(d["value"], p.at(path, "value"), max_len=_MAX_ID)
+        marked = _redacted(d["value"], redacted)
+        value = p.string(d["value"], p.at(path, "value"), max_len=_UNBOUNDED if marked else _MAX_ID)
         version = p.choice(
             d.get("version", CANONICAL),
             p.at(path, "version"),
             (CANONICAL, LEGACY_LOSSY),
             what="identity version",
         )
+        if marked:
+            return cls(value=value, version=version)
         if version == LEGACY_LOSSY:
             return cls.from_runtime_slug(value)
         canonical = canonicalize_repo(value)
@@ -206,7 +236,12 @@ class Account:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls,
+        data: Any,
+        *,
+        path: p.Path = "",
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redacted: bool = False,
     ) -> Account:
         """Raises: MalformedError."""
         d = p.obj(
@@ -216,7 +251,11 @@ class Account:
             optional=("configured", "administrative_state"),
         )
         return cls(
-            account_id=p.string(d["account_id"], p.at(path, "account_id"), max_len=_MAX_ID),
+            account_id=p.string(
+                d["account_id"],
+                p.at(path, "account_id"),
+                max_len=_bound(d["account_id"], _MAX_ID, redacted),
+            ),
             provider_binding=p.choice(
                 d["provider_binding"],
                 p.at(path, "provider_binding"),
@@ -266,7 +305,12 @@ class LegacyRoute:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls,
+        data: Any,
+        *,
+        path: p.Path = "",
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redacted: bool = False,
     ) -> LegacyRoute:
         """Raises: MalformedError."""
         d = p.obj(
@@ -276,22 +320,36 @@ class LegacyRoute:
             optional=("account_id", "model", "mechanism", "mechanism_detail"),
         )
         mechanism = d.get("mechanism")
+
+        def bound(key: str, limit: int) -> int:
+            return _bound(d.get(key), limit, redacted)
+
         return cls(
             # Reported exactly as it ran: no case folding, no trimming.
             provider_binding=p.string(
-                d["provider_binding"], p.at(path, "provider_binding"), max_len=64, verbatim=True
+                d["provider_binding"],
+                p.at(path, "provider_binding"),
+                max_len=bound("provider_binding", 64),
+                verbatim=True,
             ),
             account_id=p.opt_string(
-                d.get("account_id"), p.at(path, "account_id"), max_len=_MAX_ID, verbatim=True
+                d.get("account_id"),
+                p.at(path, "account_id"),
+                max_len=bound("account_id", _MAX_ID),
+                verbatim=True,
             ),
-            model=p.opt_string(d.get("model"), p.at(path, "model"), max_len=256, verbatim=True),
+            model=p.opt_string(
+                d.get("model"), p.at(path, "model"), max_len=bound("model", 256), verbatim=True
+            ),
             mechanism=None
             if mechanism is None
             else p.choice(
                 mechanism, p.at(path, "mechanism"), vocabulary.legacy_mechanisms, what="mechanism"
             ),
             mechanism_detail=p.opt_string(
-                d.get("mechanism_detail"), p.at(path, "mechanism_detail"), max_len=1024
+                d.get("mechanism_detail"),
+                p.at(path, "mechanism_detail"),
+                max_len=bound("mechanism_detail", 1024),
             ),
         )
 
@@ -366,10 +424,16 @@ class RouteContext:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls,
+        data: Any,
+        *,
+        path: p.Path = "",
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redacted: bool = False,
     ) -> RouteContext:
         """Read a context document. ``repo`` may be a plain ``"owner/name"`` string;
         ``role``, when absent, is the canonical role of ``principal_id`` (or ``None``).
+        ``redacted`` reads a context as the audit log stored it (see the module docstring).
 
         Raises:
             MalformedError: naming the first offending field path.
@@ -377,7 +441,11 @@ class RouteContext:
         d: Mapping[str, Any] = p.obj(data, path, optional=_CONTEXT_FIELDS)
         repo = d.get("repo")
         repo_class = d.get("repo_class")
-        principal = p.opt_string(d.get("principal_id"), p.at(path, "principal_id"), max_len=_MAX_ID)
+        principal = p.opt_string(
+            d.get("principal_id"),
+            p.at(path, "principal_id"),
+            max_len=_bound(d.get("principal_id"), _MAX_ID, redacted),
+        )
         role_in = d.get("role")
         if role_in is not None:
             role = vocabulary.canonical_worker_role(
@@ -389,19 +457,23 @@ class RouteContext:
         legacy = d.get("legacy_route")
         accounts_path = p.at(path, "accounts")
         accounts = tuple(
-            Account.from_dict(a, path=p.at(accounts_path, i), vocabulary=vocabulary)
+            Account.from_dict(
+                a, path=p.at(accounts_path, i), vocabulary=vocabulary, redacted=redacted
+            )
             for i, a in enumerate(p.array(d.get("accounts", []), accounts_path))
         )
         seen: set[str] = set()
         for i, account in enumerate(accounts):
-            if account.account_id in seen:
+            if account.account_id in seen and not _redacted(account.account_id, redacted):
                 raise p.fail(
                     p.at(p.at(accounts_path, i), "account_id"),
                     f"duplicate account id {account.account_id!r}",
                 )
             seen.add(account.account_id)
         return cls(
-            repo=None if repo is None else RepoIdentity.from_dict(repo, path=p.at(path, "repo")),
+            repo=None
+            if repo is None
+            else RepoIdentity.from_dict(repo, path=p.at(path, "repo"), redacted=redacted),
             repo_class=None
             if repo_class is None
             else p.choice(
@@ -412,7 +484,10 @@ class RouteContext:
             model_requirement=None
             if requirement is None
             else ModelRequirement.from_dict(
-                requirement, path=p.at(path, "model_requirement"), vocabulary=vocabulary
+                requirement,
+                path=p.at(path, "model_requirement"),
+                vocabulary=vocabulary,
+                redacted=redacted,
             ),
             request_face=p.choice(
                 d.get("request_face", "unknown"),
@@ -423,7 +498,7 @@ class RouteContext:
             legacy_route=None
             if legacy is None
             else LegacyRoute.from_dict(
-                legacy, path=p.at(path, "legacy_route"), vocabulary=vocabulary
+                legacy, path=p.at(path, "legacy_route"), vocabulary=vocabulary, redacted=redacted
             ),
             accounts=accounts,
         )

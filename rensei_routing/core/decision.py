@@ -335,9 +335,17 @@ class RouteDecision:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls,
+        data: Any,
+        *,
+        path: p.Path = "",
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redacted: bool = False,
     ) -> RouteDecision:
-        """Read a decision back (e.g. from an audit record).
+        """Read a decision back. An audit record's payload is read with ``redacted=True``: the
+        stored decision was redacted before it was hashed, so its context may hold redaction
+        markers where input rules would refuse them (see :mod:`.context`); the decision's own
+        fields are read verbatim either way.
 
         Raises:
             MalformedError: naming the first offending field path.
@@ -461,7 +469,10 @@ class RouteDecision:
             ),
             explanation=Explanation(
                 context=RouteContext.from_dict(
-                    e["context"], path=p.at(epath, "context"), vocabulary=vocabulary
+                    e["context"],
+                    path=p.at(epath, "context"),
+                    vocabulary=vocabulary,
+                    redacted=redacted,
                 ),
                 considered=tuple(considered),
                 eligible_account_ids=strings(

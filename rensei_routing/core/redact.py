@@ -22,10 +22,18 @@ Guarantees (tested, including by hypothesis):
   and the patterns are re-applied until nothing changes, so a replacement cannot expose a new
   match next to it.
 
+Case: values are normalised before they are recorded (a context's repo is lowercased), so a
+pattern whose credential survives case folding recognisably (AWS key ids, PEM armour, Google
+keys, JWTs, URL and header credentials) matches in any case: an id that ``.upper()`` restores
+is still redacted. Such patterns use ``re.ASCII | re.IGNORECASE``.
+
 Speed: each pattern may list lowercase literal *triggers*, substrings at least one of which
 every match contains (compared against the lowercased text). A string containing no trigger is
 returned untouched without running any regex, so the common case (no credential) costs a few
-substring searches. A pattern without triggers always runs.
+substring searches. A pattern without triggers always runs. The pre-check scans the text once
+per distinct first character of the triggers, so a trigger is best chosen to start with a
+character that is rare in routing data (``@``, ``.``) or that another trigger already starts
+with (any substring every match contains will do: ``arer`` for ``bearer``).
 """
 
 from __future__ import annotations
@@ -109,17 +117,42 @@ class RedactionPattern:
 _A = re.ASCII
 _AI = re.ASCII | re.IGNORECASE
 _SECRET_WORD = r"(?:secret|password|passwd|token|api[_-]?key)"
+#: Armour lines of a private key: PEM (``-----BEGIN RSA PRIVATE KEY-----``, OpenSSH, PKCS#8,
+#: encrypted, PGP ``PRIVATE KEY BLOCK``) and SSH2/SECSH (``---- BEGIN SSH2 ENCRYPTED PRIVATE KEY
+#: ----``), in any case (a lowercased key is still a key).
+_ARMOUR = r"-{4,5} ?%s [A-Z0-9 ]*?PRIVATE KEY(?: BLOCK)? ?-{4,5}"
+_TOKEN_END = r"(?![A-Za-z0-9_-])"
 
-#: The built-in credential shapes of SEMANTICS.md, in the order they are applied.
+#: The built-in credential shapes, in the order they are applied. Patterns for credentials whose
+#: alphabet survives case folding (AWS key ids, PEM armour, Google keys, JWTs, ...) match in any
+#: case: a context's repo is lowercased before it is ever recorded, and an id that
+#: ``.upper()`` restores must not pass.
 DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
     RedactionPattern(
         "private-key",
         re.compile(
-            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-            r"(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[\s\S]*)",
-            _A,
+            (_ARMOUR % "BEGIN") + r"(?:[\s\S]*?" + (_ARMOUR % "END") + r"|[\s\S]*)",
+            _AI,
         ),
-        ("-----begin",),
+        ("key",),  # in every match ("private key"); shares the gate of secret-assignment
+    ),
+    RedactionPattern(
+        "private-key",
+        re.compile(
+            r"PuTTY-User-Key-File-[0-9]+:(?:[\s\S]*?Private-MAC:[ \t]*[0-9a-f]+|[\s\S]*)", _AI
+        ),
+        ("key",),
+    ),
+    RedactionPattern(
+        # the base64 body of an OpenSSH private key ("openssh-key-v1\0"), armour or not
+        "private-key",
+        re.compile(r"b3BlbnNzaC1rZXktdjE[A-Za-z0-9+/=\r\n]*", _AI),
+        ("ktdje",),  # "...zxktdje" ends every match: a 'k' gate, which exists anyway
+    ),
+    RedactionPattern(
+        "age-secret-key",
+        re.compile(r"AGE-SECRET-KEY-1[0-9A-Z]{50,}", _AI),
+        ("secret",),
     ),
     RedactionPattern(
         "github-token",
@@ -132,11 +165,17 @@ DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
         ("github_pat_",),
     ),
     RedactionPattern(
+        "gitlab-token",
+        re.compile(
+            r"(?<![A-Za-z0-9_-])gl(?:pat|dt|rt|ptt|ft|soat|cbt|imt|agent)-[A-Za-z0-9_-]{20,}", _A
+        ),
+        ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "glimt-", "glagent-"),
+    ),
+    RedactionPattern(
         "aws-access-key-id",
         re.compile(
-            r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)"
-            r"[A-Z0-9]{16}(?![A-Za-z0-9])",
-            _A,
+            r"(?<![A-Za-z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Za-z0-9])",
+            _AI,
         ),
         ("akia", "asia", "abia", "acca"),
     ),
@@ -150,9 +189,32 @@ DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
         ("secret",),
     ),
     RedactionPattern(
+        "google-api-key",
+        re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}" + _TOKEN_END, _AI),
+        ("aiza",),
+    ),
+    RedactionPattern(
         "slack-token",
-        re.compile(r"(?<![A-Za-z0-9])xox[a-z]-[A-Za-z0-9-]{10,}", _A),
-        ("xox",),
+        re.compile(r"(?<![A-Za-z0-9])(?:xox[a-z]|xapp)-[A-Za-z0-9-]{10,}", _A),
+        ("xox", "xapp-"),
+    ),
+    RedactionPattern(
+        "slack-webhook",
+        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+", _AI),
+        ("slack.com/",),
+    ),
+    RedactionPattern(
+        "npm-token",
+        re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])", _A),
+        ("pm_",),
+    ),
+    RedactionPattern(
+        "jwt",
+        re.compile(
+            r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}(?:\.[A-Za-z0-9_-]+)*",
+            _AI,
+        ),
+        (".eyj",),  # the payload part: '.' is rare in routing data, 'e' the commonest letter
     ),
     RedactionPattern(
         "anthropic-api-key",
@@ -165,6 +227,37 @@ DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
         ("sk-",),
     ),
     RedactionPattern(
+        # the password of ``scheme://user:password@host`` (the user name may be a marker)
+        "url-credential",
+        re.compile(
+            r"(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,31}://"
+            r"(?:\[REDACTED:[a-z0-9-]+\]|[^\s/?#@:\[\]\"'])*:"
+            r"(?P<secret>" + _NOT_MARKER + r"[^\s/?#@\"']+)@",
+            _AI,
+        ),
+        ("@",),  # ':' fills JSON text; '@' is rare
+    ),
+    RedactionPattern(
+        # ``Authorization: Bearer <token>``, any scheme (or none); the scheme word is kept
+        "authorization",
+        re.compile(
+            r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?"
+            r"(?:(?:bearer|basic|digest|token|negotiate|apikey|aws4-hmac-sha256)"
+            r"(?![^\s\"'])[ \t]*)?+"
+            r"(?P<secret>" + _NOT_MARKER + r"[^\s\"']+)",
+            _AI,
+        ),
+        ("authorization",),
+    ),
+    RedactionPattern(
+        "bearer-token",
+        re.compile(
+            r"(?<![A-Za-z0-9])bearer[ \t]+(?P<secret>" + _NOT_MARKER + r"[A-Za-z0-9._~+/-]{16,}=*)",
+            _AI,
+        ),
+        ("arer",),  # rides the 'a' gate
+    ),
+    RedactionPattern(
         "secret-assignment",
         re.compile(
             _SECRET_WORD + r"[A-Za-z0-9_.-]{0,32}[\"']?[ \t]*[:=][ \t]*(?P<q>[\"'])"
@@ -174,9 +267,10 @@ DEFAULT_PATTERNS: Final[tuple[RedactionPattern, ...]] = (
         ("secret", "passw", "token", "key"),
     ),
     RedactionPattern(
+        # unquoted, any length: ``password=x`` is as much a leak as a long one
         "secret-assignment",
         re.compile(
-            _SECRET_WORD + r"[ \t]*[:=][ \t]*(?P<secret>" + _NOT_MARKER + r"[^\s\"',;&]{6,})",
+            _SECRET_WORD + r"[ \t]*[:=][ \t]*(?P<secret>" + _NOT_MARKER + r"[^\s\"',;&]+)",
             _AI,
         ),
         ("secret", "passw", "token", "key"),

@@ -82,7 +82,9 @@ class AuditLog:
 
     ``origin`` names the log in checkpoints; ``public_key`` checks them; ``private_key`` (a key or
     a loader, called only by :meth:`checkpoint`) signs them. ``options`` (busy timeout, VFS)
-    apply to both connections; :meth:`open` takes them from the home.
+    apply to both connections; :meth:`open` takes them from the home. ``protected`` names
+    directories a checkpoint export must never write into (:meth:`open` protects the home); the
+    database file and its ``-wal``, ``-shm`` and ``-journal`` companions are always protected.
 
     A failed write closes the writer connection, so the next operation opens a fresh one.
     """
@@ -91,6 +93,7 @@ class AuditLog:
         "_key",
         "_options",
         "_path",
+        "_protected",
         "_public",
         "_reader",
         "_redactor",
@@ -107,9 +110,11 @@ class AuditLog:
         private_key: signing.PrivateKey | Callable[[], signing.PrivateKey] | None = None,
         redactor: Redactor = DEFAULT_REDACTOR,
         options: ConnectOptions | None = None,
+        protected: Sequence[Path] = (),
     ) -> None:
         self._path = Path(path)
         self._options = ConnectOptions() if options is None else options
+        self._protected = tuple(Path(d) for d in protected)
         self.origin = origin
         self._public = public_key
         self._key = private_key
@@ -136,6 +141,7 @@ class AuditLog:
             private_key=home.private_key,
             redactor=redactor,
             options=home.connect_options(),
+            protected=(home.path,),
         )
 
     # -- connections --------------------------------------------------------------------------
@@ -366,6 +372,7 @@ class AuditLog:
         *,
         export_to: Path | None = None,
         progress: Callable[[int], None] | None = None,
+        deliver: Callable[[Checkpoint], None] | None = None,
     ) -> Checkpoint:
         """Verify the whole log, then sign a checkpoint of it, export it (optionally) and store it.
 
@@ -378,17 +385,24 @@ class AuditLog:
 
         With ``export_to`` the note is written to a temporary file in the same directory and
         fsynced before anything is stored, then renamed over ``export_to`` inside the
-        transaction that stores the row: a failed export stores nothing. (Only if the commit
-        itself fails after the rename is a valid, signed, but unstored note left in the file;
-        the error says so.)
+        transaction that stores the row: a failed export stores nothing. ``export_to`` may not
+        resolve (symlinks followed) to the database, its companions, or into a protected
+        directory. ``deliver(checkpoint)`` (e.g. printing the note) runs inside that same
+        transaction too, after the export: whatever it raises rolls the row back and propagates.
+        (Only if the commit itself fails after the rename or the delivery is a valid, signed,
+        but unstored note left in the file or shown; the error says so.)
 
         Raises:
             AuditError: the log does not verify (the message names the first broken seq and the
-                reason), there is no private key, the key is not this log's key, or the export
-                file cannot be written (the message names the file). Nothing is stored.
+                reason), there is no private key, the key is not this log's key, the export
+                target is protected, or the export file cannot be written (the message names the
+                file). Nothing is stored.
             HomeError: the home's key cannot be loaded.
             StoreError: the database read or write failed (nothing is stored).
         """
+        target = None if export_to is None else Path(export_to)
+        if target is not None:
+            self._refuse_protected(target)
         key = self._private_key()
         public = key.public_key
         if self._public is not None and self._public.raw != public.raw:
@@ -415,9 +429,8 @@ class AuditLog:
         cp = cp.with_signature(
             NoteSignature(name=self.origin, key_hash=key_hash, signature=key.sign(cp.body))
         )
-        target = None if export_to is None else Path(export_to)
         staged = None if target is None else _stage(cp, target)
-        published = False
+        published = delivered = False
         try:
             writer = self._write_conn()
             with writer:
@@ -425,14 +438,38 @@ class AuditLog:
                 if staged is not None and target is not None:
                     _publish(staged, target)  # raising here rolls the row back
                     published = True
+                if deliver is not None:
+                    deliver(cp)  # and so does raising here
+                    delivered = True
         except apsw.Error as e:
             note = f"; the note written to {target} is valid but not stored" if published else ""
+            if delivered:
+                note += "; the note shown is valid but not stored"
             raise self._write_failed(f"cannot store the checkpoint{note}", e) from e
         finally:
             if staged is not None and not published:
                 with contextlib.suppress(OSError):
                     os.unlink(staged)
         return cp
+
+    def _refuse_protected(self, target: Path) -> None:
+        """Refuse an export target that is, or (symlinks resolved) lands on, the database, one of
+        its companion files, or anything inside a protected directory.
+
+        Raises:
+            AuditError: naming the target.
+        """
+        db = self._path
+        files = {_resolved(db.with_name(db.name + s)) for s in ("", "-wal", "-shm", "-journal")}
+        dirs = [_resolved(d) for d in self._protected]
+        # The rename replaces the entry in the target's (resolved) directory; a symlink at the
+        # target itself is also followed, to refuse the more cautious reading too.
+        for where in {_resolved(target.parent) / target.name, _resolved(target)}:
+            if where in files or any(d == where or d in where.parents for d in dirs):
+                raise AuditError(
+                    f"refusing to export the checkpoint to {target}: it is inside the home "
+                    "(its database, WAL or keys); export it off the home"
+                )
 
     def _private_key(self) -> signing.PrivateKey:
         key = self._key
@@ -490,6 +527,11 @@ def write_checkpoint(cp: Checkpoint, path: Path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(staged)
         raise
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` made absolute with every symlink that exists resolved (the rest kept)."""
+    return Path(os.path.realpath(path))
 
 
 def _stage(cp: Checkpoint, path: Path) -> Path:
