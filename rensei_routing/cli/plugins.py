@@ -78,7 +78,9 @@ def seams_list(json_: bool) -> None:
         echo_json(rows)
         return
     for r in rows:
-        emit(_row(r["name"], r["plugin"], r["request_face"], " > ".join(r["stages"])))
+        emit(
+            _row(str(r["name"]), str(r["plugin"]), str(r["request_face"]), " > ".join(r["stages"]))
+        )
 
 
 def _row(*fields: str) -> str:
