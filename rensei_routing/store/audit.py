@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -248,6 +248,34 @@ class AuditLog:
         """
         row = self._query_one(_HEAD, ())
         return (0, GENESIS_HASH) if row is None else (int(row[0]) + 1, str(row[1]))
+
+    def records(
+        self, *, stop: int | None = None, batch: int = 1_000
+    ) -> Iterator[AuditRecord]:
+        """Every record with ``seq < stop`` (all of them without ``stop``), oldest first,
+        streamed in pages of ``batch`` seqs so memory stays flat at any log size. Each page is
+        its own read; a record appended while the generator runs may or may not be seen.
+
+        Raises:
+            StoreError: the database read failed.
+        """
+        conn = self._read_conn()
+        start = 0
+        limit = _MAX_INT64 if stop is None else min(stop, _MAX_INT64)
+        while start < limit:
+            try:
+                rows = conn.execute(
+                    f"{_SELECT} WHERE seq >= ? AND seq < ? ORDER BY seq LIMIT ?",
+                    (start, limit, batch),
+                ).fetchall()
+            except apsw.Error as e:
+                raise StoreError(f"cannot read the audit log: {e}") from e
+            if not rows:
+                return
+            for row in rows:
+                record = AuditRecord.from_row(row)
+                yield record
+            start = record.seq + 1
 
     def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
         try:
