@@ -250,24 +250,22 @@ class AuditLog:
         return (0, GENESIS_HASH) if row is None else (int(row[0]) + 1, str(row[1]))
 
     def records(
-        self, *, stop: int | None = None, batch: int = 1_000
+        self, *, stop: int | None = None, newest_first: bool = False, batch: int = 1_000
     ) -> Iterator[AuditRecord]:
-        """Every record with ``seq < stop`` (all of them without ``stop``), oldest first,
-        streamed in pages of ``batch`` seqs so memory stays flat at any log size. Each page is
-        its own read; a record appended while the generator runs may or may not be seen.
+        """Every record with ``seq < stop`` (all of them without ``stop``), oldest first (or
+        newest first), streamed in pages of ``batch`` records so memory stays flat at any log
+        size. Each page is its own read; a record appended meanwhile may or may not be seen.
 
         Raises:
             StoreError: the database read failed.
         """
         conn = self._read_conn()
-        start = 0
-        limit = _MAX_INT64 if stop is None else min(stop, _MAX_INT64)
-        while start < limit:
+        low, high = 0, _MAX_INT64 if stop is None else max(0, min(stop, _MAX_INT64))
+        order = "DESC" if newest_first else "ASC"
+        sql = f"{_SELECT} WHERE seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
+        while low < high:
             try:
-                rows = conn.execute(
-                    f"{_SELECT} WHERE seq >= ? AND seq < ? ORDER BY seq LIMIT ?",
-                    (start, limit, batch),
-                ).fetchall()
+                rows = conn.execute(sql, (low, high, batch)).fetchall()
             except apsw.Error as e:
                 raise StoreError(f"cannot read the audit log: {e}") from e
             if not rows:
@@ -275,7 +273,10 @@ class AuditLog:
             for row in rows:
                 record = AuditRecord.from_row(row)
                 yield record
-            start = record.seq + 1
+            if newest_first:
+                high = record.seq
+            else:
+                low = record.seq + 1
 
     def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
         try:

@@ -1,0 +1,1 @@
+"""Sample plugins for the tests (registered per test, never installed)."""
