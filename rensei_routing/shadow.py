@@ -315,5 +315,5 @@ def record_route_shadow(
     try:
         return recorder.record(spawn)
     except SINK_ERRORS as e:
-        logger.warning("shadow record of a %s spawn not written: %s", spawn.seam, e)
+        logger.warning("shadow record not written (seam %s): %s", spawn.seam, e)
         return None
