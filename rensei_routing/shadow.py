@@ -82,26 +82,25 @@ def set_shadow_enabled(home: Home, enabled: bool) -> None:
 
 def _safe_classify(registry: SeamRegistry, seam_name: str, stages: Sequence[Stage]) -> Stage:
     """The stage the seam's classifier names; a classifier that raises or answers with something
-    other than one of the given stages yields an ``unclassified`` stage whose detail names the
-    plugin and the error (the spawn is still recorded, and the broken plugin is visible).
+    other than a stage yields an ``unclassified`` stage whose detail names the plugin and the
+    error (the spawn is still recorded, and the broken plugin is visible).
 
     Raises:
         UnknownSeamError: no seam of that name is registered.
     """
     seam = registry.get(seam_name)
-    owner = registry.owners.get(seam_name, "?")
     try:
         stage = seam.classifier(stages)
     except Exception as e:  # a plugin's bug must not stop the observation
-        why = f"{type(e).__name__} in the classifier of seam {seam_name!r} (plugin {owner!r})"
+        why = f"{type(e).__name__} in the classifier of seam {seam_name!r}"
     else:
         if isinstance(stage, Stage):
             return stage
-        why = (
-            f"the classifier of seam {seam_name!r} (plugin {owner!r}) "
-            f"returned {type(stage).__name__}"
-        )
-    return Stage(mechanism=UNCLASSIFIED, provider=stages[-1].provider, detail=why)
+        why = f"the classifier of seam {seam_name!r} returned {type(stage).__name__}"
+    owner = registry.owners.get(seam_name, "?")
+    return Stage(
+        mechanism=UNCLASSIFIED, provider=stages[-1].provider, detail=f"{why} (plugin {owner!r})"
+    )
 
 
 class ShadowRecorder:

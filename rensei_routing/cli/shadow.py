@@ -25,6 +25,7 @@ from ..plugins import SeamRegistry, get_plugin_manager, seam_registry
 from ..shadow import ShadowRecorder, set_shadow_enabled, shadow_enabled
 from ..store.audit import AuditLog
 from ..store.home import Home
+from ..whatif import recorded_since
 from ._inputs import _label, _named, _read_text, parse_json
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._store import now_rfc3339
@@ -81,13 +82,6 @@ def since_option(f: Any) -> Any:
         default=None,
         help="Only records at or after TIME (RFC 3339, YYYY-MM-DD, or an age: 90m, 24h, 7d).",
     )(f)
-
-
-def recorded_since(record: AuditRecord, since: dt.datetime | None) -> bool:
-    """Whether a record was written at or after ``since`` (always, without ``since``)."""
-    if since is None:
-        return True
-    return dt.datetime.fromisoformat(record.recorded_at[:-1] + "+00:00") >= since
 
 
 @cli.group(name="shadow")

@@ -1,40 +1,31 @@
 """``rensei policy whatif``: re-explain the contexts recorded in the audit chain against the
-current revision and against a candidate policy set, and show what would change. Must not hold
-routing rules (core) or SQL (store).
+current revision and against a candidate policy set, and show what would change (the replay is
+:mod:`rensei_routing.whatif`'s). Must not hold routing rules (core) or SQL (store).
 
-Contexts come from shadow records (``proposed.explanation.context``) and from plain recorded
-decisions (``explanation.context``); every recorded spawn counts, duplicates included (a
-context recorded twice is two spawns). The chain is streamed in chunks, so memory stays flat
-beyond the matrix. The chain is not verified here (``rensei audit verify`` does that): a
-what-if is a forecast, not evidence.
+The chain is not verified here (``rensei audit verify`` does that): a what-if is a forecast,
+not evidence.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import string
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import click
 
-from ..core.context import RouteContext
-from ..core.policy import PolicySnapshot
-from ..core.resolver import explain_batch
 from ..core.validation import validate_policies
-from ..core.whatif import COUNTERS, Example, WhatIf, WhatIfSummary
-from ..errors import InputError
+from ..core.whatif import COUNTERS, Example, WhatIfSummary
 from ..store.audit import AuditLog
 from ..store.home import Home
+from ..whatif import compare_chain
 from ._inputs import read_verified_policy_file
 from ._root import CommandError, echo_json, home_option, json_option
 from ._store import open_policy_store
 from .policy import policy
-from .shadow import recorded_since, since_option
+from .shadow import since_option
 
-#: Contexts explained per chunk (two ``explain_batch`` calls each).
-CHUNK: Final = 2_000
 _NAMES: Final = {
     "changed": "changed",
     "moved_provider": "would move provider",
@@ -51,80 +42,6 @@ class ChangeFoundError(CommandError):
     """``whatif --fail-on-change`` found a decision that would change: exit 1."""
 
     exit_code = 1
-
-
-def context_of(payload: Any) -> Any | None:
-    """The context document a recorded payload carries (a shadow record's proposed decision's,
-    or a plain decision's), or ``None`` for a payload that carries none."""
-    if not isinstance(payload, dict):
-        return None
-    decision = payload.get("proposed") if payload.get("record_type") else payload
-    if not isinstance(decision, dict) or "decision_id" not in decision:
-        return None
-    explanation = decision.get("explanation")
-    return explanation.get("context") if isinstance(explanation, dict) else None
-
-
-def recorded_contexts(
-    log: AuditLog,
-    *,
-    since: dt.datetime | None,
-    limit: int | None,
-    skipped: list[int],
-) -> Iterator[tuple[int, RouteContext]]:
-    """``(seq, context)`` of every recorded context at or after ``since``; with ``limit``, the
-    ``limit`` most recent, newest first. Records that carry none, or whose context no longer
-    reads, are appended to ``skipped``."""
-    taken = 0
-    for record in log.records(newest_first=limit is not None):
-        if limit is not None and taken >= limit:
-            return
-        if not recorded_since(record, since):
-            continue
-        try:
-            doc = context_of(record.payload)
-            if doc is None:
-                skipped.append(record.seq)
-                continue
-            context = RouteContext.from_dict(doc, path=f"audit[{record.seq}].context")
-        except InputError:
-            skipped.append(record.seq)
-            continue
-        taken += 1
-        yield record.seq, context
-
-
-def compare_chain(
-    log: AuditLog,
-    current: tuple[PolicySnapshot, str],
-    candidate: PolicySnapshot,
-    *,
-    since: dt.datetime | None = None,
-    limit: int | None = None,
-    examples: int = 3,
-    skipped: list[int] | None = None,
-) -> WhatIfSummary:
-    """Explain every recorded context against ``current`` and ``candidate``, in chunks."""
-    acc = WhatIf(examples=examples)
-    snapshot, state = current
-    chunk: list[tuple[int, RouteContext]] = []
-    out = [] if skipped is None else skipped
-
-    def flush() -> None:
-        contexts = [c for _, c in chunk]
-        before = explain_batch(contexts, snapshot, snapshot_state=state)
-        after = explain_batch(contexts, candidate, snapshot_state="ok")
-        for (seq, _), b, a in zip(chunk, before, after, strict=True):
-            acc.add(seq, b, a)
-        chunk.clear()
-
-    for item in recorded_contexts(log, since=since, limit=limit, skipped=out):
-        chunk.append(item)
-        if len(chunk) >= CHUNK:
-            flush()
-    if chunk:
-        flush()
-    return acc.summary()
 
 
 def _short(decision_id: str) -> str:
@@ -232,7 +149,7 @@ def policy_whatif(
             since=since,
             limit=limit,
             examples=examples,
-            skipped=skipped,
+            skipped=skipped.append,
         )
     current = loaded.snapshot
     if json_:

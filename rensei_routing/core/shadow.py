@@ -72,6 +72,10 @@ def _lane(provider: str) -> str:
     return provider.strip().lower()
 
 
+def _as_set(names: Iterable[str]) -> frozenset[str]:
+    return names if isinstance(names, frozenset) else frozenset(names)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stage:
     """One legacy routing stage a seam applied, and the provider it left the spawn on."""
@@ -113,8 +117,9 @@ def classify_legacy_mechanism(stages: Sequence[Stage]) -> Stage:
     """
     if not stages:
         raise InputError("a legacy route must name at least one stage")
+    lanes = [_lane(s.provider) for s in stages]
     for i in range(len(stages) - 1, 0, -1):
-        if _lane(stages[i].provider) != _lane(stages[i - 1].provider):
+        if lanes[i] != lanes[i - 1]:
             return stages[i]
     return stages[0]
 
@@ -128,7 +133,7 @@ def transport_for(
     lane = _lane(provider)
     if lane == GATEWAY:
         return GATEWAY
-    if face == "one-shot" and lane in frozenset(direct_http_providers):
+    if face == "one-shot" and lane in _as_set(direct_http_providers):
         return DIRECT_HTTP
     return HARNESS_DIRECT
 
@@ -142,7 +147,7 @@ def provider_binding_for(
     lane = _lane(provider)
     if lane == GATEWAY:
         return "zai-harness" if (model or "").strip().lower().startswith("glm") else "anthropic"
-    return "zai-harness" if lane in frozenset(harness_providers) else "anthropic"
+    return "zai-harness" if lane in _as_set(harness_providers) else "anthropic"
 
 
 #: A seam's legacy-mechanism classifier: the applied stages -> the stage that decided the route.

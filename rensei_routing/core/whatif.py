@@ -1,6 +1,7 @@
 """What-if: how the decisions for recorded contexts would change under a candidate policy set.
 
-Pure: an accumulator fed ``(seq, before, after)`` decision pairs (the same context explained
+Pure: reading a recorded context out of a stored payload's canonical text, and an accumulator
+fed ``(seq, before, after)`` verdict pairs (the same context explained
 against the current revision and against the candidate), and the frozen summary it yields: a
 before/after matrix of ``outcome/reason`` with example decision ids per cell, the routes that
 would move provider, model or account, and the spawns newly held, rejected or selected. Memory
@@ -15,12 +16,23 @@ held or rejected instead.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .decision import HELD, REJECTED, SELECTED, RouteDecision
 
-__all__ = ["COUNTERS", "Example", "WhatIf", "WhatIfCell", "WhatIfSummary", "changed", "label"]
+__all__ = [
+    "COUNTERS",
+    "Example",
+    "Verdict",
+    "WhatIf",
+    "WhatIfCell",
+    "WhatIfSummary",
+    "changed",
+    "label",
+    "stored_context",
+]
 
 #: Example decisions kept per cell and per counter.
 DEFAULT_EXAMPLES: Final = 3
@@ -36,18 +48,86 @@ COUNTERS: Final = (
 )
 
 
-def _key(d: RouteDecision) -> tuple[Any, ...]:
-    return (d.outcome, d.reason, d.policy_id, d.provider_binding, d.effective_model, d.account_id)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """What a what-if compares of one decision (kept instead of the decision, so a cache of
+    verdicts stays small)."""
+
+    decision_id: str
+    outcome: str
+    reason: str
+    policy_id: str | None
+    provider_binding: str | None
+    effective_model: str | None
+    account_id: str | None
+
+    @classmethod
+    def of(cls, d: RouteDecision) -> Verdict:
+        return cls(
+            decision_id=d.decision_id,
+            outcome=d.outcome,
+            reason=d.reason,
+            policy_id=d.policy_id,
+            provider_binding=d.provider_binding,
+            effective_model=d.effective_model,
+            account_id=d.account_id,
+        )
+
+    @property
+    def label(self) -> str:
+        """``outcome/reason``: a matrix row or column."""
+        return f"{self.outcome}/{self.reason}"
+
+    def key(self) -> tuple[Any, ...]:
+        return (
+            self.outcome,
+            self.reason,
+            self.policy_id,
+            self.provider_binding,
+            self.effective_model,
+            self.account_id,
+        )
 
 
-def changed(before: RouteDecision, after: RouteDecision) -> bool:
+def changed(before: Verdict, after: Verdict) -> bool:
     """Whether ``after`` routes (or refuses) differently from ``before``."""
-    return _key(before) != _key(after)
+    return before.key() != after.key()
 
 
-def label(decision: RouteDecision) -> str:
+def label(decision: RouteDecision | Verdict) -> str:
     """``outcome/reason``: a matrix row or column."""
     return f"{decision.outcome}/{decision.reason}"
+
+
+_EXPLANATION: Final = '"explanation":{'
+_CONTEXT: Final = '"context":'
+_DECISION_ID: Final = '"decision_id":'
+_DECODER: Final = json.JSONDecoder()
+
+
+def stored_context(text: str) -> tuple[str, Any] | None:
+    """The context a stored audit payload carries, read straight from its canonical text:
+    ``(the context's own canonical text, its JSON value)``, or ``None`` when the text does not
+    look like a stored decision (the caller then parses the whole payload).
+
+    A stored payload is RFC 8785 text: keys are sorted and every quote inside a string is
+    escaped, so ``"context":`` can only be a key, and the first one after a decision's
+    ``"explanation":{`` (whose earlier keys are ``conflicting_policy_ids`` and ``considered``)
+    is that decision's context, in a shadow record (``proposed``) and in a plain decision
+    alike. Skipping the rest is what makes replaying a long chain affordable.
+    """
+    i = text.find(_EXPLANATION)
+    if i < 0 or text.rfind(_DECISION_ID, 0, i) < 0:
+        return None
+    j = text.find(_CONTEXT, i)
+    if j < 0:
+        return None
+    start = j + len(_CONTEXT)
+    try:
+        doc, end = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return None
+    return text[start:end], doc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,12 +217,13 @@ class WhatIf:
         if len(kept) < self._keep:
             kept.append(example)
 
-    def add(self, seq: int, before: RouteDecision, after: RouteDecision) -> None:
+    def add(self, seq: int, before: Verdict, after: Verdict) -> None:
         """Count one recorded context explained both ways."""
         self._contexts += 1
-        cell = self._cells.get((label(before), label(after)))
+        where = (before.label, after.label)
+        cell = self._cells.get(where)
         if cell is None:
-            cell = self._cells[(label(before), label(after))] = _Cell()
+            cell = self._cells[where] = _Cell()
         cell.count += 1
         if not changed(before, after):
             return
