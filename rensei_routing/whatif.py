@@ -13,6 +13,7 @@ gets the same decisions, so a repeated context is explained once while it is in 
 from __future__ import annotations
 
 import datetime as dt
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -89,7 +90,7 @@ def compare_chain(
     """
     acc = WhatIf(examples=examples)
     snapshot, state = current
-    cache: dict[str, tuple[Verdict, Verdict]] = {}
+    cache: OrderedDict[str, tuple[Verdict, Verdict]] = OrderedDict()
     chunk: list[tuple[int, str]] = []
     pending: dict[str, RouteContext] = {}
 
@@ -104,7 +105,7 @@ def compare_chain(
         chunk.clear()
         pending.clear()
         while len(cache) > CACHE_SIZE:
-            del cache[next(iter(cache))]
+            cache.popitem(last=False)  # the oldest (O(1); deleting dict heads is not)
 
     for seq, key, context in _contexts(log, since, limit, skipped, vocabulary):
         if key not in cache and key not in pending:
@@ -128,7 +129,7 @@ def _contexts(
     ``limit``). The context is parsed only for a key not seen just before; a key of ``""``
     (a payload that was not canonical) is replaced by the parsed context's canonical text."""
     taken = 0
-    parsed: dict[str, RouteContext] = {}
+    parsed: OrderedDict[str, RouteContext] = OrderedDict()
     for record in log.records(newest_first=limit is not None):
         if limit is not None and taken >= limit:
             return
@@ -147,7 +148,7 @@ def _contexts(
                 key = key or context.canonical().decode("utf-8")
                 parsed[key] = context
                 if len(parsed) > CACHE_SIZE:
-                    del parsed[next(iter(parsed))]
+                    parsed.popitem(last=False)
         except InputError:
             if skipped is not None:
                 skipped(record.seq)
