@@ -242,3 +242,25 @@ def test_report_counts_only_shadow_records_since(tmp_path: Path, runner: CliRunn
     assert (recent["total"]["spawns"], recent["other_records"]) == (4, 0)
     bad = runner.invoke(cli, ["shadow", "report", "--since", "2026-01-01T00:00:00"])
     assert bad.exit_code == 2 and "no time zone" in bad.stderr
+
+
+def test_record_reads_stdin_and_speaks_json(tmp_path: Path, runner: CliRunner) -> None:
+    home = _home(tmp_path)
+    text = "".join(json.dumps(d) + "\n\n" for d in SPAWNS)  # blank lines are skipped
+    result = runner.invoke(cli, ["shadow", "record", "-", "--json"], input=text)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert (doc["recorded"], doc["first_seq"], doc["last_seq"]) == (4, 0, 3)
+    assert (doc["policy_revision"], doc["snapshot_state"], doc["agreed"]) == (1, "ok", 2)
+    assert doc["divergence"] == {
+        "none": 2,
+        "provider": 1,
+        "model": 0,
+        "provider-and-model": 0,
+        "not-selected": 1,
+    }
+    assert len(_stored(home)) == 4
+    empty = runner.invoke(cli, ["shadow", "record", "-"], input="\n")
+    assert empty.exit_code == 0
+    assert empty.stdout == "recorded 0 spawns against revision 1 (ok)\n"
+    assert len(_stored(home)) == 4
