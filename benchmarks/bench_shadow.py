@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from rensei_routing import PolicySnapshot, explain_batch
-from rensei_routing.core.chain import format_timestamp
+from rensei_routing.core.chain import encode_payload, format_timestamp
 from rensei_routing.core.shadow import Seam
 from rensei_routing.core.spawn import Spawn
 from rensei_routing.plugins import SeamRegistry
@@ -170,7 +170,6 @@ def _one_call(
             base.append(time.perf_counter() - start)
         res.check(recorder._audit().count() == calls + 1, f"{calls:,} calls, {calls:,} records")
     median, floor = statistics.median(ours) * 1e3, statistics.median(base) * 1e3
-    added = statistics.median(o - b for o, b in zip(ours, base, strict=True)) * 1e3
     res.figures.append(
         Figure(
             case=f"record_route_shadow, 1 call (median of {calls:,})",
@@ -182,16 +181,27 @@ def _one_call(
             ratio_kind="time",
             target=f"< {CALL_TARGET_MS} ms",
             passed=median < CALL_TARGET_MS,
-            note=f"p90 {sorted(ours)[int(len(ours) * 0.9)] * 1e3:.3f} ms",
+            note=f"p90 {sorted(ours)[int(len(ours) * 0.9)] * 1e3:.3f} ms; both are bound by the "
+            "fsync of a durable commit (synchronous=FULL) on this machine's disk",
         )
     )
+    # The work a call adds beyond its own durable append: route, classify, explain, compare and
+    # encode one spawn (everything record_route_shadow does except the write), timed per spawn.
+    snapshot = _policies("policies.json"), "ok"
+    with ShadowRecorder(home, _registry(), clock=_clock) as recorder:
+        work: list[float] = []
+        for i in range(calls):
+            spawn = spawns[i % len(spawns)]
+            start = time.perf_counter()
+            (record,) = recorder.build_many([spawn], snapshot[0], snapshot[1], recorded_at=STAMP)
+            encode_payload(record)
+            work.append(time.perf_counter() - start)
     res.figures.append(
         Figure(
-            case="record_route_shadow beyond its durable append (median of paired differences)",
-            value=added,
+            case=f"record_route_shadow work beyond the append (median of {calls:,})",
+            value=statistics.median(work) * 1e3,
             unit="ms",
-            note="each call is paired with the append of its own decision that follows it; "
-            "the difference is the explain, compare and the larger record, without the fsync",
+            note="route, classify, explain, compare and encode one spawn; no database write",
         )
     )
 
