@@ -248,13 +248,14 @@ def test_programming_errors_propagate(tmp_path: Path) -> None:
 # -- inertness ----------------------------------------------------------------------------------
 
 
-def _spawn_site(seam: Seam, doc: dict[str, Any], shadow: Any) -> tuple[str, str | None, Any]:
+def _spawn_site(seam: Seam, doc: dict[str, Any], shadow: Any) -> tuple[str, str | None, str | None]:
     """A spawn seam as HydraFlow wires it: apply the legacy stages, offer the spawn to the
-    shadow hook, then spawn on the route the stages chose (returned with the hook's answer)."""
+    shadow hook (ignoring its answer, as the wiring must), then spawn on the route the stages
+    chose; returns that route."""
     spawn_value = Spawn.from_dict(doc)
     route = (spawn_value.provider, spawn_value.model)
-    answer = shadow(spawn_value)
-    return route[0], route[1], answer
+    shadow(spawn_value)
+    return route[0], route[1], spawn_value.account_id
 
 
 @pytest.mark.parametrize("seam", SEAMS, ids=[s.name for s in SEAMS])
@@ -283,16 +284,21 @@ def test_the_route_is_the_same_with_shadowing_on_off_and_failing(
         }
         for name, hook in modes.items():
             seen: list[Spawn] = []
+            answers: list[Any] = []
 
-            def watch(s: Spawn, hook: Any = hook, seen: list[Spawn] = seen) -> Any:
+            def watch(
+                s: Spawn, hook: Any = hook, seen: list[Spawn] = seen, answers: list[Any] = answers
+            ) -> Any:
                 seen.append(s)
-                return hook(s)
+                answers.append(hook(s))
+                return answers[-1]
 
-            provider, model, answer = _spawn_site(seam, doc, watch)
-            results[name] = (provider, model)
+            results[name] = _spawn_site(seam, doc, watch)
             assert seen == [frozen]  # the hook saw the spawn and could not change it
-            assert answer is None or isinstance(answer, ShadowDecision)
-    assert set(results.values()) == {("zai", "glm-5.3")}
+            assert len(answers) == 1
+            expected_type = ShadowDecision if name == "on" else type(None)
+            assert type(answers[0]) is expected_type, name
+    assert set(results.values()) == {("zai", "glm-5.3", "zai-main")}
     with AuditLog.open(good) as log:
         (stored,) = log.tail(5)
     recorded = ShadowDecision.from_dict(stored.payload)
