@@ -304,3 +304,18 @@ def test_the_route_is_the_same_with_shadowing_on_off_and_failing(
     recorded = ShadowDecision.from_dict(stored.payload)
     assert recorded.actual.mechanism == "credit-failover"
     assert recorded.seam == seam.name
+
+
+def test_a_corrupt_revision_is_recorded_as_held_not_skipped(tmp_path: Path) -> None:
+    home = home_with_policies(tmp_path)
+    with closing(home.connect(write=True)) as conn, conn:
+        conn.execute("UPDATE policy_revisions SET body = CAST('[]' AS BLOB) WHERE revision = 1")
+    with _recorder(home) as rec:
+        record = record_route_shadow(Spawn.from_dict(spawn()), enabled=True, recorder=rec)
+    assert record is not None
+    assert (record.proposed.snapshot_state, record.proposed.reason) == (
+        "corrupt",
+        "snapshot-unavailable",
+    )
+    assert record.divergence == "not-selected" and not record.agreed
+    assert _count(home) == 1
