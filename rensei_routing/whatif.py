@@ -35,10 +35,14 @@ CACHE_SIZE: Final = 10_000
 
 
 def recorded_since(record: AuditRecord, since: dt.datetime | None) -> bool:
-    """Whether a record was written at or after ``since`` (always, without ``since``)."""
+    """Whether a record was written at or after ``since`` (always, without ``since``). A
+    record whose time does not read (a damaged row) was not written at any time: never."""
     if since is None:
         return True
-    return dt.datetime.fromisoformat(record.recorded_at[:-1] + "+00:00") >= since
+    try:
+        return dt.datetime.fromisoformat(record.recorded_at[:-1] + "+00:00") >= since
+    except (TypeError, ValueError):
+        return False
 
 
 def context_of(payload: Any) -> Any | None:

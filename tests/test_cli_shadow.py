@@ -264,3 +264,17 @@ def test_record_reads_stdin_and_speaks_json(tmp_path: Path, runner: CliRunner) -
     assert empty.exit_code == 0
     assert empty.stdout == "recorded 0 spawns against revision 1 (ok)\n"
     assert len(_stored(home)) == 4
+
+
+def test_since_edges(tmp_path: Path, runner: CliRunner) -> None:
+    home = _home(tmp_path)
+    _invoke(runner, "shadow", "record", str(write_lines(tmp_path / "s.jsonl", SPAWNS)))
+    too_far = runner.invoke(cli, ["shadow", "report", "--since", "999999999d"])
+    assert too_far.exit_code == 2 and "before the year 1" in too_far.stderr
+    with closing(home.connect(write=True)) as conn, conn:
+        conn.execute("UPDATE audit_records SET recorded_at = 'yesterday' WHERE seq = 0")
+    damaged = runner.invoke(
+        cli, ["shadow", "report", "--unverified", "--since", "2000-01-01", "--json"]
+    )
+    assert damaged.exit_code == 0, damaged.output
+    assert json.loads(damaged.stdout)["total"]["spawns"] == 3  # the undated record is not since

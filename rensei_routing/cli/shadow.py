@@ -59,8 +59,12 @@ class SinceType(click.ParamType[dt.datetime, Any]):
         text = str(value).strip()
         relative = _RELATIVE.fullmatch(text)
         if relative:
-            delta = dt.timedelta(**{_UNITS[relative[2]]: int(relative[1])})
-            return dt.datetime.now(dt.UTC) - delta
+            try:
+                return dt.datetime.now(dt.UTC) - dt.timedelta(
+                    **{_UNITS[relative[2]]: int(relative[1])}
+                )
+            except OverflowError:
+                self.fail(f"{text!r} reaches back before the year 1")
         try:
             moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
         except ValueError:
