@@ -154,12 +154,12 @@ def read_spawn_lines(source: str, registry: SeamRegistry, seam: str | None) -> l
     return spawns
 
 
-def _tally_line(rows: ReportRow) -> str:
-    div = ", ".join(f"{k} {v:,}" for k, v in rows.divergence if k != "none" and v)
+def _tally_line(row: ReportRow) -> str:
+    div = ", ".join(f"{k} {v:,}" for k, v in row.divergence if k != "none" and v)
     return (
-        f"agreed {rows.agreed:,} ({_pct(rows.agreement_rate)}); divergence: {div or 'none'}; "
-        f"held {rows.held:,}, rejected {rows.rejected:,}; direct-http {rows.direct_http:,} "
-        f"({_pct(rows.direct_http_share)})"
+        f"agreed {row.agreed:,} ({_pct(row.agreement_rate)}); divergence: {div or 'none'}; "
+        f"held {row.held:,}, rejected {row.rejected:,}; direct-http {row.direct_http:,} "
+        f"({_pct(row.direct_http_share)})"
     )
 
 
