@@ -81,9 +81,10 @@ def set_shadow_enabled(home: Home, enabled: bool) -> None:
 
 
 def _safe_classify(registry: SeamRegistry, seam_name: str, stages: Sequence[Stage]) -> Stage:
-    """The stage the seam's classifier names; a classifier that raises or answers with something
-    other than a stage yields an ``unclassified`` stage whose detail names the plugin and the
-    error (the spawn is still recorded, and the broken plugin is visible).
+    """The stage the seam's classifier names. A classifier that raises, or answers with anything
+    but one of the stages it was given (its job is to pick one), yields an ``unclassified``
+    stage whose detail names the plugin and what went wrong: the spawn is still recorded, and
+    the broken plugin is visible in the report.
 
     Raises:
         UnknownSeamError: no seam of that name is registered.
@@ -94,9 +95,10 @@ def _safe_classify(registry: SeamRegistry, seam_name: str, stages: Sequence[Stag
     except Exception as e:  # a plugin's bug must not stop the observation
         why = f"{type(e).__name__} in the classifier of seam {seam_name!r}"
     else:
-        if isinstance(stage, Stage):
+        if isinstance(stage, Stage) and stage in stages:
             return stage
-        why = f"the classifier of seam {seam_name!r} returned {type(stage).__name__}"
+        what = repr(stage.mechanism) if isinstance(stage, Stage) else type(stage).__name__
+        why = f"the classifier of seam {seam_name!r} returned {what}, not one of its stages"
     owner = registry.owners.get(seam_name, "?")
     return Stage(
         mechanism=UNCLASSIFIED, provider=stages[-1].provider, detail=f"{why} (plugin {owner!r})"

@@ -139,7 +139,18 @@ def _broken_classifier(stages: Sequence[Stage]) -> Stage:
     raise KeyError("no such dial")
 
 
-def test_a_classifier_that_raises_records_the_spawn_as_unclassified(tmp_path: Path) -> None:
+def _inventive_classifier(stages: Sequence[Stage]) -> Stage:
+    return Stage(mechanism="vibes", provider="zai", detail="   ")
+
+
+@pytest.mark.parametrize(
+    ("classifier", "says"),
+    [(_broken_classifier, "KeyError"), (_inventive_classifier, "returned 'vibes'")],
+    ids=["raises", "foreign-stage"],
+)
+def test_a_misbehaving_classifier_records_the_spawn_as_unclassified(
+    tmp_path: Path, classifier: Any, says: str
+) -> None:
     from rensei_routing.hookspecs import hookimpl
 
     class Broken:
@@ -151,7 +162,7 @@ def test_a_classifier_that_raises_records_the_spawn_as_unclassified(tmp_path: Pa
                     name="broken-seam",
                     request_face="agentic",
                     stages=("default",),
-                    classifier=_broken_classifier,
+                    classifier=classifier,
                 )
             )
 
@@ -163,7 +174,7 @@ def test_a_classifier_that_raises_records_the_spawn_as_unclassified(tmp_path: Pa
         record = rec.record(Spawn.from_dict(spawn(seam="broken-seam")))
     assert record.actual.mechanism == "unclassified"
     assert record.actual.mechanism_detail is not None
-    assert "KeyError" in record.actual.mechanism_detail
+    assert says in record.actual.mechanism_detail
     assert "'broken-plugin'" in record.actual.mechanism_detail
     with AuditLog.open(home) as log:
         assert ShadowDecision.from_dict(log.get(0).payload) == record

@@ -42,6 +42,7 @@ __all__ = [
 _ALIAS_FAMILIES: Final = {"opus": "claude-opus", "sonnet": "claude-sonnet"}
 _MAX_ID: Final = 256
 _MAX_STAGES: Final = 32
+_MAX_DETAIL: Final = 1024
 
 _FIELDS: Final = (
     "seam",
@@ -79,7 +80,9 @@ class Spawn:
     use, and the legacy stages it went through (or only the route they ended on).
 
     A spawn given by its final route only (``route_only``) has one stage, whose mechanism is
-    the one the route named, or empty for "the seam's first stage".
+    the one the route named, or empty for "the seam's first stage". Build one with
+    :meth:`from_dict` (or with values it would accept): a record is only as readable as the
+    spawn it was made from.
     """
 
     seam: str
@@ -274,7 +277,7 @@ def spawn_route(spawn: Spawn, seam: Seam, deciding: Stage) -> tuple[RouteContext
     stages = spawn.resolved_stages(seam)
     provider = stages[-1].provider
     face = spawn.face if seam.request_face == "unknown" and spawn.face else seam.request_face
-    detail = deciding.detail or f"provider={deciding.provider}"
+    detail = deciding.detail.strip()[:_MAX_DETAIL] or f"provider={deciding.provider}"
     actual = ActualRoute(
         provider=provider,
         provider_binding=provider_binding_for(provider, spawn.model),
