@@ -23,6 +23,7 @@ from . import (
     bench_cli,
     bench_policies,
     bench_resolution,
+    bench_shadow,
     bench_snapshot,
     bench_verify,
 )
@@ -37,6 +38,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_verify,
     bench_policies,
     bench_cli,
+    bench_shadow,
     bench_snapshot,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"

@@ -6,7 +6,17 @@ up per invocation, after ``--no-plugins`` is known (see ``_session``)."""
 from __future__ import annotations
 
 # each command module attaches its commands to ``cli`` when imported
-from . import audit, explain, host, init, plugins, policy, snapshot  # noqa: F401
+from . import (  # noqa: F401
+    audit,
+    explain,
+    host,
+    init,
+    plugins,
+    policy,
+    shadow,
+    snapshot,
+    whatif,
+)
 from ._root import cli
 
 __all__ = ["cli"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _e
 from typing import Any, Final
 
 from ..errors import InputError
 from . import _parse as p
 from .canonical import canonical_bytes
+from .canonical import json_string as _s
 from .context import LegacyRoute
 from .decision import SELECTED, RouteDecision
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
@@ -22,6 +24,7 @@ from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 __all__ = [
     "DIVERGENCES",
     "SHADOW_RECORD_TYPE",
+    "UNCLASSIFIED",
     "ActualRoute",
     "Classifier",
     "Seam",
@@ -39,6 +42,8 @@ __all__ = [
 #: payload is a bare decision and has no ``record_type``).
 SHADOW_RECORD_TYPE: Final = "shadow-decision"
 SHADOW_SCHEMA_VERSION: Final = 1
+#: The mechanism of a route whose seam classifier failed (its detail names the plugin).
+UNCLASSIFIED: Final = "unclassified"
 
 # Divergence kinds (SEMANTICS.md "Shadow records"); ``agreed`` iff ``none``.
 NONE: Final = "none"
@@ -65,6 +70,10 @@ _MAX_DETAIL: Final = 1024
 
 def _lane(provider: str) -> str:
     return provider.strip().lower()
+
+
+def _as_set(names: Iterable[str]) -> frozenset[str]:
+    return names if isinstance(names, frozenset) else frozenset(names)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,8 +117,9 @@ def classify_legacy_mechanism(stages: Sequence[Stage]) -> Stage:
     """
     if not stages:
         raise InputError("a legacy route must name at least one stage")
+    lanes = [_lane(s.provider) for s in stages]
     for i in range(len(stages) - 1, 0, -1):
-        if _lane(stages[i].provider) != _lane(stages[i - 1].provider):
+        if lanes[i] != lanes[i - 1]:
             return stages[i]
     return stages[0]
 
@@ -123,7 +133,7 @@ def transport_for(
     lane = _lane(provider)
     if lane == GATEWAY:
         return GATEWAY
-    if face == "one-shot" and lane in frozenset(direct_http_providers):
+    if face == "one-shot" and lane in _as_set(direct_http_providers):
         return DIRECT_HTTP
     return HARNESS_DIRECT
 
@@ -137,7 +147,7 @@ def provider_binding_for(
     lane = _lane(provider)
     if lane == GATEWAY:
         return "zai-harness" if (model or "").strip().lower().startswith("glm") else "anthropic"
-    return "zai-harness" if lane in frozenset(harness_providers) else "anthropic"
+    return "zai-harness" if lane in _as_set(harness_providers) else "anthropic"
 
 
 #: A seam's legacy-mechanism classifier: the applied stages -> the stage that decided the route.
@@ -181,13 +191,24 @@ class ActualRoute:
     transport: str
 
     def legacy_route(self) -> LegacyRoute:
-        """The resolver's view of this route (a context's ``legacy_route``)."""
+        """The resolver's view of this route (a context's ``legacy_route``). An
+        ``unclassified`` mechanism is no mechanism of the vocabulary, so the context names none
+        (the detail still says why); the record's ``actual`` keeps it."""
         return LegacyRoute(
             provider_binding=self.provider_binding,
             account_id=self.account_id,
             model=self.model,
-            mechanism=self.mechanism,
+            mechanism=None if self.mechanism == UNCLASSIFIED else self.mechanism,
             mechanism_detail=self.mechanism_detail,
+        )
+
+    def canonical_json(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
+        return (
+            f'{{"account_id":{_s(self.account_id)},"mechanism":{_e(self.mechanism)},'
+            f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
+            f'"provider":{_e(self.provider)},"provider_binding":{_e(self.provider_binding)},'
+            f'"transport":{_e(self.transport)}}}'
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -229,7 +250,7 @@ class ActualRoute:
             mechanism=p.choice(
                 d["mechanism"],
                 p.at(path, "mechanism"),
-                vocabulary.legacy_mechanisms | {"unclassified"},
+                vocabulary.legacy_mechanisms | {UNCLASSIFIED},
                 what="legacy mechanism",
             ),
             mechanism_detail=p.opt_string(
@@ -289,8 +310,22 @@ class ShadowDecision:
         }
 
     def canonical(self) -> bytes:
-        """RFC 8785 bytes of :meth:`to_dict`."""
-        return canonical_bytes(self.to_dict())
+        """RFC 8785 bytes of :meth:`to_dict`, written directly around the proposed decision's
+        own canonical bytes (what the audit log stores; tested equal to the encoder)."""
+        try:
+            head = (
+                f'{{"actual":{self.actual.canonical_json()},'
+                f'"agreed":{"true" if self.agreed else "false"},'
+                f'"divergence":{_e(self.divergence)},"principal_id":{_s(self.principal_id)},'
+                '"proposed":'
+            ).encode()
+            tail = (
+                f',"record_type":{_e(SHADOW_RECORD_TYPE)},"recorded_at":{_e(self.recorded_at)},'
+                f'"schema_version":{SHADOW_SCHEMA_VERSION},"seam":{_e(self.seam)}}}'
+            ).encode()
+        except UnicodeEncodeError:  # a lone surrogate: the encoder names the problem
+            return canonical_bytes(self.to_dict())
+        return head + self.proposed.canonical() + tail
 
     @classmethod
     def from_dict(

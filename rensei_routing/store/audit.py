@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -281,6 +281,35 @@ class AuditLog:
         """
         row = self._query_one(_HEAD, ())
         return (0, GENESIS_HASH) if row is None else (int(row[0]) + 1, str(row[1]))
+
+    def records(
+        self, *, stop: int | None = None, newest_first: bool = False, batch: int = 1_000
+    ) -> Iterator[AuditRecord]:
+        """Every record with ``seq < stop`` (all of them without ``stop``), oldest first (or
+        newest first), streamed in pages of ``batch`` records so memory stays flat at any log
+        size. Each page is its own read; a record appended meanwhile may or may not be seen.
+
+        Raises:
+            StoreError: the database read failed.
+        """
+        conn = self._read_conn()
+        low, high = 0, _MAX_INT64 if stop is None else max(0, min(stop, _MAX_INT64))
+        order = "DESC" if newest_first else "ASC"
+        sql = f"{_SELECT} WHERE seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
+        while low < high:
+            try:
+                rows = conn.execute(sql, (low, high, batch)).fetchall()
+            except apsw.Error as e:
+                raise StoreError(f"cannot read the audit log: {e}") from e
+            if not rows:
+                return
+            for row in rows:
+                record = AuditRecord.from_row(row)
+                yield record
+            if newest_first:
+                high = record.seq
+            else:
+                low = record.seq + 1
 
     def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
         try:

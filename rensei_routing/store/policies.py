@@ -155,6 +155,22 @@ class PolicyStore:
             return SnapshotLoad(state=STATE_ABSENT, snapshot=PolicySnapshot.empty())
         return self._decode(*row)
 
+    def head(self) -> tuple[int, str] | None:
+        """``(revision, content_hash)`` of the current revision as stored (not verified), or
+        ``None`` when there is none: a cheap check of whether a loaded snapshot is still current.
+
+        Raises:
+            StoreError: the database could not be read.
+        """
+        try:
+            row = self._conn.execute(
+                "SELECT revision, content_hash FROM policy_revisions "
+                "ORDER BY revision DESC LIMIT 1"
+            ).fetchone()
+        except apsw.Error as e:
+            raise store_error("cannot read policy revisions", e, self._conn.filename) from e
+        return None if row is None else (int(row[0]), str(row[1]))
+
     def save(
         self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
     ) -> PolicySnapshot:

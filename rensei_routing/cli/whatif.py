@@ -1,0 +1,195 @@
+"""``rensei policy whatif``: re-explain the contexts recorded in the audit chain against the
+current revision and against a candidate policy set, and show what would change (the replay is
+:mod:`rensei_routing.whatif`'s). Must not hold routing rules (core) or SQL (store).
+
+The chain is not verified here (``rensei audit verify`` does that): a what-if is a forecast,
+not evidence.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import string
+from pathlib import Path
+from typing import Final
+
+import click
+
+from ..core.validation import validate_policies
+from ..core.whatif import COUNTERS, Example, WhatIfSummary
+from ..store.audit import AuditLog
+from ..store.home import Home
+from ..whatif import compare_chain
+from ._inputs import read_verified_policy_file
+from ._output import emit, note, printable
+from ._root import CommandError, echo_json, home_option, json_option
+from ._session import session
+from ._store import open_policy_store
+from .policy import _issue_line, policy
+from .shadow import since_option
+
+_NAMES: Final = {
+    "changed": "changed",
+    "moved_provider": "would move provider",
+    "moved_model": "would move model",
+    "moved_account": "would move account",
+    "policy_changed": "winning policy changes",
+    "newly_held": "newly held",
+    "newly_rejected": "newly rejected",
+    "newly_selected": "newly selected",
+}
+
+
+class ChangeFoundError(CommandError):
+    """``whatif --fail-on-change`` found a decision that would change: exit 1."""
+
+    exit_code = 1
+
+
+def _short(decision_id: str) -> str:
+    return decision_id.removeprefix("sha256:")[:12]
+
+
+def _example_text(examples: tuple[Example, ...]) -> str:
+    return ", ".join(f"seq {e.seq} {_short(e.before_id)}->{_short(e.after_id)}" for e in examples)
+
+
+def render_summary(summary: WhatIfSummary) -> str:
+    """The comparison as text: counters, the before/after matrix, the changed cells."""
+    total = summary.contexts
+    lines = []
+    width = max(len(v) for v in _NAMES.values())
+    ex = dict(summary.examples)
+    for name in COUNTERS:
+        n = summary.count(name)
+        share = f" ({n / total * 100:.1f}%)" if name == "changed" and total else ""
+        tail = f"   e.g. {_example_text(ex[name])}" if n and ex[name] else ""
+        lines.append(f"  {_NAMES[name]:<{width}}  {n:>9,}{share}{tail}")
+    labels = sorted({c.before for c in summary.cells} | {c.after for c in summary.cells})
+    codes = {lab: string.ascii_uppercase[i] if i < 26 else str(i) for i, lab in enumerate(labels)}
+    lines.append("")
+    lines.append("outcome/reason:")
+    lines.extend(f"  {codes[lab]}  {lab}" for lab in labels)
+    grid = {(c.before, c.after): c for c in summary.cells}
+    counts = [f"{c.count:,}" for c in summary.cells]
+    cw = max([len(x) for x in counts] + [1]) + 1
+    lines.append("")
+    lines.append("before \\ after " + "".join(codes[a].rjust(cw) for a in labels))
+    for b in labels:
+        row = []
+        for a in labels:
+            cell = grid.get((b, a))
+            row.append(("." if cell is None else f"{cell.count:,}").rjust(cw))
+        lines.append(f"{codes[b]:<14} " + "".join(row))
+    changed = [c for c in summary.cells if c.changed]
+    if changed:
+        lines.append("")
+        lines.append(
+            "changed cells (before -> after: changed of count; examples seq before->after):"
+        )
+        for c in changed:
+            lines.append(
+                f"  {codes[c.before]} -> {codes[c.after]}  {c.changed:,} of {c.count:,}   "
+                f"{_example_text(c.examples)}"
+            )
+    return "\n".join(lines)
+
+
+@policy.command(name="whatif")
+@click.argument("candidate", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+@since_option
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Only the N most recent recorded contexts.",
+)
+@click.option(
+    "--examples",
+    type=click.IntRange(min=0, max=50),
+    default=3,
+    show_default=True,
+    help="Example decisions kept per matrix cell and counter.",
+)
+@click.option(
+    "--fail-on-change", is_flag=True, help="Exit 1 when any decision would change (a CI gate)."
+)
+@home_option
+@json_option
+def policy_whatif(
+    candidate: Path,
+    since: dt.datetime | None,
+    limit: int | None,
+    examples: int,
+    fail_on_change: bool,
+    home: Path,
+    json_: bool,
+) -> None:
+    """Re-explain the contexts recorded in the audit chain against the current revision and
+    against the CANDIDATE policy file (validated first), and show what would change: a
+    before/after matrix of outcome and reason, the routes that would move provider, model or
+    account, and newly held, rejected or selected spawns, with example decision ids.
+    """
+    vocabulary = session().vocabulary()
+    proposed = read_verified_policy_file(candidate, vocabulary=vocabulary)
+    issues = validate_policies(proposed.policies, vocabulary=vocabulary)
+    if issues:
+        for issue in issues:
+            click.echo(_issue_line(issue), err=True)
+        raise CommandError(f"{len(issues)} validation issue(s) in {candidate}; nothing compared")
+    where = Home(home)
+    where.info()
+    with open_policy_store(home, write=False) as store:
+        loaded = store.load()
+    if loaded.detail:
+        note(f"warning: {loaded.detail}")
+    skipped: list[int] = []
+    with AuditLog.open(where) as log:
+        summary = compare_chain(
+            log,
+            (loaded.snapshot, loaded.state),
+            proposed,
+            since=since,
+            limit=limit,
+            examples=examples,
+            skipped=skipped.append,
+            vocabulary=vocabulary,
+        )
+    current = loaded.snapshot
+    if json_:
+        echo_json(
+            {
+                "current": {
+                    "revision": current.revision,
+                    "content_hash": current.content_hash,
+                    "state": loaded.state,
+                },
+                "candidate": {
+                    "file": str(candidate),
+                    "content_hash": proposed.content_hash,
+                    "policy_count": len(proposed.policies),
+                },
+                "skipped_records": len(skipped),
+                **summary.to_dict(),
+            }
+        )
+    elif not summary.contexts:
+        emit(printable("no recorded contexts" + ("" if since is None else " in that period")))
+    else:
+        emit(
+            printable(
+                f"what-if over {summary.contexts:,} recorded contexts: current revision "
+                f"{current.revision} ({loaded.state}) -> candidate {candidate} "
+                f"({len(proposed.policies)} policies, {proposed.content_hash})"
+            )
+        )
+        emit("\n".join(printable(line) for line in render_summary(summary).splitlines()))
+    if skipped:
+        note(
+            f"note: {len(skipped):,} record(s) carry no readable context (first: seq "
+            f"{min(skipped)}); not counted"
+        )
+    if fail_on_change and summary.any_change:
+        raise ChangeFoundError(
+            f"{summary.count('changed'):,} of {summary.contexts:,} recorded spawns would change"
+        )

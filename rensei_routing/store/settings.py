@@ -1,0 +1,56 @@
+"""The home's configuration switches: a few ``setting.<name>`` rows in the ``meta`` table.
+
+Adapter: reads and writes those rows and nothing else; it decides no defaults (callers do) and
+never prints. A switch that was never set reads as ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import apsw
+
+from ..errors import MalformedError, StoreError
+
+__all__ = ["SHADOW_ENABLED", "read_flag", "write_flag"]
+
+_PREFIX: Final = "setting."
+#: Shadow recording's kill switch (document 001, Consequences); unset means on.
+SHADOW_ENABLED: Final = "shadow_enabled"
+_TRUE: Final = "true"
+_FALSE: Final = "false"
+
+
+def read_flag(conn: apsw.Connection, name: str) -> bool | None:
+    """The stored value of switch ``name``, or ``None`` when it was never set.
+
+    Raises:
+        MalformedError: the stored value is neither ``true`` nor ``false`` (a hand edit).
+        StoreError: the database cannot be read.
+    """
+    try:
+        value = conn.execute("SELECT value FROM meta WHERE key = ?", (_PREFIX + name,)).fetchone()
+    except apsw.Error as e:
+        raise StoreError(f"cannot read setting {name}: {e}") from e
+    if value is None:
+        return None
+    if value[0] not in (_TRUE, _FALSE):
+        raise MalformedError(f"setting {name}", f"expected true or false, got {value[0]!r}")
+    return bool(value[0] == _TRUE)
+
+
+def write_flag(conn: apsw.Connection, name: str, value: bool) -> None:
+    """Store switch ``name`` (a writer connection; one transaction).
+
+    Raises:
+        StoreError: the database cannot be written.
+    """
+    try:
+        with conn:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (_PREFIX + name, _TRUE if value else _FALSE),
+            )
+    except apsw.Error as e:
+        raise StoreError(f"cannot write setting {name}: {e}") from e
