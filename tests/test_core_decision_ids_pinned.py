@@ -41,7 +41,9 @@ def test_example_decision_ids_are_unchanged() -> None:
     snapshot = PolicySnapshot.from_dict(
         json.loads((EXAMPLES / "policies.json").read_text(encoding="utf-8"))
     )
-    got = [explain(RouteContext.from_dict(doc), snapshot).decision_id for doc in _example_contexts()]
+    got = [
+        explain(RouteContext.from_dict(doc), snapshot).decision_id for doc in _example_contexts()
+    ]
     assert got == EXAMPLE_IDS
 
 

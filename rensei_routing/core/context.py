@@ -392,14 +392,7 @@ class RouteContext:
             Account.from_dict(a, path=p.at(accounts_path, i), vocabulary=vocabulary)
             for i, a in enumerate(p.array(d.get("accounts", []), accounts_path))
         )
-        seen: set[str] = set()
-        for i, account in enumerate(accounts):
-            if account.account_id in seen:
-                raise p.fail(
-                    p.at(p.at(accounts_path, i), "account_id"),
-                    f"duplicate account id {account.account_id!r}",
-                )
-            seen.add(account.account_id)
+        # Account ids need not be unique: the resolver judges each entry on its own.
         return cls(
             repo=None if repo is None else RepoIdentity.from_dict(repo, path=p.at(path, "repo")),
             repo_class=None

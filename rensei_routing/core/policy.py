@@ -27,6 +27,7 @@ __all__ = [
     "RoutingAction",
     "RoutingMatch",
     "RoutingPolicy",
+    "account_key",
     "hash_policies",
     "precedence_level",
 ]
@@ -43,6 +44,11 @@ MATCH_DIMENSIONS: Final = (
     "model_requirements",
     "request_faces",
 )
+
+
+def account_key(account_id: str) -> str:
+    """How pools compare account ids: stripped and lowercased (SEMANTICS, explain step 5)."""
+    return account_id.strip().lower()
 
 
 def _str_set(value: Any, path: p.Path, *, lower: bool = True) -> frozenset[str]:
@@ -247,10 +253,16 @@ class RoutingAction:
         return maps.get(key)
 
     def pool_order(self) -> dict[str, int]:
-        """Each pool account's position in ``account_pool``."""
+        """Each pool account's position in ``account_pool``, keyed by :func:`account_key`.
+
+        Membership and order compare ids stripped and lowercased (as principal ids are); when
+        two entries compare equal, the first one's position counts.
+        """
         order = self._order
         if order is None:
-            order = {account: i for i, account in enumerate(self.account_pool)}
+            order = {}
+            for i, account in enumerate(self.account_pool):
+                order.setdefault(account_key(account), i)
             object.__setattr__(self, "_order", order)
         return order
 

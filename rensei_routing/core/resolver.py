@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 
 from .canonical import SHA256_PREFIX, canonical_bytes
 from .canonical import json_string as _s
-from .context import Account, RouteContext
+from .context import Account, ModelRequirement, RouteContext
 from .decision import (
     ADMINISTRATIVE_DISABLED,
     ADMINISTRATIVE_DRAINING,
@@ -62,7 +62,14 @@ from .decision import (
     RejectedAccount,
     RouteDecision,
 )
-from .policy import MATCH_DIMENSIONS, PolicySnapshot, RoutingPolicy, policy_canonical, rank_key
+from .policy import (
+    MATCH_DIMENSIONS,
+    PolicySnapshot,
+    RoutingPolicy,
+    account_key,
+    policy_canonical,
+    rank_key,
+)
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 
 __all__ = ["FULL_TRACE_LIMIT", "Trace", "decision_id", "explain", "explain_batch"]
@@ -310,85 +317,111 @@ class _Resolution:
 
 
 def _account_reason(
-    account: Account, policy: RoutingPolicy, lane: frozenset[str] | None
+    account: Account,
+    policy: RoutingPolicy,
+    pool: dict[str, int] | None,
+    lane: frozenset[str] | None,
 ) -> str | None:
     if not account.configured:
         return NOT_CONFIGURED
     admin = _ADMIN_REASON.get(account.administrative_state)
     if admin is not None:
         return admin
-    action = policy.action
-    if action.provider_lock is not None and account.provider_binding != action.provider_lock:
+    lock = policy.action.provider_lock
+    if lock is not None and account.provider_binding != lock:
         return PROVIDER_LOCK_MISMATCH
-    if action.account_pool and account.account_id not in action.account_pool:
+    if pool is not None and account_key(account.account_id) not in pool:
         return NOT_IN_POOL
     if lane is not None and account.provider_binding not in lane:
         return LITERAL_FAMILY_INCOMPATIBLE
     return None
 
 
+def _lane(
+    requirement: ModelRequirement | None, mapped: str | None, vocabulary: Vocabulary
+) -> frozenset[str] | None:
+    """The provider bindings that alone may serve this decision, or ``None`` for any lane.
+
+    SEMANTICS step 5, "The Anthropic lane is required when": a literal family always keeps its
+    family's lane (an honest mapping stays on it; a dishonest one is rejected anyway). Otherwise
+    an explicit mapping decides by the mapped model's provenance (a capability included), and
+    without one a concrete id decides by its own. A bare alias (``opus``, ``sonnet``,
+    ``haiku``) counts as the provenance it stands for, as a requirement and as a mapped model.
+    """
+    if requirement is None:
+        return None
+    if requirement.kind == LITERAL_FAMILY:
+        family = vocabulary.literal_families.get(requirement.value.lower())
+        return frozenset() if family is None else family.provenance.provider_bindings
+    if mapped is not None:
+        provenance = vocabulary.lane_provenance(mapped)
+    elif requirement.kind == CONCRETE_MODEL:
+        provenance = vocabulary.lane_provenance(requirement.value)
+    else:
+        return None
+    return None if provenance is None else provenance.provider_bindings
+
+
 def _apply_policy(
     res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, vocabulary: Vocabulary
 ) -> None:
-    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy."""
+    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy.
+
+    The accounts are judged even when the model step failed, so the explanation says whether
+    any account could have served; the outcome and reason are then the model step's.
+    """
     action = policy.action
     requirement = ctx.model_requirement
     model: str | None = None
-    lane: frozenset[str] | None = None
+    mapped: str | None = None
+    failed: tuple[str, str] | None = None
     if requirement is not None:
         mapped = action.mapped_model(requirement.key)
         if mapped is not None:
             if requirement.kind == LITERAL_FAMILY and not vocabulary.satisfied_by(
                 requirement.kind, requirement.value, mapped
             ):
-                res.outcome, res.reason = REJECTED, LITERAL_FAMILY_UNSATISFIABLE
-                return
-            if not action.allows(mapped):
-                res.outcome, res.reason = REJECTED, MODEL_NOT_ALLOWED
-                return
-            model = mapped
+                failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
+            elif not action.allows(mapped):
+                failed = (REJECTED, MODEL_NOT_ALLOWED)
+            else:
+                model = mapped
         elif requirement.kind == CONCRETE_MODEL:
-            if not action.allows(requirement.value):
-                res.outcome, res.reason = REJECTED, MODEL_NOT_ALLOWED
-                return
-            model = requirement.value
+            if action.allows(requirement.value):
+                model = requirement.value
+            else:
+                failed = (REJECTED, MODEL_NOT_ALLOWED)
         elif requirement.kind == CAPABILITY:
-            res.outcome, res.reason = HELD, CAPABILITY_UNMAPPED
-            return
-        # A literal family keeps its lane whatever a mapping did; a concrete id of a known
-        # provenance keeps it unless a mapping moved the model.
-        if requirement.kind == LITERAL_FAMILY:
-            family = vocabulary.literal_families.get(requirement.value.lower())
-            lane = frozenset() if family is None else family.provenance.provider_bindings
-        elif requirement.kind == CONCRETE_MODEL:
-            provenance = vocabulary.provenance_of(requirement.value)
-            # "Unless a mapping moved the model": a mapping to itself, or to another model of
-            # the same provenance, moved nothing that would make another lane honest.
-            if provenance is not None and (mapped is None or provenance.claims(mapped)):
-                lane = provenance.provider_bindings
+            failed = (HELD, CAPABILITY_UNMAPPED)
+    lane = _lane(requirement, mapped, vocabulary)
+    pool = action.pool_order() if action.account_pool else None
     eligible: list[Account] = []
     rejected: list[RejectedAccount] = []
     for account in ctx.accounts:
-        why = _account_reason(account, policy, lane)
+        why = _account_reason(account, policy, pool, lane)
         if why is None:
             eligible.append(account)
         else:
             rejected.append(RejectedAccount(account_id=account.account_id, reason=why))
+    # Stable sorts: entries that share an id keep their context order.
     if len(eligible) > 1:
-        if action.account_pool:
-            order = action.pool_order()
-            eligible.sort(key=lambda a: order[a.account_id])
+        if pool is not None:
+            eligible.sort(key=lambda a: pool[account_key(a.account_id)])
         else:
             eligible.sort(key=lambda a: a.account_id)
     if len(rejected) > 1:
         rejected.sort(key=lambda r: r.account_id)
     res.eligible = tuple(a.account_id for a in eligible)
     res.rejected = tuple(rejected)
+    if failed is not None:
+        res.outcome, res.reason = failed
+        return
     if not eligible:
         res.outcome = REJECTED if action.on_unavailable == "reject" else HELD
         lane_excluded = any(r.reason == LITERAL_FAMILY_INCOMPATIBLE for r in rejected)
         res.reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
         return
+    # The chosen *entry*: with duplicate ids, its own binding, not another entry's.
     chosen = eligible[0]
     res.outcome, res.reason = SELECTED, MATCHED_POLICY
     res.account_id = chosen.account_id

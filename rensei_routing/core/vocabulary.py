@@ -96,6 +96,9 @@ class Vocabulary:
     request_faces: frozenset[str]
     transports: frozenset[str]
     legacy_mechanisms: frozenset[str]
+    #: Bare model names that stand for a provenance without matching its pattern: the Claude
+    #: CLI accepts ``opus``, ``sonnet`` and ``haiku`` (keys are stripped and lowercased).
+    model_aliases: Mapping[str, Provenance] = field(default_factory=lambda: MappingProxyType({}))
     administrative_states: frozenset[str] = frozenset({"active", "disabled", "draining"})
     on_unavailable: frozenset[str] = frozenset({"hold", "reject"})
     selections: frozenset[str] = frozenset({"ordered"})
@@ -117,6 +120,15 @@ class Vocabulary:
             if provenance.claims(model):
                 return provenance
         return None
+
+    def lane_provenance(self, model: str) -> Provenance | None:
+        """The provenance whose lanes must serve ``model``: its own (:meth:`provenance_of`), or
+        the one a bare alias (``haiku``, stripped and lowercased) stands for; ``None`` if neither.
+        """
+        provenance = self.provenance_of(model)
+        if provenance is None and self.model_aliases:
+            provenance = self.model_aliases.get(model.strip().lower())
+        return provenance
 
     def satisfied_by(self, kind: str, value: str, model: str) -> bool:
         """Whether ``model`` satisfies the requirement ``(kind, value)``.
@@ -142,17 +154,26 @@ class Vocabulary:
         request_faces: Iterable[str] = (),
         transports: Iterable[str] = (),
         legacy_mechanisms: Iterable[str] = (),
+        model_aliases: Mapping[str, Provenance] | None = None,
     ) -> Vocabulary:
-        """A new vocabulary with these names added. A family name already present is an error.
+        """A new vocabulary with these names added. A family name or alias already present is
+        an error.
 
         Raises:
-            ConfigurationError: a literal family of the same name is already defined.
+            ConfigurationError: a literal family of the same name, or the same alias, is
+                already defined.
         """
         families = dict(self.literal_families)
         for family in literal_families:
             if family.name in families:
                 raise ConfigurationError(f"literal family {family.name!r} is already defined")
             families[family.name] = family
+        aliases = dict(self.model_aliases)
+        for alias, provenance in (model_aliases or {}).items():
+            key = alias.strip().lower()
+            if key in aliases:
+                raise ConfigurationError(f"model alias {key!r} is already defined")
+            aliases[key] = provenance
         return replace(
             self,
             roles=self.roles | _frozen(r.lower() for r in roles),
@@ -163,6 +184,7 @@ class Vocabulary:
             request_faces=self.request_faces | _frozen(request_faces),
             transports=self.transports | _frozen(transports),
             legacy_mechanisms=self.legacy_mechanisms | _frozen(legacy_mechanisms),
+            model_aliases=MappingProxyType(aliases),
         )
 
 
@@ -181,6 +203,9 @@ DEFAULT_VOCABULARY: Final = Vocabulary(
         }
     ),
     capability_classes=frozenset({"high-reasoning", "balanced"}),
+    model_aliases=MappingProxyType(
+        {alias: ANTHROPIC_PROVENANCE for alias in ("opus", "sonnet", "haiku")}
+    ),
     provider_bindings=frozenset({"anthropic", "zai-harness"}),
     repo_classes=frozenset({"hydraflow", "client", "personal"}),
     request_faces=frozenset({"agentic", "one-shot", "unknown"}),
