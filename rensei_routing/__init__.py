@@ -13,6 +13,7 @@ from .core.context import (
     canonicalize_repo,
 )
 from .core.decision import ConsideredPolicy, Explanation, RejectedAccount, RouteDecision
+from .core.ids import record_decision_id
 from .core.policy import (
     PolicySnapshot,
     RequirementMapping,
@@ -63,5 +64,6 @@ __all__ = [
     "explain_batch",
     "hash_policies",
     "precedence_level",
+    "record_decision_id",
     "validate_policies",
 ]

@@ -13,13 +13,9 @@ and the cost of a decision grows with the policies that could match it, not with
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from json.encoder import encode_basestring as _e
 from typing import Any, Final, Literal
 
-from .canonical import SHA256_PREFIX, canonical_bytes
-from .canonical import json_string as _s
 from .context import Account, ModelRequirement, RouteContext
 from .decision import (
     ADMINISTRATIVE_DISABLED,
@@ -62,6 +58,7 @@ from .decision import (
     RejectedAccount,
     RouteDecision,
 )
+from .ids import decision_id
 from .policy import (
     MATCH_DIMENSIONS,
     PolicySnapshot,
@@ -70,6 +67,7 @@ from .policy import (
     policy_canonical,
     rank_key,
 )
+from .redact import DEFAULT_REDACTOR, Redactor
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 
 __all__ = ["FULL_TRACE_LIMIT", "Trace", "decision_id", "explain", "explain_batch"]
@@ -79,7 +77,6 @@ Trace = Literal["auto", "full", "compact"]
 #: Under ``trace="auto"``, snapshots with at most this many policies get a full per-policy trace.
 FULL_TRACE_LIMIT: Final = 256
 
-_MAX_SAFE_INT: Final = 2**53 - 1
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
 
 
@@ -249,40 +246,6 @@ def _compiled(snapshot: PolicySnapshot) -> _Compiled:
     return compiled
 
 
-def decision_id(
-    context: RouteContext,
-    *,
-    snapshot_hash: str,
-    snapshot_state: str,
-    policy_revision: int,
-    outcome: str,
-    reason: str,
-    policy_id: str | None,
-    account_id: str | None,
-    effective_model: str | None,
-) -> str:
-    """``sha256:`` + hex SHA-256 of the RFC 8785 form of::
-
-        {"account_id", "context", "effective_model", "outcome", "policy_id",
-         "policy_revision", "reason", "snapshot_hash", "snapshot_state"}
-
-    Same inputs, same id; anyone holding a decision record can recompute it.
-    """
-    if not 0 <= policy_revision <= _MAX_SAFE_INT:
-        # Outside RFC 8785's integer domain: let the general encoder say so.
-        canonical_bytes({"policy_revision": policy_revision})
-    text = (
-        f'{{"account_id":{_s(account_id)},"context":'
-        f"{context.canonical().decode('utf-8')},"
-        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
-        f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
-        f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
-        f'"snapshot_state":{_e(snapshot_state)}}}'
-    )
-    body = text.encode("utf-8")
-    return SHA256_PREFIX + hashlib.sha256(body).hexdigest()
-
-
 class _Resolution:
     """The mutable scratch of one decision; turned into a frozen RouteDecision at the end."""
 
@@ -436,6 +399,7 @@ def _resolve(
     compiled: _Compiled,
     vocabulary: Vocabulary,
     full_trace: bool,
+    redactor: Redactor,
 ) -> RouteDecision:
     trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None
     unlisted = 0
@@ -485,6 +449,7 @@ def _resolve(
         policy_id=res.policy_id,
         account_id=res.account_id,
         effective_model=res.model,
+        redactor=redactor,
     )
     return RouteDecision(
         decision_id=did,
@@ -565,6 +530,7 @@ def explain(
     snapshot_state: str = "ok",
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
 ) -> RouteDecision:
     """Resolve one context against one snapshot. Never raises for values built by ``from_dict``.
 
@@ -572,12 +538,15 @@ def explain(
     snapshot holds with ``snapshot-unavailable``, an absent one resolves normally. ``trace``
     picks the explanation's detail: ``full`` lists every policy with its reason, ``compact``
     lists the matched policies and counts the rest, ``auto`` is full up to
-    ``FULL_TRACE_LIMIT`` policies.
+    ``FULL_TRACE_LIMIT`` policies. ``redactor`` is the one the host's audit log redacts
+    records with: the decision id is computed over the redacted fields (see
+    :mod:`rensei_routing.core.ids`), so it can be recomputed from a stored record and never
+    depends on a redacted secret.
     """
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return _resolve(context, snapshot, state, compiled, vocabulary, full)
+    return _resolve(context, snapshot, state, compiled, vocabulary, full, redactor)
 
 
 def explain_batch(
@@ -587,6 +556,7 @@ def explain_batch(
     snapshot_state: str = "ok",
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
 ) -> list[RouteDecision]:
     """Resolve many contexts against ONE snapshot: every row sees the same revision.
 
@@ -595,4 +565,6 @@ def explain_batch(
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return [_resolve(ctx, snapshot, state, compiled, vocabulary, full) for ctx in contexts]
+    return [
+        _resolve(ctx, snapshot, state, compiled, vocabulary, full, redactor) for ctx in contexts
+    ]
