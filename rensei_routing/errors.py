@@ -75,6 +75,10 @@ class CorruptSnapshotError(StoreError):
     """The current policy revision is corrupt; writing over it waits for an operator's repair."""
 
 
+class RevisionLimitError(StoreError):
+    """The next policy revision number would exceed 2**53 - 1 (what JSON readers carry exactly)."""
+
+
 class NotFoundError(StoreError):
     """A requested row (revision, record, key) does not exist."""
 

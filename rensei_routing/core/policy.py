@@ -21,6 +21,7 @@ from .context import ModelRequirement, canonicalize_repo
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [
+    "MAX_REVISION",
     "POLICY_ID_PATTERN",
     "PolicySnapshot",
     "RequirementMapping",
@@ -34,6 +35,9 @@ __all__ = [
 
 POLICY_ID_PATTERN: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 MAX_PRIORITY: Final = 10_000
+#: The largest revision number: RFC 8785 (and every JSON reader that parses numbers as
+#: doubles) carries integers exactly only up to 2**53 - 1.
+MAX_REVISION: Final = 2**53 - 1
 _MAX_ID: Final = 256
 
 MATCH_DIMENSIONS: Final = (
@@ -446,6 +450,16 @@ class PolicySnapshot:
     content_hash: str
     _compiled: Any = field(default=None, init=False, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        """Refuse a revision a decision could not carry, so ``explain`` stays total.
+
+        Raises:
+            MalformedError: ``revision`` is not an integer in 0..2**53 - 1.
+        """
+        revision = self.revision
+        if type(revision) is not int or not 0 <= revision <= MAX_REVISION:
+            raise p.fail("revision", f"expected an integer in 0..{MAX_REVISION}, got {revision!r}")
+
     @classmethod
     def of(cls, policies: Iterable[RoutingPolicy], *, revision: int = 0) -> PolicySnapshot:
         """A snapshot of ``policies`` with its hash computed."""
@@ -484,7 +498,7 @@ class PolicySnapshot:
             RoutingPolicy.from_dict(item, path=p.at(ppath, i), vocabulary=vocabulary)
             for i, item in enumerate(p.array(d["policies"], ppath))
         )
-        revision = p.integer(d.get("revision", 0), p.at(path, "revision"), lo=0, hi=2**53 - 1)
+        revision = p.integer(d.get("revision", 0), p.at(path, "revision"), lo=0, hi=MAX_REVISION)
         declared = d.get("content_hash")
         content_hash = (
             hash_policies(policies)

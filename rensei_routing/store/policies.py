@@ -18,6 +18,7 @@ from ..core import _parse as p
 from ..core.canonical import SHA256_PREFIX
 from ..core.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
 from ..core.policy import (
+    MAX_REVISION,
     PolicySnapshot,
     RoutingPolicy,
     policy_canonical,
@@ -29,6 +30,7 @@ from ..errors import (
     InputError,
     NotFoundError,
     PolicyValidationError,
+    RevisionLimitError,
     StoreError,
 )
 
@@ -112,6 +114,12 @@ class PolicyStore:
         return int(row[0]), str(row[1]), _as_bytes(row[2])
 
     def _decode(self, revision: int, content_hash: str, body: bytes) -> SnapshotLoad:
+        if not 0 <= revision <= MAX_REVISION:  # only a hand edit puts one there
+            return SnapshotLoad(
+                state=STATE_CORRUPT,
+                snapshot=PolicySnapshot.empty(),
+                detail=f"revision number {revision} is outside 0..{MAX_REVISION}",
+            )
         try:
             doc = json.loads(body.decode("utf-8"))
             path = f"revision {revision}"
@@ -168,6 +176,7 @@ class PolicyStore:
         Raises:
             PolicyValidationError: carrying every validation issue.
             CorruptSnapshotError: the current revision is corrupt (its bytes are untouched).
+            RevisionLimitError: the next revision number would pass 2**53 - 1.
             StoreError: the database could not be written.
         """
         items = tuple(policies)
@@ -188,6 +197,11 @@ class PolicyStore:
                             "--over-corrupt)"
                         )
                 revision = 1 if current is None else current[0] + 1
+                if not 0 < revision <= MAX_REVISION:
+                    raise RevisionLimitError(
+                        f"no revision number left after {current[0] if current else 0}: "
+                        f"revisions stop at {MAX_REVISION}; nothing was saved"
+                    )
                 self._conn.execute(
                     "INSERT INTO policy_revisions(revision, content_hash, body, saved_at) "
                     "VALUES (?, ?, ?, ?)",
