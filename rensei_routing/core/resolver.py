@@ -279,27 +279,6 @@ class _Resolution:
         self.conflicting: tuple[str, ...] = ()
 
 
-def _account_reason(
-    account: Account,
-    policy: RoutingPolicy,
-    pool: dict[str, int] | None,
-    lane: frozenset[str] | None,
-) -> str | None:
-    if not account.configured:
-        return NOT_CONFIGURED
-    admin = _ADMIN_REASON.get(account.administrative_state)
-    if admin is not None:
-        return admin
-    lock = policy.action.provider_lock
-    if lock is not None and account.provider_binding != lock:
-        return PROVIDER_LOCK_MISMATCH
-    if pool is not None and account_key(account.account_id) not in pool:
-        return NOT_IN_POOL
-    if lane is not None and account.provider_binding not in lane:
-        return LITERAL_FAMILY_INCOMPATIBLE
-    return None
-
-
 def _lane(
     requirement: ModelRequirement | None, mapped: str | None, vocabulary: Vocabulary
 ) -> frozenset[str] | None:
@@ -358,10 +337,24 @@ def _apply_policy(
             failed = (HELD, CAPABILITY_UNMAPPED)
     lane = _lane(requirement, mapped, vocabulary)
     pool = action.pool_order() if action.account_pool else None
+    lock = action.provider_lock
     eligible: list[Account] = []
     rejected: list[RejectedAccount] = []
     for account in ctx.accounts:
-        why = _account_reason(account, policy, pool, lane)
+        # Each entry on its own, in SEMANTICS order (inlined: this loop is the hot path).
+        why: str | None
+        if not account.configured:
+            why = NOT_CONFIGURED
+        else:
+            why = _ADMIN_REASON.get(account.administrative_state)
+            if why is not None:
+                pass
+            elif lock is not None and account.provider_binding != lock:
+                why = PROVIDER_LOCK_MISMATCH
+            elif pool is not None and account_key(account.account_id) not in pool:
+                why = NOT_IN_POOL
+            elif lane is not None and account.provider_binding not in lane:
+                why = LITERAL_FAMILY_INCOMPATIBLE
         if why is None:
             eligible.append(account)
         else:

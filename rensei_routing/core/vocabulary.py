@@ -102,6 +102,16 @@ class Vocabulary:
     administrative_states: frozenset[str] = frozenset({"active", "disabled", "draining"})
     on_unavailable: frozenset[str] = frozenset({"hold", "reject"})
     selections: frozenset[str] = frozenset({"ordered"})
+    #: The families' distinct provenances, in family-name order (what provenance_of tries).
+    _provenances: tuple[Provenance, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        distinct: list[Provenance] = []
+        for name in sorted(self.literal_families):
+            provenance = self.literal_families[name].provenance
+            if not any(provenance is seen for seen in distinct):
+                distinct.append(provenance)
+        object.__setattr__(self, "_provenances", tuple(distinct))
 
     def canonical_worker_role(self, principal: str | None) -> str | None:
         """Strip and lowercase ``principal``; the role it names exactly, else ``None``.
@@ -115,8 +125,7 @@ class Vocabulary:
 
     def provenance_of(self, model: str) -> Provenance | None:
         """The provenance of the first literal family (by name) that claims ``model``, if any."""
-        for name in sorted(self.literal_families):
-            provenance = self.literal_families[name].provenance
+        for provenance in self._provenances:
             if provenance.claims(model):
                 return provenance
         return None
