@@ -54,10 +54,15 @@ class PolicyError(RenseiRoutingError):
 class PolicyValidationError(PolicyError):
     """A policy set failed validation; ``issues`` lists every problem found, not just the first."""
 
-    def __init__(self, issues: Sequence[Any]) -> None:
+    def __init__(self, issues: Sequence[Any], *, omitted: int = 0) -> None:
         self.issues = tuple(issues)
+        #: Issues found but not listed (validation caps its report; see ``validate``).
+        self.omitted = omitted
         lines = [f"{i.code} [{i.policy_id or '-'}]: {i.detail}" for i in self.issues]
-        super().__init__(f"{len(self.issues)} validation issue(s):\n  " + "\n  ".join(lines))
+        if omitted:
+            lines.append(f"... and {omitted} more not listed")
+        total = len(self.issues) + omitted
+        super().__init__(f"{total} validation issue(s):\n  " + "\n  ".join(lines))
 
 
 # -- store --------------------------------------------------------------------------------------

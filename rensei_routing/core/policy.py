@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -29,6 +29,7 @@ __all__ = [
     "RoutingMatch",
     "RoutingPolicy",
     "account_key",
+    "dimension_index",
     "hash_policies",
     "precedence_level",
 ]
@@ -399,6 +400,33 @@ RUNG_NAMES: Final = {
     8: "global default",
     9: "legacy compatibility",
 }
+
+
+def dimension_index(
+    members: Sequence[RoutingPolicy], dimensions: Sequence[str]
+) -> tuple[list[int], list[dict[Any, int]]]:
+    """Per-dimension bitmasks over ``members`` (bit ``i`` is ``members[i]``): for each
+    dimension, the mask of members whose set is empty (they match anything) and, per value,
+    the mask of members whose set holds it *or* is empty.
+
+    ``lookup[d].get(v, wild[d])`` is then every member a value ``v`` meets on dimension ``d``:
+    the resolver intersects these for a context's keys, validation ORs them over a policy's
+    set to find the policies that overlap it, so both visit candidates, never all pairs.
+    """
+    wilds: list[int] = []
+    lookups: list[dict[Any, int]] = []
+    for dim in dimensions:
+        wild = 0
+        by_value: dict[Any, int] = {}
+        for bit, policy in enumerate(members):
+            values = policy.match.dimension(dim)
+            if not values:
+                wild |= 1 << bit
+            for value in values:
+                by_value[value] = by_value.get(value, 0) | (1 << bit)
+        wilds.append(wild)
+        lookups.append({value: mask | wild for value, mask in by_value.items()})
+    return wilds, lookups
 
 
 def precedence_level(policy: RoutingPolicy) -> int:

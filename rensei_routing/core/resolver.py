@@ -64,6 +64,7 @@ from .policy import (
     PolicySnapshot,
     RoutingPolicy,
     account_key,
+    dimension_index,
     policy_canonical,
     rank_key,
 )
@@ -133,22 +134,11 @@ class _Group:
     def __init__(self, members: Sequence[int], policies: Sequence[RoutingPolicy]) -> None:
         self.members = tuple(members)
         self.enabled = 0
-        self.wild: list[int] = []
-        self.lookup: list[dict[Any, int]] = []
-        for bit, pos in enumerate(self.members):
-            if policies[pos].enabled:
+        group = [policies[pos] for pos in self.members]
+        for bit, policy in enumerate(group):
+            if policy.enabled:
                 self.enabled |= 1 << bit
-        for dim in MATCH_DIMENSIONS[1:]:
-            wild = 0
-            by_value: dict[Any, int] = {}
-            for bit, pos in enumerate(self.members):
-                values = policies[pos].match.dimension(dim)
-                if not values:
-                    wild |= 1 << bit
-                for value in values:
-                    by_value[value] = by_value.get(value, 0) | (1 << bit)
-            self.wild.append(wild)
-            self.lookup.append({value: mask | wild for value, mask in by_value.items()})
+        self.wild, self.lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
 
     def matched(self, keys: tuple[Any, ...]) -> list[int]:
         """Global positions of the enabled members matching ``keys`` on dimensions 2..6."""

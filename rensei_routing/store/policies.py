@@ -23,7 +23,7 @@ from ..core.policy import (
     RoutingPolicy,
     policy_canonical,
 )
-from ..core.validation import validate_policies
+from ..core.validation import validate
 from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import (
     CorruptSnapshotError,
@@ -174,15 +174,16 @@ class PolicyStore:
         body does not, so no number is ever reused) and keeps the corrupt row as evidence.
 
         Raises:
-            PolicyValidationError: carrying every validation issue.
+            PolicyValidationError: carrying the listed validation issues and the count of
+                the rest (the report is capped; see ``validate``).
             CorruptSnapshotError: the current revision is corrupt (its bytes are untouched).
             RevisionLimitError: the next revision number would pass 2**53 - 1.
             StoreError: the database could not be written.
         """
         items = tuple(policies)
-        issues = validate_policies(items, vocabulary=self._vocabulary)
-        if issues:
-            raise PolicyValidationError(issues)
+        report = validate(items, vocabulary=self._vocabulary)
+        if not report:
+            raise PolicyValidationError(report.issues, omitted=report.omitted)
         body = _encode(items)
         content_hash = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
         try:
