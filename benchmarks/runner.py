@@ -18,7 +18,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import bench_append, bench_cli, bench_policies, bench_resolution, bench_verify
+from . import (
+    bench_append,
+    bench_cli,
+    bench_policies,
+    bench_resolution,
+    bench_validation,
+    bench_verify,
+)
 from .harness import BenchResult, CheckError, Config, format_table, machine_info
 
 __all__ = ["BENCHMARKS", "DEFAULT_OUT", "main"]
@@ -29,6 +36,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_append,
     bench_verify,
     bench_policies,
+    bench_validation,
     bench_cli,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
