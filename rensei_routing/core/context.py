@@ -320,7 +320,7 @@ class RouteContext:
     request_face: str = "unknown"
     legacy_route: LegacyRoute | None = None
     accounts: tuple[Account, ...] = ()
-    _canonical: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    _canonical: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -337,7 +337,11 @@ class RouteContext:
         }
 
     def canonical(self) -> bytes:
-        """RFC 8785 bytes of :meth:`to_dict`, written directly and computed once per value.
+        """RFC 8785 bytes of :meth:`to_dict` (the UTF-8 of :meth:`canonical_text`)."""
+        return self.canonical_text().encode("utf-8")
+
+    def canonical_text(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly and computed once per value.
 
         The resolver hashes every context it decides; this skips building the dict. The test
         suite checks it equals ``canonical_bytes(self.to_dict())`` on generated contexts.
@@ -346,7 +350,7 @@ class RouteContext:
         if cached is None:
             repo, req, legacy = self.repo, self.model_requirement, self.legacy_route
             accounts = ",".join(a.canonical_json() for a in self.accounts)
-            text = (
+            cached = (
                 f'{{"accounts":[{accounts}],'
                 f'"legacy_route":{"null" if legacy is None else legacy.canonical_json()},'
                 '"model_requirement":'
@@ -360,7 +364,6 @@ class RouteContext:
                 + f',"repo_class":{_s(self.repo_class)},"request_face":{_e(self.request_face)},'
                 f'"role":{_s(self.role)}}}'
             )
-            cached = text.encode("utf-8")
             object.__setattr__(self, "_canonical", cached)
         return cached
 

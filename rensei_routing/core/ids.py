@@ -74,7 +74,7 @@ def decision_id(
         canonical_bytes({"policy_revision": policy_revision})
     text = (
         f'{{"account_id":{_s(account_id)},"context":'
-        f"{context.canonical().decode('utf-8')},"
+        f"{context.canonical_text()},"
         f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
         f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
         f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'

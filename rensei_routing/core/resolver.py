@@ -294,9 +294,33 @@ def _lane(
     return None if provenance is None else provenance.provider_bindings
 
 
-def _apply_policy(
-    res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, vocabulary: Vocabulary
-) -> None:
+class _Call:
+    """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
+    the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
+
+    __slots__ = ("full", "lanes", "redactor", "state", "vocabulary")
+
+    def __init__(self, state: str, vocabulary: Vocabulary, full: bool, redactor: Redactor) -> None:
+        self.state = state
+        self.vocabulary = vocabulary
+        self.full = full
+        self.redactor = redactor
+        self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
+
+    def lane(
+        self, requirement: ModelRequirement | None, mapped: str | None
+    ) -> frozenset[str] | None:
+        if requirement is None:
+            return None
+        key = (requirement.kind, requirement.value, mapped)
+        try:
+            return self.lanes[key]
+        except KeyError:
+            lane = self.lanes[key] = _lane(requirement, mapped, self.vocabulary)
+            return lane
+
+
+def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, call: _Call) -> None:
     """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy.
 
     The accounts are judged even when the model step failed, so the explanation says whether
@@ -310,7 +334,7 @@ def _apply_policy(
     if requirement is not None:
         mapped = action.mapped_model(requirement.key)
         if mapped is not None:
-            if requirement.kind == LITERAL_FAMILY and not vocabulary.satisfied_by(
+            if requirement.kind == LITERAL_FAMILY and not call.vocabulary.satisfied_by(
                 requirement.kind, requirement.value, mapped
             ):
                 failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
@@ -325,7 +349,7 @@ def _apply_policy(
                 failed = (REJECTED, MODEL_NOT_ALLOWED)
         elif requirement.kind == CAPABILITY:
             failed = (HELD, CAPABILITY_UNMAPPED)
-    lane = _lane(requirement, mapped, vocabulary)
+    lane = call.lane(requirement, mapped)
     pool = action.pool_order() if action.account_pool else None
     lock = action.provider_lock
     eligible: list[Account] = []
@@ -376,14 +400,9 @@ def _apply_policy(
 
 
 def _resolve(
-    ctx: RouteContext,
-    snapshot: PolicySnapshot,
-    state: str,
-    compiled: _Compiled,
-    vocabulary: Vocabulary,
-    full_trace: bool,
-    redactor: Redactor,
+    ctx: RouteContext, snapshot: PolicySnapshot, compiled: _Compiled, call: _Call
 ) -> RouteDecision:
+    state, full_trace = call.state, call.full
     trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None
     unlisted = 0
     if state == STATE_CORRUPT:
@@ -421,7 +440,7 @@ def _resolve(
                 res.conflicting = tuple(sorted({policies[pos].id for pos in winners}))
             else:
                 res.policy_id = first.id
-                _apply_policy(res, first, ctx, vocabulary)
+                _apply_policy(res, first, ctx, call)
     did = decision_id(
         ctx,
         snapshot_hash=snapshot.content_hash,
@@ -432,7 +451,7 @@ def _resolve(
         policy_id=res.policy_id,
         account_id=res.account_id,
         effective_model=res.model,
-        redactor=redactor,
+        redactor=call.redactor,
     )
     return RouteDecision(
         decision_id=did,
@@ -529,7 +548,7 @@ def explain(
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return _resolve(context, snapshot, state, compiled, vocabulary, full, redactor)
+    return _resolve(context, snapshot, compiled, _Call(state, vocabulary, full, redactor))
 
 
 def explain_batch(
@@ -548,6 +567,5 @@ def explain_batch(
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return [
-        _resolve(ctx, snapshot, state, compiled, vocabulary, full, redactor) for ctx in contexts
-    ]
+    call = _Call(state, vocabulary, full, redactor)
+    return [_resolve(ctx, snapshot, compiled, call) for ctx in contexts]
