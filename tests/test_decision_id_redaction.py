@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, explain_batch
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.ids import ID_FIELDS, decision_id, record_decision_id
+from rensei_routing.core.ids import ID_FIELDS, ScanMemo, decision_id, record_decision_id
 from rensei_routing.core.redact import (
     DEFAULT_PATTERNS,
     DEFAULT_REDACTOR,
@@ -25,6 +27,8 @@ from rensei_routing.core.redact import (
 )
 from rensei_routing.errors import MalformedError
 from rensei_routing.store.audit import AuditLog
+
+from .strategies import context_dicts
 
 RECORDED_AT = "2026-01-02T03:04:05.000000Z"
 TOKEN_A = "ghp_" + "A1b2C3d4" * 5
@@ -167,3 +171,63 @@ def test_record_decision_id_refuses_a_record_without_the_fields() -> None:
     del decision["reason"]
     with pytest.raises(MalformedError):
         record_decision_id(decision)
+
+
+# -- The batch's per-string pre-check gives the id one scan of the whole preimage gives -----
+
+SUSPECTS = [
+    TOKEN_A,
+    "svc password='hunter22'",
+    "monkey",  # trips a gate ("key"), redacts nothing
+    "sk-ant-" + "q" * 30,
+    "AKIAIOSFODNN7EXAMPLE",
+    "plain",
+]
+PLACES = [
+    "principal_id",
+    "repo",
+    "legacy_account",
+    "legacy_model",
+    "legacy_detail",
+    "account",
+    "model",
+]
+SHARED_MEMO = ScanMemo(DEFAULT_REDACTOR)  # shared across examples, so hits are exercised too
+
+
+@settings(max_examples=300, deadline=None)
+@given(context_dicts(), st.sampled_from(SUSPECTS), st.sampled_from(PLACES))
+def test_the_memo_path_equals_the_whole_preimage_scan(
+    doc: dict[str, Any], suspect: str, place: str
+) -> None:
+    if place == "principal_id":
+        doc["principal_id"] = suspect
+    elif place == "repo":
+        doc["repo"] = f"acme/{suspect}" if suspect.isascii() else suspect
+    elif place.startswith("legacy"):
+        legacy = doc["legacy_route"] or {"provider_binding": "zai"}
+        legacy[
+            {"legacy_account": "account_id", "legacy_model": "model"}.get(place, "mechanism_detail")
+        ] = suspect
+        doc["legacy_route"] = legacy
+    elif place == "account":
+        doc["accounts"] = [
+            *doc["accounts"],
+            {"account_id": suspect, "provider_binding": "anthropic"},
+        ]
+    else:
+        doc["model_requirement"] = {"kind": "concrete_model", "value": suspect}
+    ctx = RouteContext.from_dict(doc)
+    decision = explain(ctx, POLICIES)
+    fields: dict[str, Any] = {
+        name: getattr(decision, name) for name in ID_FIELDS if name != "context"
+    }
+    whole = decision_id(ctx, **fields)  # one scan of the preimage text, no memo
+    memo = decision_id(ctx, **fields, memo=SHARED_MEMO)
+    oracle = (
+        "sha256:"
+        + hashlib.sha256(
+            canonical_bytes(DEFAULT_REDACTOR.redact({**fields, "context": ctx.to_dict()}))
+        ).hexdigest()
+    )
+    assert decision.decision_id == whole == memo == oracle

@@ -246,14 +246,19 @@ class LegacyRoute:
     model: str | None = None
     mechanism: str | None = None
     mechanism_detail: str | None = None
+    _json: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
-        return (
-            f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
-            f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
-            f'"provider_binding":{_e(self.provider_binding)}}}'
-        )
+        text = self._json
+        if text is None:
+            text = (
+                f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
+                f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
+                f'"provider_binding":{_e(self.provider_binding)}}}'
+            )
+            object.__setattr__(self, "_json", text)
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {

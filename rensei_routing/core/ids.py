@@ -16,7 +16,7 @@ text, one scan) is hashed as it is, so such ids are the ones earlier versions co
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring as _e
 from typing import Any, Final
 
@@ -26,7 +26,7 @@ from .canonical import json_string as _s
 from .context import RouteContext
 from .redact import DEFAULT_REDACTOR, Redactor
 
-__all__ = ["ID_FIELDS", "decision_id", "record_decision_id"]
+__all__ = ["ID_FIELDS", "MEMO_LIMIT", "ScanMemo", "decision_id", "record_decision_id"]
 
 #: The decision fields the id covers (``context`` is the explanation's).
 ID_FIELDS: Final = (
@@ -50,6 +50,62 @@ def _digest(preimage: Mapping[str, Any], redactor: Redactor) -> str:
     return SHA256_PREFIX + hashlib.sha256(canonical_bytes(redactor.redact(preimage))).hexdigest()
 
 
+class ScanMemo:
+    """The redactor's pre-check (:meth:`Redactor.might_match`), remembered per distinct string
+    for one batch of decisions: account entries, repos, principals, models and policy ids
+    repeat across a batch, so most pieces of a preimage are looked up, not scanned.
+
+    Checking the pieces one by one answers what one scan of the preimage's canonical text
+    would: a trigger holds no quote (``RedactionPattern`` refuses one), so no trigger match can
+    span two JSON strings, and what lies between them (keys, punctuation, literals) is never
+    redacted. Bounded: the memo is cleared when it reaches :data:`MEMO_LIMIT` strings.
+    """
+
+    __slots__ = ("_redactor", "_seen")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._seen: dict[str, bool] = {}
+
+    def may_redact(self, texts: Iterable[str | None]) -> bool:
+        """Whether the redactor might change any of ``texts`` (``None`` holds nothing)."""
+        seen, might_match = self._seen, self._redactor.might_match
+        for text in texts:
+            if text is None:
+                continue
+            hit = seen.get(text)
+            if hit is None:
+                if len(seen) >= MEMO_LIMIT:
+                    seen.clear()
+                hit = seen[text] = might_match(text)
+            if hit:
+                return True
+        return False
+
+    def preimage_may_redact(self, context: RouteContext, fields: tuple[str | None, ...]) -> bool:
+        """Whether the redactor might change any string of ``context`` or of ``fields``."""
+        legacy, repo, req = context.legacy_route, context.repo, context.model_requirement
+        return self.may_redact(
+            (
+                *(account.canonical_json() for account in context.accounts),
+                None if legacy is None else legacy.canonical_json(),
+                context.principal_id,
+                context.repo_class,
+                context.role,
+                context.request_face,
+                None if repo is None else repo.value,
+                None if repo is None else repo.version,
+                None if req is None else req.kind,
+                None if req is None else req.value,
+                *fields,
+            )
+        )
+
+
+#: Strings a :class:`ScanMemo` remembers before it starts again.
+MEMO_LIMIT: Final = 65_536
+
+
 def decision_id(
     context: RouteContext,
     *,
@@ -62,8 +118,12 @@ def decision_id(
     account_id: str | None,
     effective_model: str | None,
     redactor: Redactor = DEFAULT_REDACTOR,
+    memo: ScanMemo | None = None,
 ) -> str:
     """The decision id of these fields (see the module docstring). Same inputs, same id.
+
+    ``memo`` (built on the same ``redactor``) lets a batch check each distinct string once
+    instead of scanning every preimage; the id is the same with or without it.
 
     Raises:
         CanonicalEncodingError: ``policy_revision`` is outside 0..2**53 - 1 (a snapshot can
@@ -80,7 +140,15 @@ def decision_id(
         f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
         f'"snapshot_state":{_e(snapshot_state)}}}'
     )
-    if redactor.might_match(text):
+    if memo is None:
+        suspect = redactor.might_match(text)
+    else:
+        # ``account_id`` is one of the context's (an account entry or the legacy route's).
+        suspect = memo.preimage_may_redact(
+            context,
+            (effective_model, policy_id, outcome, reason, snapshot_state, snapshot_hash),
+        )
+    if suspect:
         # Something credential-shaped may be in there: hash what a record would store.
         return _digest(
             {

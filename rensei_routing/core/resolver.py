@@ -58,7 +58,7 @@ from .decision import (
     RejectedAccount,
     RouteDecision,
 )
-from .ids import decision_id
+from .ids import ScanMemo, decision_id
 from .policy import (
     MATCH_DIMENSIONS,
     PolicySnapshot,
@@ -298,13 +298,14 @@ class _Call:
     """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
-    __slots__ = ("full", "lanes", "redactor", "state", "vocabulary")
+    __slots__ = ("full", "lanes", "memo", "redactor", "state", "vocabulary")
 
     def __init__(self, state: str, vocabulary: Vocabulary, full: bool, redactor: Redactor) -> None:
         self.state = state
         self.vocabulary = vocabulary
         self.full = full
         self.redactor = redactor
+        self.memo = ScanMemo(redactor)
         self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
 
     def lane(
@@ -452,6 +453,7 @@ def _resolve(
         account_id=res.account_id,
         effective_model=res.model,
         redactor=call.redactor,
+        memo=call.memo,
     )
     return RouteDecision(
         decision_id=did,
