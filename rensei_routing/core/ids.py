@@ -9,8 +9,14 @@ with every string in it passed through a :class:`~rensei_routing.core.redact.Red
 (the one the audit log uses; the default unless the host extends it). So the id is computed
 from exactly what a recorded decision stores: anyone holding the record recomputes the id
 (:func:`record_decision_id`), and nobody can use the id to test guesses of a redacted secret.
-A preimage with nothing to redact (the redactor's trigger gates find nothing in its canonical
-text, one scan) is hashed as it is, so such ids are the ones earlier versions computed.
+A preimage with nothing to redact (the redactor's trigger gates find nothing in it) is hashed as
+it is, so such ids are the ones earlier versions computed. One ``decision_id`` call scans the
+preimage's canonical text once; ``explain_batch`` passes a :class:`ScanMemo`, which checks each
+distinct string of a batch once (accounts, repos, principals repeat) for the same answer.
+
+Not supported: a redactor whose ``secret_keys`` name one of the id's own field names (say
+``account_id``): the audit log would then redact such a field wholesale or not depending on
+whether anything else in the record trips a trigger, so no id could follow it.
 """
 
 from __future__ import annotations
