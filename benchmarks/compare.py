@@ -4,7 +4,7 @@ On a shared machine wall-clock rates move by 2x between runs; CPU time of the re
 with the two checkouts' runs interleaved, is what a before/after comparison can rely on.
 
     git archive <commit> rensei_routing benchmarks | tar -x -C /tmp/before
-    python -m benchmarks.compare /tmp/before [--sizes 10 100 1000 10000] [--rounds 3]
+    python -m benchmarks.compare /tmp/before [--sizes 10 100 1000 10000] [--rounds 3] [--gc-paused]
 
 Each round runs one fresh subprocess per checkout (``PYTHONPATH`` = that checkout) that builds
 the benchmark's policy set and three 10,000-context batches (``benchmarks.workload``, seeded, so
@@ -24,14 +24,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 
 _CHILD = r"""
-import sys, time
+import gc, sys, time
 from benchmarks.workload import build_contexts, policy_set
 from rensei_routing import PolicySnapshot, explain_batch
 ps = policy_set(int(sys.argv[1]))
 snapshot = PolicySnapshot.of(ps.policies)
+batches = [build_contexts(ps, 10_000, seed=seed) for seed in range(3)]
+if sys.argv[2] == "paused":
+    gc.collect()
+    gc.disable()
 best = float("inf")
-for seed in range(3):
-    contexts = build_contexts(ps, 10_000, seed=seed)
+for contexts in batches:
     start = time.process_time()
     explain_batch(contexts, snapshot)
     best = min(best, time.process_time() - start)
@@ -39,10 +42,10 @@ print(10_000 / best)
 """
 
 
-def _rate(checkout: Path, size: int) -> float:
+def _rate(checkout: Path, size: int, gc_mode: str) -> float:
     env = dict(os.environ, PYTHONPATH=str(checkout))
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(size)],
+        [sys.executable, "-c", _CHILD, str(size), gc_mode],
         cwd=checkout,
         env=env,
         capture_output=True,
@@ -59,13 +62,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("before", type=Path, help="a checkout holding rensei_routing/, benchmarks/")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1_000, 10_000])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--gc-paused",
+        action="store_true",
+        help="pause the garbage collector while timing (it adds +-20%% noise between runs)",
+    )
     args = parser.parse_args(argv)
     print(f"{'policies':>9}  {'before /cpu-s':>14}  {'after /cpu-s':>13}  after/before")
     for size in args.sizes:
         rates: dict[str, list[float]] = {"before": [], "after": []}
         for _ in range(args.rounds):
-            rates["before"].append(_rate(args.before.resolve(), size))
-            rates["after"].append(_rate(HERE, size))
+            mode = "paused" if args.gc_paused else "on"
+            rates["before"].append(_rate(args.before.resolve(), size, mode))
+            rates["after"].append(_rate(HERE, size, mode))
         before, after = (statistics.median(rates[k]) for k in ("before", "after"))
         print(f"{size:>9,}  {before:>14,.0f}  {after:>13,.0f}  {after / before:.2f}x")
     return 0
