@@ -8,6 +8,7 @@ benchmark runner's memory instead of its own. Elsewhere ``ru_maxrss`` is the fal
 
     python -m benchmarks._worker verify DB ORIGIN   # AuditLog.verify()
     python -m benchmarks._worker scan DB ORIGIN     # baseline: raw scan + SHA-256 of payloads
+    python -m benchmarks._worker validate N         # validate N globals that all conflict
 
 Prints one JSON object on stdout.
 """
@@ -104,7 +105,40 @@ def _scan(path: Path) -> dict[str, Any]:
     return {"seconds": seconds, "records": records, "ok": ok, "detail": None, **memory}
 
 
+def conflicting_globals(n: int) -> list[Any]:
+    """``n`` enabled global rules at priority 0, each with its own action: every pair is an
+    equal-precedence conflict (issue 14's worst case for validation)."""
+    from rensei_routing import RoutingPolicy
+
+    return [
+        RoutingPolicy.from_dict({"id": f"p{i:06d}", "action": {"account_pool": [f"acct-{i}"]}})
+        for i in range(n)
+    ]
+
+
+def _validate(n: int) -> dict[str, Any]:
+    from rensei_routing.core.validation import validate
+
+    policies = conflicting_globals(n)
+    peak = _Peak()
+    peak.start()
+    start = time.perf_counter()
+    report = validate(policies)
+    seconds = time.perf_counter() - start
+    memory = peak.stop()
+    return {
+        "seconds": seconds,
+        "listed": len(report.issues),
+        "omitted": report.omitted,
+        "ok": not report and report.total == n * (n - 1) // 2,
+        **memory,
+    }
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "validate":
+        print(json.dumps(_validate(int(argv[1]))))
+        return 0
     if len(argv) != 3 or argv[0] not in ("verify", "scan"):
         print(__doc__, file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from . import (
     bench_resolution,
     bench_shadow,
     bench_snapshot,
+    bench_validation,
     bench_verify,
 )
 from .harness import BenchResult, CheckError, Config, format_table, machine_info
@@ -37,6 +38,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_append,
     bench_verify,
     bench_policies,
+    bench_validation,
     bench_cli,
     bench_shadow,
     bench_snapshot,

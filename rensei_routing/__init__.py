@@ -13,6 +13,7 @@ from .core.context import (
     canonicalize_repo,
 )
 from .core.decision import ConsideredPolicy, Explanation, RejectedAccount, RouteDecision
+from .core.ids import record_decision_id
 from .core.policy import (
     PolicySnapshot,
     RequirementMapping,
@@ -65,5 +66,6 @@ __all__ = [
     "hash_policies",
     "hookimpl",
     "precedence_level",
+    "record_decision_id",
     "validate_policies",
 ]

@@ -8,21 +8,22 @@ module as the audit checkpoints). The clock is the caller's (``compiled_at``).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from . import signing
 from .core.chain import format_timestamp
-from .core.org import ValidatorResult
 from .core.snapshot import RulesetSnapshot, compiled_moment
+from .core.validators import SnapshotValidator, ValidatorResult
+from .core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from .errors import ConfigurationError, HomeError, StoreError
 from .host.cache import token_from_file
 from .host.files import create_private
 from .store.home import Home
 from .store.policies import PolicyStore
-from .store.snapshots import CompileResult, ExtraValidators, OrgStore, SnapshotStore
+from .store.snapshots import CompileResult, OrgStore, SnapshotStore
 
 __all__ = [
     "compile_snapshot",
@@ -37,7 +38,11 @@ __all__ = [
 
 
 def compile_snapshot(
-    home: Home, *, compiled_at: str, extra_validators: ExtraValidators | None = None
+    home: Home,
+    *,
+    compiled_at: str,
+    validators: Sequence[SnapshotValidator] = (),
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
 ) -> CompileResult:
     """Compile and publish the next snapshot of ``home``'s org.
 
@@ -49,7 +54,7 @@ def compile_snapshot(
     key = home.private_key()
     conn = home.connect(write=True)
     try:
-        loaded = PolicyStore(conn).load()
+        loaded = PolicyStore(conn, vocabulary=vocabulary).load()
         org_revision, org = OrgStore(conn).load()
         return SnapshotStore(conn, org_id=info.org).compile(
             policies=loaded.snapshot,
@@ -59,7 +64,8 @@ def compile_snapshot(
             compiled_at=compiled_at,
             signing_key_id=key.public_key.key_id,
             sign=key.sign,
-            extra_validators=extra_validators,
+            validators=validators,
+            vocabulary=vocabulary,
         )
     finally:
         conn.close()
@@ -145,7 +151,8 @@ def refresh_snapshot(
     *,
     now: datetime,
     reseal_after: timedelta,
-    extra_validators: ExtraValidators | None = None,
+    validators: Sequence[SnapshotValidator] = (),
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
 ) -> RulesetSnapshot | None:
     """What the serving side does off the request path: recompile when the data changed since
     the latest snapshot, else re-seal it when it is older than ``reseal_after`` (so hosts stay
@@ -158,7 +165,10 @@ def refresh_snapshot(
     """
     if is_stale(home):
         return compile_snapshot(
-            home, compiled_at=format_timestamp(now), extra_validators=extra_validators
+            home,
+            compiled_at=format_timestamp(now),
+            validators=validators,
+            vocabulary=vocabulary,
         ).snapshot
     if now - compiled_moment(held) <= reseal_after:
         return None

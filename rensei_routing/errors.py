@@ -58,10 +58,15 @@ class PolicyError(RenseiRoutingError):
 class PolicyValidationError(PolicyError):
     """A policy set failed validation; ``issues`` lists every problem found, not just the first."""
 
-    def __init__(self, issues: Sequence[Any]) -> None:
+    def __init__(self, issues: Sequence[Any], *, omitted: int = 0) -> None:
         self.issues = tuple(issues)
+        #: Issues found but not listed (validation caps its report; see ``validate``).
+        self.omitted = omitted
         lines = [f"{i.code} [{i.policy_id or '-'}]: {i.detail}" for i in self.issues]
-        super().__init__(f"{len(self.issues)} validation issue(s):\n  " + "\n  ".join(lines))
+        if omitted:
+            lines.append(f"... and {omitted} more not listed")
+        total = len(self.issues) + omitted
+        super().__init__(f"{total} validation issue(s):\n  " + "\n  ".join(lines))
 
 
 # -- store --------------------------------------------------------------------------------------
@@ -77,6 +82,10 @@ class SchemaVersionError(StoreError):
 
 class CorruptSnapshotError(StoreError):
     """The current policy revision is corrupt; writing over it waits for an operator's repair."""
+
+
+class RevisionLimitError(StoreError):
+    """The next policy revision number would exceed 2**53 - 1 (what JSON readers carry exactly)."""
 
 
 class NotFoundError(StoreError):
@@ -132,7 +141,9 @@ class SnapshotValidationError(SnapshotError):
 
     def __init__(self, failed: Sequence[Any]) -> None:
         self.failed = tuple(failed)
-        parts = [f"{r.name}: {'; '.join(r.problems)}" for r in self.failed]
+        parts = [
+            f"{r.name}: {'; '.join(r.problems) if r.problems else r.error}" for r in self.failed
+        ]
         super().__init__("snapshot not published, validator(s) failed: " + " | ".join(parts))
 
 

@@ -33,6 +33,7 @@ from .core.vocabulary import (
     EMPTY_VOCABULARY,
     WORD_SETS,
     LiteralFamily,
+    Provenance,
     Vocabulary,
     VocabularyExtension,
 )
@@ -252,7 +253,18 @@ def vocabulary(pm: pluggy.PluginManager) -> Vocabulary:
     families: dict[str, tuple[str, LiteralFamily]] = {}
     provenances: dict[str, tuple[str, Any]] = {}
     capability_owner: dict[str, str] = {}
+    aliases: dict[str, tuple[str, Provenance]] = {}
     for plugin, ext in _contributions(pm, "register_vocabulary", VocabularyExtension):
+        for alias, provenance in ext.model_aliases:
+            if not (isinstance(alias, str) and alias and isinstance(provenance, Provenance)):
+                raise PluginError(
+                    f"plugin {plugin!r}: model_aliases must be (name, Provenance) pairs"
+                )
+            seen = aliases.setdefault(alias.strip().lower(), (plugin, provenance))
+            if seen[1] != provenance:
+                raise PluginError(
+                    f"model alias {alias!r} is defined differently by {seen[0]!r} and {plugin!r}"
+                )
         for f in WORD_SETS:
             words[f] |= _check_words(plugin, f, getattr(ext, f))
         for w in _check_words(plugin, "capability_classes", ext.capability_classes):
@@ -285,7 +297,14 @@ def vocabulary(pm: pluggy.PluginManager) -> Vocabulary:
         )
     return EMPTY_VOCABULARY.extended(
         literal_families=[families[n][1] for n in sorted(families)],
-        **{f: sorted(words[f]) for f in WORD_SETS},
+        model_aliases={a: aliases[a][1] for a in sorted(aliases)},
+        roles=sorted(words["roles"]),
+        capability_classes=sorted(words["capability_classes"]),
+        provider_bindings=sorted(words["provider_bindings"]),
+        repo_classes=sorted(words["repo_classes"]),
+        request_faces=sorted(words["request_faces"]),
+        transports=sorted(words["transports"]),
+        legacy_mechanisms=sorted(words["legacy_mechanisms"]),
     )
 
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
+from rensei_routing.core.validators import SnapshotValidator
+from rensei_routing.hookspecs import hookimpl
+from rensei_routing.plugins import get_plugin_manager
 from rensei_routing.store.home import Home
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
@@ -195,3 +199,35 @@ def test_host_commands_refuse_cleanly(runner: CliRunner, tmp_path: Path) -> None
     assert "not 32" in _fails_cleanly(
         _run(runner, "host", "trust", str(bad_key), "--home", str(host))
     )
+
+
+class _Validators:
+    """A plugin with one validator that finds a problem and one that raises."""
+
+    @staticmethod
+    @hookimpl
+    def register_snapshot_validators(register: Any) -> None:
+        def no_draining(sections: Any) -> list[str]:
+            pools = sections["poolHostInventory"]["pools"]
+            return [f"pool {p['id']} is draining" for p in pools if p["status"] == "draining"]
+
+        def explodes(sections: Any) -> list[str]:
+            raise RuntimeError("validator bug")
+
+        register(SnapshotValidator(name="no-draining-pools", check=no_draining))
+        register(SnapshotValidator(name="exploding", check=explodes))
+
+
+def test_plugin_validators_gate_the_compile(home: Path) -> None:
+    pm = get_plugin_manager(load_entrypoints=False)
+    pm.register(_Validators(), name="acme-validators")
+    result = CliRunner().invoke(
+        cli, ["snapshot", "compile", "--home", str(home)], obj=pm, catch_exceptions=False
+    )
+    line = _fails_cleanly(result)
+    # both plugin validators fail: one found a problem, one raised (a raise is a failure)
+    assert "no-draining-pools: pool local-old is draining" in line
+    assert "exploding: RuntimeError: validator bug" in line
+    assert _rows(home, "ruleset_snapshots") == 0
+    # without the plugin the same data compiles
+    assert _run(CliRunner(), "snapshot", "compile", "--home", str(home)).exit_code == 0

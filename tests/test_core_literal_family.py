@@ -208,3 +208,111 @@ def test_literal_families_stay_on_lane_when_policies_compete() -> None:
                         assert family.satisfied_by(decision.effective_model)
     assert checked >= 50_000
     assert conflicts > 0 and safety_wins > 0  # both competitions actually happened
+
+
+# --- The Anthropic lane beyond literal families (issue 8): bare Claude CLI aliases, Claude
+# concrete ids, and any requirement a policy maps to a Claude model. -------------------------
+
+CLAUDE_ALIASES = ("opus", "sonnet", "haiku")
+LANE_REQUIREMENTS: list[Any] = [
+    "haiku",
+    "opus",
+    " Sonnet ",
+    "HAIKU",
+    "claude-sonnet-4-5",
+    "us.anthropic.claude-opus-4",
+    "gpt-5",
+    "glm-4.6",
+    "high-reasoning",
+    "balanced",
+    "claude-opus",
+]
+LANE_MAPPED_KEYS = (
+    "haiku",
+    "opus",
+    "sonnet",
+    "claude-sonnet-4-5",
+    "gpt-5",
+    "glm-4.6",
+    "high-reasoning",
+    "balanced",
+    "us.anthropic.claude-opus-4",
+)
+LANE_MAPPED = [None, "claude-opus-4-8", "anthropic.claude-haiku-4-5", "opus", "glm-5.3"]
+
+
+def _is_claude(model: str) -> bool:
+    """The test's own reading of "Anthropic provenance, or a bare Claude alias"."""
+    low = model.strip().lower()
+    if low in CLAUDE_ALIASES:
+        return True
+    bare = low
+    for prefix in ("anthropic.",):
+        bare = bare.removeprefix(prefix)
+    head, dot, rest = bare.partition(".")
+    if dot and rest.startswith("anthropic.") and 2 <= len(head) <= 8 and head.isalpha():
+        bare = rest.removeprefix("anthropic.")
+    foreign = any(m in low for m in ("glm", "qwen", "deepseek", "kimi"))
+    return bare.startswith("claude-") and not foreign
+
+
+def _needs_lane(ctx: RouteContext, mapped: str | None) -> bool:
+    req = ctx.model_requirement
+    assert req is not None
+    if req.kind == "literal_family":
+        return True
+    if mapped is not None:
+        return _is_claude(mapped)
+    return req.kind == "concrete_model" and _is_claude(req.value)
+
+
+def _lane_policies() -> list[tuple[RoutingPolicy, str | None]]:
+    out = []
+    for i, (lock, pool, mapped) in enumerate(itertools.product(LOCKS, POOLS, LANE_MAPPED)):
+        action: dict[str, Any] = {"provider_lock": lock, "account_pool": pool}
+        if mapped is not None:
+            action["requirement_map"] = [
+                {"requirement": r, "model": mapped} for r in LANE_MAPPED_KEYS
+            ]
+        out.append((RoutingPolicy.from_dict({"id": f"lane{i}", "action": action}), mapped))
+    return out
+
+
+def _lane_contexts() -> list[RouteContext]:
+    return [
+        RouteContext.from_dict(
+            {
+                "model_requirement": requirement,
+                "accounts": [{"account_id": a, "provider_binding": b} for a, b in accounts],
+            }
+        )
+        for requirement, accounts in itertools.product(LANE_REQUIREMENTS, ACCOUNT_SETS)
+    ]
+
+
+def test_aliases_and_mapped_claude_models_never_leave_the_anthropic_lane() -> None:
+    contexts = _lane_contexts()
+    checked = on_lane = off_lane = 0
+    for policy, mapped in _lane_policies():
+        for ctx, decision in zip(
+            contexts, explain_batch(contexts, PolicySnapshot.of([policy])), strict=True
+        ):
+            checked += 1
+            if decision.outcome != "selected":
+                continue
+            req = ctx.model_requirement
+            assert req is not None
+            # Only a literal family with a dishonest mapping fails the model step, so every
+            # selected decision here used the policy's mapping, if it had one for this key.
+            used = policy.action.mapped_model(req.key)
+            if _needs_lane(ctx, used):
+                on_lane += 1
+                assert decision.provider_binding == "anthropic", (ctx, policy, decision)
+            elif decision.provider_binding != "anthropic":
+                off_lane += 1
+            if used is not None:
+                assert used == mapped and decision.effective_model == mapped
+    assert checked >= 2_000
+    # Both sides of the rule actually happened: aliases and Claude mappings selected on the
+    # Anthropic lane, and mappings off Claude served by the harness lane.
+    assert on_lane > 200 and off_lane > 50

@@ -490,9 +490,10 @@ DECISION_CASES = [
             "account_id": "anth-1",
             "provider_binding": "anthropic",
             "effective_model": "claude-opus-4-1",
-            "eligible_account_ids": ["anth-1", "zai-1"],
+            # Mapped to a Claude model: the Anthropic lane is required (SEMANTICS step 5).
+            "eligible_account_ids": ["anth-1"],
         },
-        id="matched-policy/capability-through-mapping-accounts-by-id",
+        id="matched-policy/capability-through-mapping-to-claude-keeps-the-lane",
     ),
     pytest.param(
         {"model_requirement": "claude-opus", "accounts": [ZAI, ANTH]},

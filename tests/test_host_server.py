@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from rensei_routing import signing
-from rensei_routing.core.org import ValidatorResult
 from rensei_routing.core.snapshot import RulesetSnapshot, seal, verify_snapshot
+from rensei_routing.core.validators import ValidatorResult
 from rensei_routing.errors import FetchError, SnapshotValidationError
 from rensei_routing.host.fetch import fetch_snapshot
 from rensei_routing.host.server import SnapshotService, make_app, serve_in_thread
@@ -123,7 +123,13 @@ def test_never_compiled_org_is_compiled_on_the_fly() -> None:
 def test_failing_validator_is_a_503_naming_it() -> None:
     def compile_now() -> RulesetSnapshot:
         raise SnapshotValidationError(
-            [ValidatorResult(name="profile-pools-exist", problems=("profile 'g' names 'x'",))]
+            [
+                ValidatorResult(
+                    name="profile-pools-exist",
+                    plugin="built-in",
+                    problems=("profile 'g' names 'x'",),
+                )
+            ]
         )
 
     app = make_app(now=_Clock(), token=TOKEN, service=_service(lambda: None, compile_now))
@@ -161,7 +167,7 @@ def test_slow_recompile_keeps_serving_the_previous_snapshot() -> None:
 
 def test_failed_background_refresh_keeps_serving() -> None:
     def refresh(held: RulesetSnapshot) -> RulesetSnapshot | None:
-        raise SnapshotValidationError([ValidatorResult(name="v", problems=("bad",))])
+        raise SnapshotValidationError([ValidatorResult(name="v", plugin="p", problems=("bad",))])
 
     service = _service(lambda: _snap(2), lambda: _snap(2), refresh)
     app = make_app(now=_Clock(), token=TOKEN, service=service)

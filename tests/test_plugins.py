@@ -13,7 +13,7 @@ from rensei_routing.core.chain import AuditRecord
 from rensei_routing.core.redact import DEFAULT_PATTERNS, marker
 from rensei_routing.core.shadow import Stage
 from rensei_routing.core.validators import SnapshotValidator, ValidatorResult, run_validators
-from rensei_routing.core.vocabulary import DEFAULT_VOCABULARY, VocabularyExtension
+from rensei_routing.core.vocabulary import DEFAULT_VOCABULARY, Provenance, VocabularyExtension
 from rensei_routing.errors import ClassifierError, PluginError
 from rensei_routing.plugin_checks import (
     check_classifier_total,
@@ -208,8 +208,23 @@ def test_the_same_words_from_two_plugins_are_fine() -> None:
             VocabularyExtension(roles=frozenset({""})),
             "plugin 'zz-other': vocabulary roles must be a set of non-empty names",
         ),
+        (
+            # "opus" is a Claude CLI alias (Anthropic lane); a plugin cannot make it foreign
+            VocabularyExtension(
+                model_aliases=(
+                    (
+                        "OPUS",
+                        Provenance(
+                            name="zai", pattern="^glm", provider_bindings=frozenset({"zai-harness"})
+                        ),
+                    ),
+                )
+            ),
+            "model alias 'OPUS' is defined differently by "
+            "'rensei_routing.default_plugins.vocabulary' and 'zz-other'",
+        ),
     ],
-    ids=["family-redefined", "family-and-capability", "reserved", "empty-word"],
+    ids=["family-redefined", "family-and-capability", "reserved", "empty-word", "alias"],
 )
 def test_a_word_with_another_meaning_is_an_error_naming_both(
     extension: VocabularyExtension, message: str

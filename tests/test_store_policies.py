@@ -13,7 +13,13 @@ from click.testing import CliRunner
 
 from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, hash_policies
 from rensei_routing.cli import cli
-from rensei_routing.errors import CorruptSnapshotError, NotFoundError, PolicyValidationError
+from rensei_routing.errors import (
+    CorruptSnapshotError,
+    MalformedError,
+    NotFoundError,
+    PolicyValidationError,
+    RevisionLimitError,
+)
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore
 
@@ -299,3 +305,70 @@ def test_an_explicit_repair_writes_the_next_revision_and_keeps_the_evidence(
         assert store.load(2).state == "corrupt"  # the evidence stays, never renumbered
         (body,) = conn.execute("SELECT body FROM policy_revisions WHERE revision = 2").fetchone()
     assert bytes(body) == b"{damaged"
+
+
+# -- Revision numbers past 2**53 - 1 (issue 14 item 10) -----------------------------------------
+
+MAX_REV = 2**53 - 1
+
+
+@pytest.mark.parametrize("revision", [2**53, 2**63 - 1, -1], ids=["2^53", "2^63-1", "negative"])
+def test_a_stored_revision_outside_the_json_range_loads_corrupt(
+    home: Home, runner: CliRunner, revision: int
+) -> None:
+    with _store(home) as conn:
+        PolicyStore(conn).save(_policies("a"), saved_at=T)
+    _tamper(home, "UPDATE policy_revisions SET revision = ?", revision)
+    with _store(home, write=False) as conn:
+        loaded = PolicyStore(conn).load()
+    assert loaded.state == "corrupt" and str(revision) in (loaded.detail or "")
+    assert loaded.snapshot.revision == 0 and loaded.snapshot.policies == ()
+    # explain stays total: the CLI holds, it does not crash.
+    result = runner.invoke(cli, ["explain", "{}", "--json", "--home", str(home.path)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["reason"] == "snapshot-unavailable"
+
+
+@pytest.mark.parametrize("repair", [False, True], ids=["plain", "over-corrupt"])
+@pytest.mark.parametrize("current", [MAX_REV, 2**63 - 1], ids=["2^53-1", "2^63-1"])
+def test_cli_save_past_the_last_revision_number_is_one_line_and_writes_nothing(
+    home: Home, runner: CliRunner, current: int, repair: bool
+) -> None:
+    with _store(home) as conn:
+        PolicyStore(conn).save(_policies("a"), saved_at=T)
+    _tamper(home, "UPDATE policy_revisions SET revision = ?", current)
+    before = _file_state(home)
+    args = ["policy", "save", str(EXAMPLES / "policies.json"), "--home", str(home.path)]
+    result = runner.invoke(cli, args + (["--over-corrupt"] if repair else []))
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
+    assert _file_state(home) == before
+
+
+def test_store_save_after_the_last_revision_number_is_a_typed_refusal(home: Home) -> None:
+    with _store(home) as conn:
+        PolicyStore(conn).save(_policies("a"), saved_at=T)
+    _tamper(home, "UPDATE policy_revisions SET revision = ?", MAX_REV)
+    before = _file_state(home)
+    with _store(home) as conn:
+        store = PolicyStore(conn)
+        assert store.load().state == "ok" and store.load().snapshot.revision == MAX_REV
+        with pytest.raises(RevisionLimitError):
+            store.save(_policies("b"), saved_at=T)
+    assert _file_state(home) == before
+
+
+@pytest.mark.parametrize("revision", [2**53, 2**70, -1, True, 1.0], ids=str)
+def test_a_snapshot_cannot_be_built_with_a_revision_a_decision_cannot_carry(
+    revision: object,
+) -> None:
+    with pytest.raises(MalformedError, match="revision"):
+        PolicySnapshot.of((), revision=revision)  # type: ignore[arg-type]
+    with pytest.raises(MalformedError, match="revision"):
+        PolicySnapshot(revision=revision, policies=(), content_hash="x")  # type: ignore[arg-type]
+
+
+def test_explain_at_the_last_revision_number_is_total() -> None:
+    decision = explain(RouteContext(), PolicySnapshot.of((), revision=MAX_REV))
+    assert decision.policy_revision == MAX_REV and decision.reason == "no-legacy-route"

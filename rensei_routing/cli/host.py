@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from .. import signing
-from ..control import ensure_serve_token, latest_snapshot, refresh_snapshot
+from ..control import compile_snapshot, ensure_serve_token, latest_snapshot, refresh_snapshot
 from ..core.chain import format_timestamp
 from ..core.freshness import Freshness, format_age
 from ..core.postures import ClaimGate, DecisionClass
@@ -34,11 +34,13 @@ from ..host.cache import HostCache, HostConfig, token_from_file
 from ..host.fetch import fetch_snapshot
 from ..host.files import read_limited
 from ..host.server import RunningServer, SnapshotService, make_app, serve_in_thread
+from ..plugins import snapshot_validators
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ._clock import now, now_text
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._session import session
 
 log = logging.getLogger("rensei_routing.host")
 
@@ -91,12 +93,23 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     h = Home(home)
     h.info()
     token = ensure_serve_token(h)
+    ctx = session()
+    validators, vocabulary = snapshot_validators(ctx.pm), ctx.vocabulary()
     service = SnapshotService(
         latest=lambda: latest_snapshot(h),
-        compile_now=lambda: _compile(h),
+        compile_now=lambda: (
+            compile_snapshot(
+                h, compiled_at=now_text(), validators=validators, vocabulary=vocabulary
+            ).snapshot
+        ),
         needs_refresh=lambda held: True,
         refresh=lambda held: refresh_snapshot(
-            h, held, now=now(), reseal_after=timedelta(seconds=reseal_after)
+            h,
+            held,
+            now=now(),
+            reseal_after=timedelta(seconds=reseal_after),
+            validators=validators,
+            vocabulary=vocabulary,
         ),
     )
     app = make_app(now=now, token=token, service=service)
@@ -112,12 +125,6 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     server.run()  # returns after SIGTERM/SIGINT, once in-flight requests are answered
     service.wait_idle(10)
     note("stopped")
-
-
-def _compile(h: Home) -> Any:
-    from ..control import compile_snapshot
-
-    return compile_snapshot(h, compiled_at=now_text()).snapshot
 
 
 # -- host ----------------------------------------------------------------------------------------

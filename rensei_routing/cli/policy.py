@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from ..core.validation import ValidationIssue, validate_policies
+from ..core.validation import ValidationIssue, validate
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
-from ._output import emit, note, printable
+from ._output import emit, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import now_rfc3339, open_policy_store
@@ -30,26 +30,35 @@ def policy() -> None:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @json_option
 def policy_validate(file: Path, json_: bool) -> None:
-    """Check a policy FILE ('-' for stdin); list every issue. Exit 0 when valid, 1 otherwise."""
+    """Check a policy FILE ('-' for stdin); list every issue. Exit 0 when valid, 1 otherwise.
+
+    At most 20 issues are listed per policy and 1,000 in all; the rest are counted.
+    """
     vocabulary = session().vocabulary()
     snapshot = read_verified_policy_file(file, vocabulary=vocabulary)
-    issues = validate_policies(snapshot.policies, vocabulary=vocabulary)
+    report = validate(snapshot.policies, vocabulary=vocabulary)
     if json_:
         echo_json(
             {
-                "valid": not issues,
+                "valid": bool(report),
                 "policy_count": len(snapshot.policies),
                 "content_hash": snapshot.content_hash,
-                "issues": [i.to_dict() for i in issues],
+                "issues": [i.to_dict() for i in report.issues],
+                "issues_omitted": report.omitted,
             }
         )
-    elif not issues:
+    elif report:
         emit(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
     else:
-        for issue in issues:
+        for issue in report.issues:
             emit(_issue_line(issue))
-    if issues:
-        raise CommandError(f"{len(issues)} validation issue(s) in {file}")
+    if not report:
+        raise CommandError(f"{_count(report.total, report.omitted)} in {file}")
+
+
+def _count(total: int, omitted: int) -> str:
+    more = f" ({omitted} not listed)" if omitted else ""
+    return f"{total} validation issue(s){more}"
 
 
 @policy.command(name="save")
@@ -73,8 +82,9 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
             saved = store.save(snapshot.policies, saved_at=now_rfc3339(), over_corrupt=over_corrupt)
         except PolicyValidationError as e:
             for issue in e.issues:
-                note(_issue_line(issue))
-            raise CommandError(f"{len(e.issues)} validation issue(s); nothing was saved") from e
+                click.echo(_issue_line(issue), err=True)
+            total = len(e.issues) + e.omitted
+            raise CommandError(f"{_count(total, e.omitted)}; nothing was saved") from e
     if json_:
         echo_json(
             {

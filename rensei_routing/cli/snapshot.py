@@ -17,12 +17,14 @@ from ..core.org import OrgData
 from ..core.snapshot import compiled_moment, verify_snapshot
 from ..errors import InputError, KeyFormatError, RenseiRoutingError
 from ..host.files import atomic_write, read_limited
+from ..plugins import snapshot_validators
 from ..store.home import Home
 from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text
 from ._inputs import _named, read_document
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._session import session
 
 _REV = click.IntRange(min=1, max=2**53 - 1)
 
@@ -84,7 +86,13 @@ def snapshot() -> None:
 def snapshot_compile(home: Path, json_: bool) -> None:
     """Compile the current policies and org data into the next signed snapshot. A failing
     validator publishes nothing and is named (exit 1)."""
-    result = compile_snapshot(Home(home), compiled_at=now_text())
+    ctx = session()
+    result = compile_snapshot(
+        Home(home),
+        compiled_at=now_text(),
+        validators=snapshot_validators(ctx.pm),
+        vocabulary=ctx.vocabulary(),
+    )
     snap = result.snapshot
     if json_:
         echo_json(

@@ -285,14 +285,19 @@ class LegacyRoute:
     model: str | None = None
     mechanism: str | None = None
     mechanism_detail: str | None = None
+    _json: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
-        return (
-            f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
-            f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
-            f'"provider_binding":{_e(self.provider_binding)}}}'
-        )
+        text = self._json
+        if text is None:
+            text = (
+                f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
+                f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
+                f'"provider_binding":{_e(self.provider_binding)}}}'
+            )
+            object.__setattr__(self, "_json", text)
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -378,7 +383,7 @@ class RouteContext:
     request_face: str = "unknown"
     legacy_route: LegacyRoute | None = None
     accounts: tuple[Account, ...] = ()
-    _canonical: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    _canonical: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -395,7 +400,11 @@ class RouteContext:
         }
 
     def canonical(self) -> bytes:
-        """RFC 8785 bytes of :meth:`to_dict`, written directly and computed once per value.
+        """RFC 8785 bytes of :meth:`to_dict` (the UTF-8 of :meth:`canonical_text`)."""
+        return self.canonical_text().encode("utf-8")
+
+    def canonical_text(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly and computed once per value.
 
         The resolver hashes every context it decides; this skips building the dict. The test
         suite checks it equals ``canonical_bytes(self.to_dict())`` on generated contexts.
@@ -404,7 +413,7 @@ class RouteContext:
         if cached is None:
             repo, req, legacy = self.repo, self.model_requirement, self.legacy_route
             accounts = ",".join(a.canonical_json() for a in self.accounts)
-            text = (
+            cached = (
                 f'{{"accounts":[{accounts}],'
                 f'"legacy_route":{"null" if legacy is None else legacy.canonical_json()},'
                 '"model_requirement":'
@@ -418,7 +427,6 @@ class RouteContext:
                 + f',"repo_class":{_s(self.repo_class)},"request_face":{_e(self.request_face)},'
                 f'"role":{_s(self.role)}}}'
             )
-            cached = text.encode("utf-8")
             object.__setattr__(self, "_canonical", cached)
         return cached
 
@@ -462,14 +470,7 @@ class RouteContext:
             )
             for i, a in enumerate(p.array(d.get("accounts", []), accounts_path))
         )
-        seen: set[str] = set()
-        for i, account in enumerate(accounts):
-            if account.account_id in seen and not _redacted(account.account_id, redacted):
-                raise p.fail(
-                    p.at(p.at(accounts_path, i), "account_id"),
-                    f"duplicate account id {account.account_id!r}",
-                )
-            seen.add(account.account_id)
+        # Account ids need not be unique: the resolver judges each entry on its own.
         return cls(
             repo=None
             if repo is None

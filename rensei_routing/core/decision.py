@@ -258,7 +258,7 @@ class Explanation:
         )
         return (
             f'{{"conflicting_policy_ids":[{conflicting}],"considered":[{considered}],'
-            f'"context":{self.context.canonical().decode("utf-8")},'
+            f'"context":{self.context.canonical_text()},'
             f'"eligible_account_ids":[{eligible}],"rejected_accounts":[{rejected}],'
             f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
         )

@@ -15,9 +15,11 @@ from typing import Any, Final
 
 from . import _parse as p
 from .policy import PolicySnapshot
-from .validation import validate_policies
+from .validation import validate
+from .validators import SnapshotValidator
+from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
-__all__ = ["BUILTIN_VALIDATORS", "OrgData", "ValidatorResult", "compile_sections"]
+__all__ = ["BUILTIN", "OrgData", "builtin_validators", "compile_sections"]
 
 _ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _MAX_ITEMS: Final = 1_000_000
@@ -204,37 +206,10 @@ def compile_sections(org: OrgData, policies: PolicySnapshot) -> dict[str, Any]:
     return {"policyBundle": bundle, **org.to_dict()}
 
 
-# -- validators ---------------------------------------------------------------------------------
+# -- built-in validators ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ValidatorResult:
-    """One validator's verdict on a compile: ``ok``, or the problems it found."""
-
-    name: str
-    problems: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "problems": list(self.problems)}
-
-
-def _policy_set_valid(
-    sections: Mapping[str, Any], policies: PolicySnapshot, state: str
-) -> list[str]:
-    if state == "corrupt":
-        return ["the current policy revision is corrupt"]
-    return [
-        f"{i.code} [{i.policy_id or '-'}]: {i.detail}" for i in validate_policies(policies.policies)
-    ]
-
-
-def _grants_name_profiles(
-    sections: Mapping[str, Any], policies: PolicySnapshot, state: str
-) -> list[str]:
+def _grants_name_profiles(sections: Mapping[str, Any]) -> list[str]:
     cap = sections["capacityProfiles"]
     known = {prof["id"] for prof in cap["profiles"]}
     return [
@@ -244,9 +219,7 @@ def _grants_name_profiles(
     ]
 
 
-def _profile_pools_exist(
-    sections: Mapping[str, Any], policies: PolicySnapshot, state: str
-) -> list[str]:
+def _profile_pools_exist(sections: Mapping[str, Any]) -> list[str]:
     pools = {pool["id"] for pool in sections["poolHostInventory"]["pools"]}
     return [
         f"profile {prof['id']!r} names unknown pool {pool!r}"
@@ -256,9 +229,7 @@ def _profile_pools_exist(
     ]
 
 
-def _host_pools_exist(
-    sections: Mapping[str, Any], policies: PolicySnapshot, state: str
-) -> list[str]:
+def _host_pools_exist(sections: Mapping[str, Any]) -> list[str]:
     pools = {pool["id"] for pool in sections["poolHostInventory"]["pools"]}
     return [
         f"host {h['id']!r} is in unknown pool {h['pool']!r}"
@@ -267,9 +238,7 @@ def _host_pools_exist(
     ]
 
 
-def _cell_pools_exist(
-    sections: Mapping[str, Any], policies: PolicySnapshot, state: str
-) -> list[str]:
+def _cell_pools_exist(sections: Mapping[str, Any]) -> list[str]:
     pools = {pool["id"] for pool in sections["poolHostInventory"]["pools"]}
     return [
         f"execution cell ({c['pool']!r}, {c['runtime']!r}) is in unknown pool {c['pool']!r}"
@@ -278,23 +247,30 @@ def _cell_pools_exist(
     ]
 
 
-#: ``(name, check(sections, policies, policy_state) -> problems)``, run in this order.
-BUILTIN_VALIDATORS: Final[
-    tuple[tuple[str, Callable[[Mapping[str, Any], PolicySnapshot, str], list[str]]], ...]
-] = (
-    ("policy-set-valid", _policy_set_valid),
-    ("grants-name-profiles", _grants_name_profiles),
-    ("profile-pools-exist", _profile_pools_exist),
-    ("host-pools-exist", _host_pools_exist),
-    ("cell-pools-exist", _cell_pools_exist),
-)
+#: The plugin name the built-in validators carry in their results.
+BUILTIN: Final = "built-in"
 
 
-def run_builtin_validators(
-    sections: Mapping[str, Any], policies: PolicySnapshot, *, policy_state: str
-) -> tuple[ValidatorResult, ...]:
-    """Every built-in validator's verdict on compiled ``sections``."""
-    return tuple(
-        ValidatorResult(name=name, problems=tuple(check(sections, policies, policy_state)))
-        for name, check in BUILTIN_VALIDATORS
+def builtin_validators(
+    policies: PolicySnapshot, *, policy_state: str, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> tuple[SnapshotValidator, ...]:
+    """The built-in validators of a compile, run before any plugin's (the same
+    :class:`SnapshotValidator` values and runner a plugin's validators use): the policy set
+    validates (and its revision is not corrupt), every grant names an existing profile, every
+    profile's pools, host's pool and execution cell's pool exist."""
+
+    def policy_set_valid(sections: Mapping[str, Any]) -> list[str]:
+        if policy_state == "corrupt":
+            return ["the current policy revision is corrupt"]
+        report = validate(policies.policies, vocabulary=vocabulary)
+        more = [f"... and {report.omitted} more issue(s)"] if report.omitted else []
+        return [f"{i.code} [{i.policy_id or '-'}]: {i.detail}" for i in report.issues] + more
+
+    checks: tuple[tuple[str, Any], ...] = (
+        ("policy-set-valid", policy_set_valid),
+        ("grants-name-profiles", _grants_name_profiles),
+        ("profile-pools-exist", _profile_pools_exist),
+        ("host-pools-exist", _host_pools_exist),
+        ("cell-pools-exist", _cell_pools_exist),
     )
+    return tuple(SnapshotValidator(name=n, check=c, plugin=BUILTIN) for n, c in checks)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -21,18 +21,24 @@ from .context import ModelRequirement, canonicalize_repo
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [
+    "MAX_REVISION",
     "POLICY_ID_PATTERN",
     "PolicySnapshot",
     "RequirementMapping",
     "RoutingAction",
     "RoutingMatch",
     "RoutingPolicy",
+    "account_key",
+    "dimension_index",
     "hash_policies",
     "precedence_level",
 ]
 
 POLICY_ID_PATTERN: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 MAX_PRIORITY: Final = 10_000
+#: The largest revision number: RFC 8785 (and every JSON reader that parses numbers as
+#: doubles) carries integers exactly only up to 2**53 - 1.
+MAX_REVISION: Final = 2**53 - 1
 _MAX_ID: Final = 256
 
 MATCH_DIMENSIONS: Final = (
@@ -43,6 +49,11 @@ MATCH_DIMENSIONS: Final = (
     "model_requirements",
     "request_faces",
 )
+
+
+def account_key(account_id: str) -> str:
+    """How pools compare account ids: stripped and lowercased (SEMANTICS, explain step 5)."""
+    return account_id.strip().lower()
 
 
 def _str_set(value: Any, path: p.Path, *, lower: bool = True) -> frozenset[str]:
@@ -247,10 +258,16 @@ class RoutingAction:
         return maps.get(key)
 
     def pool_order(self) -> dict[str, int]:
-        """Each pool account's position in ``account_pool``."""
+        """Each pool account's position in ``account_pool``, keyed by :func:`account_key`.
+
+        Membership and order compare ids stripped and lowercased (as principal ids are); when
+        two entries compare equal, the first one's position counts.
+        """
         order = self._order
         if order is None:
-            order = {account: i for i, account in enumerate(self.account_pool)}
+            order = {}
+            for i, account in enumerate(self.account_pool):
+                order.setdefault(account_key(account), i)
             object.__setattr__(self, "_order", order)
         return order
 
@@ -385,6 +402,33 @@ RUNG_NAMES: Final = {
 }
 
 
+def dimension_index(
+    members: Sequence[RoutingPolicy], dimensions: Sequence[str]
+) -> tuple[list[int], list[dict[Any, int]]]:
+    """Per-dimension bitmasks over ``members`` (bit ``i`` is ``members[i]``): for each
+    dimension, the mask of members whose set is empty (they match anything) and, per value,
+    the mask of members whose set holds it *or* is empty.
+
+    ``lookup[d].get(v, wild[d])`` is then every member a value ``v`` meets on dimension ``d``:
+    the resolver intersects these for a context's keys, validation ORs them over a policy's
+    set to find the policies that overlap it, so both visit candidates, never all pairs.
+    """
+    wilds: list[int] = []
+    lookups: list[dict[Any, int]] = []
+    for dim in dimensions:
+        wild = 0
+        by_value: dict[Any, int] = {}
+        for bit, policy in enumerate(members):
+            values = policy.match.dimension(dim)
+            if not values:
+                wild |= 1 << bit
+            for value in values:
+                by_value[value] = by_value.get(value, 0) | (1 << bit)
+        wilds.append(wild)
+        lookups.append({value: mask | wild for value, mask in by_value.items()})
+    return wilds, lookups
+
+
 def precedence_level(policy: RoutingPolicy) -> int:
     """The precedence rung a policy's match earns (1 best .. 8 global default).
 
@@ -434,6 +478,16 @@ class PolicySnapshot:
     content_hash: str
     _compiled: Any = field(default=None, init=False, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        """Refuse a revision a decision could not carry, so ``explain`` stays total.
+
+        Raises:
+            MalformedError: ``revision`` is not an integer in 0..2**53 - 1.
+        """
+        revision = self.revision
+        if type(revision) is not int or not 0 <= revision <= MAX_REVISION:
+            raise p.fail("revision", f"expected an integer in 0..{MAX_REVISION}, got {revision!r}")
+
     @classmethod
     def of(cls, policies: Iterable[RoutingPolicy], *, revision: int = 0) -> PolicySnapshot:
         """A snapshot of ``policies`` with its hash computed."""
@@ -472,7 +526,7 @@ class PolicySnapshot:
             RoutingPolicy.from_dict(item, path=p.at(ppath, i), vocabulary=vocabulary)
             for i, item in enumerate(p.array(d["policies"], ppath))
         )
-        revision = p.integer(d.get("revision", 0), p.at(path, "revision"), lo=0, hi=2**53 - 1)
+        revision = p.integer(d.get("revision", 0), p.at(path, "revision"), lo=0, hi=MAX_REVISION)
         declared = d.get("content_hash")
         content_hash = (
             hash_policies(policies)

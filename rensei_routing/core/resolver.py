@@ -13,14 +13,10 @@ and the cost of a decision grows with the policies that could match it, not with
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from json.encoder import encode_basestring as _e
 from typing import Any, Final, Literal
 
-from .canonical import SHA256_PREFIX, canonical_bytes
-from .canonical import json_string as _s
-from .context import Account, RouteContext
+from .context import Account, ModelRequirement, RouteContext
 from .decision import (
     ADMINISTRATIVE_DISABLED,
     ADMINISTRATIVE_DRAINING,
@@ -62,7 +58,17 @@ from .decision import (
     RejectedAccount,
     RouteDecision,
 )
-from .policy import MATCH_DIMENSIONS, PolicySnapshot, RoutingPolicy, policy_canonical, rank_key
+from .ids import ScanMemo, decision_id
+from .policy import (
+    MATCH_DIMENSIONS,
+    PolicySnapshot,
+    RoutingPolicy,
+    account_key,
+    dimension_index,
+    policy_canonical,
+    rank_key,
+)
+from .redact import DEFAULT_REDACTOR, Redactor
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 
 __all__ = ["FULL_TRACE_LIMIT", "Trace", "decision_id", "explain", "explain_batch"]
@@ -72,7 +78,6 @@ Trace = Literal["auto", "full", "compact"]
 #: Under ``trace="auto"``, snapshots with at most this many policies get a full per-policy trace.
 FULL_TRACE_LIMIT: Final = 256
 
-_MAX_SAFE_INT: Final = 2**53 - 1
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
 
 
@@ -129,22 +134,11 @@ class _Group:
     def __init__(self, members: Sequence[int], policies: Sequence[RoutingPolicy]) -> None:
         self.members = tuple(members)
         self.enabled = 0
-        self.wild: list[int] = []
-        self.lookup: list[dict[Any, int]] = []
-        for bit, pos in enumerate(self.members):
-            if policies[pos].enabled:
+        group = [policies[pos] for pos in self.members]
+        for bit, policy in enumerate(group):
+            if policy.enabled:
                 self.enabled |= 1 << bit
-        for dim in MATCH_DIMENSIONS[1:]:
-            wild = 0
-            by_value: dict[Any, int] = {}
-            for bit, pos in enumerate(self.members):
-                values = policies[pos].match.dimension(dim)
-                if not values:
-                    wild |= 1 << bit
-                for value in values:
-                    by_value[value] = by_value.get(value, 0) | (1 << bit)
-            self.wild.append(wild)
-            self.lookup.append({value: mask | wild for value, mask in by_value.items()})
+        self.wild, self.lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
 
     def matched(self, keys: tuple[Any, ...]) -> list[int]:
         """Global positions of the enabled members matching ``keys`` on dimensions 2..6."""
@@ -242,40 +236,6 @@ def _compiled(snapshot: PolicySnapshot) -> _Compiled:
     return compiled
 
 
-def decision_id(
-    context: RouteContext,
-    *,
-    snapshot_hash: str,
-    snapshot_state: str,
-    policy_revision: int,
-    outcome: str,
-    reason: str,
-    policy_id: str | None,
-    account_id: str | None,
-    effective_model: str | None,
-) -> str:
-    """``sha256:`` + hex SHA-256 of the RFC 8785 form of::
-
-        {"account_id", "context", "effective_model", "outcome", "policy_id",
-         "policy_revision", "reason", "snapshot_hash", "snapshot_state"}
-
-    Same inputs, same id; anyone holding a decision record can recompute it.
-    """
-    if not 0 <= policy_revision <= _MAX_SAFE_INT:
-        # Outside RFC 8785's integer domain: let the general encoder say so.
-        canonical_bytes({"policy_revision": policy_revision})
-    text = (
-        f'{{"account_id":{_s(account_id)},"context":'
-        f"{context.canonical().decode('utf-8')},"
-        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
-        f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
-        f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
-        f'"snapshot_state":{_e(snapshot_state)}}}'
-    )
-    body = text.encode("utf-8")
-    return SHA256_PREFIX + hashlib.sha256(body).hexdigest()
-
-
 class _Resolution:
     """The mutable scratch of one decision; turned into a frozen RouteDecision at the end."""
 
@@ -309,86 +269,130 @@ class _Resolution:
         self.conflicting: tuple[str, ...] = ()
 
 
-def _account_reason(
-    account: Account, policy: RoutingPolicy, lane: frozenset[str] | None
-) -> str | None:
-    if not account.configured:
-        return NOT_CONFIGURED
-    admin = _ADMIN_REASON.get(account.administrative_state)
-    if admin is not None:
-        return admin
-    action = policy.action
-    if action.provider_lock is not None and account.provider_binding != action.provider_lock:
-        return PROVIDER_LOCK_MISMATCH
-    if action.account_pool and account.account_id not in action.account_pool:
-        return NOT_IN_POOL
-    if lane is not None and account.provider_binding not in lane:
-        return LITERAL_FAMILY_INCOMPATIBLE
-    return None
+def _lane(
+    requirement: ModelRequirement | None, mapped: str | None, vocabulary: Vocabulary
+) -> frozenset[str] | None:
+    """The provider bindings that alone may serve this decision, or ``None`` for any lane.
+
+    SEMANTICS step 5, "The Anthropic lane is required when": a literal family always keeps its
+    family's lane (an honest mapping stays on it; a dishonest one is rejected anyway). Otherwise
+    an explicit mapping decides by the mapped model's provenance (a capability included), and
+    without one a concrete id decides by its own. A bare alias (``opus``, ``sonnet``,
+    ``haiku``) counts as the provenance it stands for, as a requirement and as a mapped model.
+    """
+    if requirement is None:
+        return None
+    if requirement.kind == LITERAL_FAMILY:
+        family = vocabulary.literal_families.get(requirement.value.lower())
+        return frozenset() if family is None else family.provenance.provider_bindings
+    if mapped is not None:
+        provenance = vocabulary.lane_provenance(mapped)
+    elif requirement.kind == CONCRETE_MODEL:
+        provenance = vocabulary.lane_provenance(requirement.value)
+    else:
+        return None
+    return None if provenance is None else provenance.provider_bindings
 
 
-def _apply_policy(
-    res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, vocabulary: Vocabulary
-) -> None:
-    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy."""
+class _Call:
+    """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
+    the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
+
+    __slots__ = ("full", "lanes", "memo", "redactor", "state", "vocabulary")
+
+    def __init__(self, state: str, vocabulary: Vocabulary, full: bool, redactor: Redactor) -> None:
+        self.state = state
+        self.vocabulary = vocabulary
+        self.full = full
+        self.redactor = redactor
+        self.memo = ScanMemo(redactor)
+        self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
+
+    def lane(
+        self, requirement: ModelRequirement | None, mapped: str | None
+    ) -> frozenset[str] | None:
+        if requirement is None:
+            return None
+        key = (requirement.kind, requirement.value, mapped)
+        try:
+            return self.lanes[key]
+        except KeyError:
+            lane = self.lanes[key] = _lane(requirement, mapped, self.vocabulary)
+            return lane
+
+
+def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, call: _Call) -> None:
+    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy.
+
+    The accounts are judged even when the model step failed, so the explanation says whether
+    any account could have served; the outcome and reason are then the model step's.
+    """
     action = policy.action
     requirement = ctx.model_requirement
     model: str | None = None
-    lane: frozenset[str] | None = None
+    mapped: str | None = None
+    failed: tuple[str, str] | None = None
     if requirement is not None:
         mapped = action.mapped_model(requirement.key)
         if mapped is not None:
-            if requirement.kind == LITERAL_FAMILY and not vocabulary.satisfied_by(
+            if requirement.kind == LITERAL_FAMILY and not call.vocabulary.satisfied_by(
                 requirement.kind, requirement.value, mapped
             ):
-                res.outcome, res.reason = REJECTED, LITERAL_FAMILY_UNSATISFIABLE
-                return
-            if not action.allows(mapped):
-                res.outcome, res.reason = REJECTED, MODEL_NOT_ALLOWED
-                return
-            model = mapped
+                failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
+            elif not action.allows(mapped):
+                failed = (REJECTED, MODEL_NOT_ALLOWED)
+            else:
+                model = mapped
         elif requirement.kind == CONCRETE_MODEL:
-            if not action.allows(requirement.value):
-                res.outcome, res.reason = REJECTED, MODEL_NOT_ALLOWED
-                return
-            model = requirement.value
+            if action.allows(requirement.value):
+                model = requirement.value
+            else:
+                failed = (REJECTED, MODEL_NOT_ALLOWED)
         elif requirement.kind == CAPABILITY:
-            res.outcome, res.reason = HELD, CAPABILITY_UNMAPPED
-            return
-        # A literal family keeps its lane whatever a mapping did; a concrete id of a known
-        # provenance keeps it unless a mapping moved the model.
-        if requirement.kind == LITERAL_FAMILY:
-            family = vocabulary.literal_families.get(requirement.value.lower())
-            lane = frozenset() if family is None else family.provenance.provider_bindings
-        elif requirement.kind == CONCRETE_MODEL:
-            provenance = vocabulary.provenance_of(requirement.value)
-            # "Unless a mapping moved the model": a mapping to itself, or to another model of
-            # the same provenance, moved nothing that would make another lane honest.
-            if provenance is not None and (mapped is None or provenance.claims(mapped)):
-                lane = provenance.provider_bindings
+            failed = (HELD, CAPABILITY_UNMAPPED)
+    lane = call.lane(requirement, mapped)
+    pool = action.pool_order() if action.account_pool else None
+    lock = action.provider_lock
     eligible: list[Account] = []
     rejected: list[RejectedAccount] = []
     for account in ctx.accounts:
-        why = _account_reason(account, policy, lane)
+        # Each entry on its own, in SEMANTICS order (inlined: this loop is the hot path).
+        why: str | None
+        if not account.configured:
+            why = NOT_CONFIGURED
+        else:
+            why = _ADMIN_REASON.get(account.administrative_state)
+            if why is not None:
+                pass
+            elif lock is not None and account.provider_binding != lock:
+                why = PROVIDER_LOCK_MISMATCH
+            elif pool is not None and account_key(account.account_id) not in pool:
+                why = NOT_IN_POOL
+            elif lane is not None and account.provider_binding not in lane:
+                why = LITERAL_FAMILY_INCOMPATIBLE
         if why is None:
             eligible.append(account)
         else:
             rejected.append(RejectedAccount(account_id=account.account_id, reason=why))
+    # Stable sorts: entries that share an id keep their context order.
     if len(eligible) > 1:
-        if action.account_pool:
-            order = action.pool_order()
-            eligible.sort(key=lambda a: order[a.account_id])
+        if pool is not None:
+            eligible.sort(key=lambda a: pool[account_key(a.account_id)])
         else:
             eligible.sort(key=lambda a: a.account_id)
     if len(rejected) > 1:
         rejected.sort(key=lambda r: r.account_id)
     res.eligible = tuple(a.account_id for a in eligible)
     res.rejected = tuple(rejected)
+    if failed is not None:
+        res.outcome, res.reason = failed
+        return
     if not eligible:
         res.outcome = REJECTED if action.on_unavailable == "reject" else HELD
         lane_excluded = any(r.reason == LITERAL_FAMILY_INCOMPATIBLE for r in rejected)
         res.reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
         return
+    # The chosen *entry*: with duplicate ids, its own binding, not another entry's.
     chosen = eligible[0]
     res.outcome, res.reason = SELECTED, MATCHED_POLICY
     res.account_id = chosen.account_id
@@ -397,13 +401,9 @@ def _apply_policy(
 
 
 def _resolve(
-    ctx: RouteContext,
-    snapshot: PolicySnapshot,
-    state: str,
-    compiled: _Compiled,
-    vocabulary: Vocabulary,
-    full_trace: bool,
+    ctx: RouteContext, snapshot: PolicySnapshot, compiled: _Compiled, call: _Call
 ) -> RouteDecision:
+    state, full_trace = call.state, call.full
     trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None
     unlisted = 0
     if state == STATE_CORRUPT:
@@ -441,7 +441,7 @@ def _resolve(
                 res.conflicting = tuple(sorted({policies[pos].id for pos in winners}))
             else:
                 res.policy_id = first.id
-                _apply_policy(res, first, ctx, vocabulary)
+                _apply_policy(res, first, ctx, call)
     did = decision_id(
         ctx,
         snapshot_hash=snapshot.content_hash,
@@ -452,6 +452,8 @@ def _resolve(
         policy_id=res.policy_id,
         account_id=res.account_id,
         effective_model=res.model,
+        redactor=call.redactor,
+        memo=call.memo,
     )
     return RouteDecision(
         decision_id=did,
@@ -532,6 +534,7 @@ def explain(
     snapshot_state: str = "ok",
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
 ) -> RouteDecision:
     """Resolve one context against one snapshot. Never raises for values built by ``from_dict``.
 
@@ -539,12 +542,15 @@ def explain(
     snapshot holds with ``snapshot-unavailable``, an absent one resolves normally. ``trace``
     picks the explanation's detail: ``full`` lists every policy with its reason, ``compact``
     lists the matched policies and counts the rest, ``auto`` is full up to
-    ``FULL_TRACE_LIMIT`` policies.
+    ``FULL_TRACE_LIMIT`` policies. ``redactor`` is the one the host's audit log redacts
+    records with: the decision id is computed over the redacted fields (see
+    :mod:`rensei_routing.core.ids`), so it can be recomputed from a stored record and never
+    depends on a redacted secret.
     """
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return _resolve(context, snapshot, state, compiled, vocabulary, full)
+    return _resolve(context, snapshot, compiled, _Call(state, vocabulary, full, redactor))
 
 
 def explain_batch(
@@ -554,6 +560,7 @@ def explain_batch(
     snapshot_state: str = "ok",
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
 ) -> list[RouteDecision]:
     """Resolve many contexts against ONE snapshot: every row sees the same revision.
 
@@ -562,4 +569,5 @@ def explain_batch(
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return [_resolve(ctx, snapshot, state, compiled, vocabulary, full) for ctx in contexts]
+    call = _Call(state, vocabulary, full, redactor)
+    return [_resolve(ctx, snapshot, compiled, call) for ctx in contexts]

@@ -115,6 +115,10 @@ class VocabularyExtension:
     request_faces: frozenset[str] = frozenset()
     transports: frozenset[str] = frozenset()
     legacy_mechanisms: frozenset[str] = frozenset()
+    #: ``(alias, provenance)`` pairs: bare model names (``opus``) that carry a provenance, so a
+    #: concrete requirement naming one needs that provenance's lane. An alias with another
+    #: provenance from another plugin is a conflict.
+    model_aliases: tuple[tuple[str, Provenance], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,9 +133,22 @@ class Vocabulary:
     request_faces: frozenset[str]
     transports: frozenset[str]
     legacy_mechanisms: frozenset[str]
+    #: Bare model names that stand for a provenance without matching its pattern: the Claude
+    #: CLI accepts ``opus``, ``sonnet`` and ``haiku`` (keys are stripped and lowercased).
+    model_aliases: Mapping[str, Provenance] = field(default_factory=lambda: MappingProxyType({}))
     administrative_states: frozenset[str] = frozenset({"active", "disabled", "draining"})
     on_unavailable: frozenset[str] = frozenset({"hold", "reject"})
     selections: frozenset[str] = frozenset({"ordered"})
+    #: The families' distinct provenances, in family-name order (what provenance_of tries).
+    _provenances: tuple[Provenance, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        distinct: list[Provenance] = []
+        for name in sorted(self.literal_families):
+            provenance = self.literal_families[name].provenance
+            if not any(provenance is seen for seen in distinct):
+                distinct.append(provenance)
+        object.__setattr__(self, "_provenances", tuple(distinct))
 
     def as_extension(self) -> VocabularyExtension:
         """Every extensible word of this vocabulary, as one extension (families sorted by name)."""
@@ -144,6 +161,7 @@ class Vocabulary:
             request_faces=self.request_faces,
             transports=self.transports,
             legacy_mechanisms=self.legacy_mechanisms,
+            model_aliases=tuple(sorted(self.model_aliases.items(), key=lambda kv: kv[0])),
         )
 
     def canonical_worker_role(self, principal: str | None) -> str | None:
@@ -158,11 +176,19 @@ class Vocabulary:
 
     def provenance_of(self, model: str) -> Provenance | None:
         """The provenance of the first literal family (by name) that claims ``model``, if any."""
-        for name in sorted(self.literal_families):
-            provenance = self.literal_families[name].provenance
+        for provenance in self._provenances:
             if provenance.claims(model):
                 return provenance
         return None
+
+    def lane_provenance(self, model: str) -> Provenance | None:
+        """The provenance whose lanes must serve ``model``: its own (:meth:`provenance_of`), or
+        the one a bare alias (``haiku``, stripped and lowercased) stands for; ``None`` if neither.
+        """
+        provenance = self.provenance_of(model)
+        if provenance is None and self.model_aliases:
+            provenance = self.model_aliases.get(model.strip().lower())
+        return provenance
 
     def satisfied_by(self, kind: str, value: str, model: str) -> bool:
         """Whether ``model`` satisfies the requirement ``(kind, value)``.
@@ -188,17 +214,26 @@ class Vocabulary:
         request_faces: Iterable[str] = (),
         transports: Iterable[str] = (),
         legacy_mechanisms: Iterable[str] = (),
+        model_aliases: Mapping[str, Provenance] | None = None,
     ) -> Vocabulary:
-        """A new vocabulary with these names added. A family name already present is an error.
+        """A new vocabulary with these names added. A family name or alias already present is
+        an error.
 
         Raises:
-            ConfigurationError: a literal family of the same name is already defined.
+            ConfigurationError: a literal family of the same name, or the same alias, is
+                already defined.
         """
         families = dict(self.literal_families)
         for family in literal_families:
             if family.name in families:
                 raise ConfigurationError(f"literal family {family.name!r} is already defined")
             families[family.name] = family
+        aliases = dict(self.model_aliases)
+        for alias, provenance in (model_aliases or {}).items():
+            key = alias.strip().lower()
+            if key in aliases:
+                raise ConfigurationError(f"model alias {key!r} is already defined")
+            aliases[key] = provenance
         return replace(
             self,
             roles=self.roles | _frozen(r.lower() for r in roles),
@@ -209,6 +244,7 @@ class Vocabulary:
             request_faces=self.request_faces | _frozen(request_faces),
             transports=self.transports | _frozen(transports),
             legacy_mechanisms=self.legacy_mechanisms | _frozen(legacy_mechanisms),
+            model_aliases=MappingProxyType(aliases),
         )
 
 
@@ -227,6 +263,9 @@ DEFAULT_VOCABULARY: Final = Vocabulary(
         }
     ),
     capability_classes=frozenset({"high-reasoning", "balanced"}),
+    model_aliases=MappingProxyType(
+        {alias: ANTHROPIC_PROVENANCE for alias in ("opus", "sonnet", "haiku")}
+    ),
     provider_bindings=frozenset({"anthropic", "zai-harness"}),
     repo_classes=frozenset({"hydraflow", "client", "personal"}),
     request_faces=frozenset({"agentic", "one-shot", "unknown"}),

@@ -18,17 +18,19 @@ from ..core import _parse as p
 from ..core.canonical import SHA256_PREFIX
 from ..core.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
 from ..core.policy import (
+    MAX_REVISION,
     PolicySnapshot,
     RoutingPolicy,
     policy_canonical,
 )
-from ..core.validation import validate_policies
+from ..core.validation import validate
 from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import (
     CorruptSnapshotError,
     InputError,
     NotFoundError,
     PolicyValidationError,
+    RevisionLimitError,
 )
 from .db import store_error
 
@@ -112,6 +114,12 @@ class PolicyStore:
         return int(row[0]), str(row[1]), _as_bytes(row[2])
 
     def _decode(self, revision: int, content_hash: str, body: bytes) -> SnapshotLoad:
+        if not 0 <= revision <= MAX_REVISION:  # only a hand edit puts one there
+            return SnapshotLoad(
+                state=STATE_CORRUPT,
+                snapshot=PolicySnapshot.empty(),
+                detail=f"revision number {revision} is outside 0..{MAX_REVISION}",
+            )
         try:
             doc = json.loads(body.decode("utf-8"))
             path = f"revision {revision}"
@@ -182,14 +190,16 @@ class PolicyStore:
         body does not, so no number is ever reused) and keeps the corrupt row as evidence.
 
         Raises:
-            PolicyValidationError: carrying every validation issue.
+            PolicyValidationError: carrying the listed validation issues and the count of
+                the rest (the report is capped; see ``validate``).
             CorruptSnapshotError: the current revision is corrupt (its bytes are untouched).
+            RevisionLimitError: the next revision number would pass 2**53 - 1.
             StoreError: the database could not be written.
         """
         items = tuple(policies)
-        issues = validate_policies(items, vocabulary=self._vocabulary)
-        if issues:
-            raise PolicyValidationError(issues)
+        report = validate(items, vocabulary=self._vocabulary)
+        if not report:
+            raise PolicyValidationError(report.issues, omitted=report.omitted)
         body = _encode(items)
         content_hash = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
         try:
@@ -204,6 +214,11 @@ class PolicyStore:
                             "--over-corrupt)"
                         )
                 revision = 1 if current is None else current[0] + 1
+                if not 0 < revision <= MAX_REVISION:
+                    raise RevisionLimitError(
+                        f"no revision number left after {current[0] if current else 0}: "
+                        f"revisions stop at {MAX_REVISION}; nothing was saved"
+                    )
                 self._conn.execute(
                     "INSERT INTO policy_revisions(revision, content_hash, body, saved_at) "
                     "VALUES (?, ?, ?, ?)",

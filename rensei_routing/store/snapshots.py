@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import apsw
 
 from ..core.canonical import SHA256_PREFIX, canonical_bytes
-from ..core.org import OrgData, ValidatorResult, compile_sections, run_builtin_validators
+from ..core.org import OrgData, builtin_validators, compile_sections
 from ..core.policy import PolicySnapshot
 from ..core.snapshot import RulesetSnapshot, check_succession, seal, verify_snapshot
+from ..core.validators import SnapshotValidator, ValidatorResult, run_validators
+from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import (
     InputError,
     NotFoundError,
@@ -29,9 +31,6 @@ from ..errors import (
 )
 
 __all__ = ["CompileResult", "OrgStore", "SnapshotInfo", "SnapshotStore"]
-
-#: ``validator(sections) -> results``: extra validators (plugins) run after the built-in ones.
-ExtraValidators = Callable[[Mapping[str, Any]], Iterable[ValidatorResult]]
 
 
 def _as_bytes(value: object) -> bytes:
@@ -137,20 +136,21 @@ class SnapshotStore:
         compiled_at: str,
         signing_key_id: str,
         sign: Callable[[bytes], bytes],
-        extra_validators: ExtraValidators | None = None,
+        validators: Sequence[SnapshotValidator] = (),
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     ) -> CompileResult:
-        """Compile the five sections, run the validators, and publish the next revision
-        signed with ``sign``, all in one write transaction. A failing validator publishes
-        nothing.
+        """Compile the five sections, run the built-in validators and then ``validators`` (the
+        plugins'), and publish the next revision signed with ``sign``, all in one write
+        transaction. A failing validator (one that finds a problem, raises, or answers the
+        wrong type) publishes nothing.
 
         Raises:
             SnapshotValidationError: naming every failing validator and its problems.
             StoreError: the database could not be written.
         """
         sections = compile_sections(org, policies)
-        results = list(run_builtin_validators(sections, policies, policy_state=policy_state))
-        if extra_validators is not None:
-            results.extend(extra_validators(sections))
+        checks = builtin_validators(policies, policy_state=policy_state, vocabulary=vocabulary)
+        results = run_validators((*checks, *validators), sections)
         failed = [r for r in results if not r.ok]
         if failed:
             raise SnapshotValidationError(tuple(failed))
@@ -220,8 +220,7 @@ class SnapshotStore:
                         f"compiledAt {compiled_at} is not later than {held.compiled_at}"
                     )
                 self._conn.execute(
-                    "UPDATE ruleset_snapshots SET compiled_at = ?, envelope = ? "
-                    "WHERE revision = ?",
+                    "UPDATE ruleset_snapshots SET compiled_at = ?, envelope = ? WHERE revision = ?",
                     (compiled_at, fresh.to_bytes(), held.revision),
                 )
         except apsw.Error as e:
