@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core.chain import AuditRecord
 from ..core.decision import STATE_ABSENT, RouteDecision
+from ..core.freshness import StampedDecision
 from ..core.policy import PolicySnapshot
 from ..errors import HomeError
 from ..plugins import has_observers, notify_recorded
@@ -74,7 +75,7 @@ def notify_observers(records: Iterable[AuditRecord]) -> None:
         note(f"warning: {failure}")
 
 
-def record_decisions(home: Path, decisions: Sequence[RouteDecision]) -> None:
+def record_decisions(home: Path, decisions: Sequence[RouteDecision | StampedDecision]) -> None:
     """Append each decision to the home's audit log in one transaction, then notify observers."""
     pm = session().pm
     records: list[AuditRecord] = []

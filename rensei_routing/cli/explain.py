@@ -8,10 +8,14 @@ from pathlib import Path
 import click
 
 from ..core.decision import RouteDecision
+from ..core.freshness import Freshness, StampedDecision, format_age
 from ..core.policy import RUNG_NAMES, PolicySnapshot
 from ..core.resolver import explain, explain_batch
 from ..core.validation import validate_policies
+from ..errors import InputError, SnapshotError
+from ..host.cache import HostCache
 from ..store.home import Home
+from ._clock import now
 from ._inputs import read_context, read_context_lines, read_policy_file
 from ._output import emit, json_text, note, printable
 from ._root import F, cli, echo_json, home_option, json_option
@@ -21,8 +25,39 @@ from ._store import load_current_snapshot, record_decisions
 _MARK = {"matched": "+", "outranked": "~"}
 
 
-def _snapshot(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
-    """The snapshot to resolve against: ``--policies FILE``, else the store's current revision."""
+def _snapshot(
+    policies: Path | None, home: Path, cached: bool = False
+) -> tuple[PolicySnapshot, str, Freshness]:
+    """The snapshot to resolve against and its stamp: ``--snapshot`` (the host's cached ruleset
+    snapshot, aged now), else ``--policies FILE``, else the store's current revision (live).
+
+    Raises:
+        ExpiredError: the cached snapshot is past RefuseAfter (a typed refusal, never a guess).
+        SnapshotError: no cached snapshot, or it does not verify.
+    """
+    if cached:
+        if policies is not None:
+            raise click.UsageError("--snapshot and --policies are exclusive")
+        cache = HostCache(Path(home) / "host")
+        snap, fresh = cache.current(now=now(), config=cache.config())
+        bundle = snap.sections.get("policyBundle")
+        try:
+            policy_set = PolicySnapshot.from_dict(
+                bundle, path="policyBundle", vocabulary=session().vocabulary()
+            )
+        except InputError as e:
+            raise SnapshotError(f"cached snapshot {snap.ruleset_rev}: {e}") from e
+        if fresh.degraded:
+            note(
+                f"warning: ruleset snapshot {snap.ruleset_rev} is degraded (age {fresh.age_ms} ms)"
+            )
+        return policy_set, policy_set.state(), fresh
+    snapshot, state = _snapshot_live(policies, home)
+    return snapshot, state, Freshness.live()
+
+
+def _snapshot_live(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
+    """``--policies FILE``, else the store's current revision."""
     if policies is not None:
         vocabulary = session().vocabulary()
         snapshot = read_policy_file(policies, vocabulary=vocabulary)
@@ -58,13 +93,23 @@ def _policies_option(f: F) -> F:
     )(f)
 
 
+def _cached_option(f: F) -> F:
+    return click.option(
+        "--snapshot",
+        "cached",
+        is_flag=True,
+        help="Resolve against the host's cached ruleset snapshot (rensei host sync); each "
+        "decision then carries rulesetRev, snapshotAgeMs and degraded.",
+    )(f)
+
+
 def _record_option(f: F) -> F:
     return click.option(
         "--record", is_flag=True, help="Append each decision to the home's audit log."
     )(f)
 
 
-def render_decision(decision: RouteDecision) -> str:
+def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> str:
     """A readable, self-contained explanation of one decision. Each line is made printable on
     its own, so a value holding a newline, carriage return or escape sequence can neither drive
     the terminal nor forge a line."""
@@ -90,6 +135,12 @@ def render_decision(decision: RouteDecision) -> str:
         f"  snapshot    revision {decision.policy_revision}, {decision.snapshot_state}, "
         f"{decision.snapshot_hash}"
     )
+    if stamp is not None and stamp.ruleset_rev is not None:
+        flag = ", degraded" if stamp.degraded else ""
+        lines.append(
+            f"  ruleset     {stamp.ruleset_rev} (cached snapshot, age "
+            f"{format_age(stamp.age_ms or 0)}{flag})"
+        )
     lines.append(f"  decision    {decision.decision_id}")
     if ex.considered or ex.unlisted_policy_count:
         lines.append("policies (best first):")
@@ -116,12 +167,19 @@ def render_decision(decision: RouteDecision) -> str:
 @cli.command(name="explain")
 @click.argument("context")
 @_policies_option
+@_cached_option
 @_trace_option
 @_record_option
 @home_option
 @json_option
 def explain_cmd(
-    context: str, policies: Path | None, trace: str, record: bool, home: Path, json_: bool
+    context: str,
+    policies: Path | None,
+    cached: bool,
+    trace: str,
+    record: bool,
+    home: Path,
+    json_: bool,
 ) -> None:
     """Resolve one CONTEXT (a file, '-' for stdin, or inline JSON) and explain the decision."""
     if record:
@@ -130,24 +188,26 @@ def explain_cmd(
         ).info()  # refuse before resolving: a decision that cannot be recorded is not shown
     vocabulary = session().vocabulary()
     ctx = read_context(context, vocabulary=vocabulary)
-    snapshot, state = _snapshot(policies, home)
+    snapshot, state, stamp = _snapshot(policies, home, cached)
     decision = explain(ctx, snapshot, snapshot_state=state, trace=trace, vocabulary=vocabulary)  # type: ignore[arg-type]
+    stamped = StampedDecision(decision, stamp)
     if record:
-        record_decisions(home, [decision])
+        record_decisions(home, [stamped])
     if json_:
-        echo_json(decision.to_dict())
+        echo_json(stamped.to_dict())
     else:
-        emit(render_decision(decision))
+        emit(render_decision(decision, stamp))
 
 
 @cli.command(name="explain-batch")
 @click.argument("contexts", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @_policies_option
+@_cached_option
 @_trace_option
 @_record_option
 @home_option
 def explain_batch_cmd(
-    contexts: Path, policies: Path | None, trace: str, record: bool, home: Path
+    contexts: Path, policies: Path | None, cached: bool, trace: str, record: bool, home: Path
 ) -> None:
     """Resolve every context of a JSON Lines file against ONE snapshot; one JSON decision a line.
 
@@ -157,7 +217,7 @@ def explain_batch_cmd(
         Home(home).info()
     vocabulary = session().vocabulary()
     items = read_context_lines(contexts, vocabulary=vocabulary)
-    snapshot, state = _snapshot(policies, home)
+    snapshot, state, stamp = _snapshot(policies, home, cached)
     decisions = explain_batch(
         items,
         snapshot,
@@ -165,7 +225,8 @@ def explain_batch_cmd(
         trace=trace,  # type: ignore[arg-type]
         vocabulary=vocabulary,
     )
+    stamped = [StampedDecision(d, stamp) for d in decisions]
     if record:
-        record_decisions(home, decisions)
-    for decision in decisions:
-        emit(json_text(decision.to_dict(), indent=None))
+        record_decisions(home, stamped)
+    for item in stamped:
+        emit(json_text(item.to_dict(), indent=None))

@@ -24,6 +24,9 @@ __all__ = [
     "RouteDecision",
 ]
 
+#: The stamp members a recorded decision may carry besides the decision's own fields.
+STAMP_FIELDS: Final = ("rulesetRev", "snapshotAgeMs", "degraded")
+
 # Outcomes.
 SELECTED: Final = "selected"
 HELD: Final = "held"
@@ -370,6 +373,9 @@ class RouteDecision:
                 "account_id",
                 "provider_binding",
                 "effective_model",
+                # document 000's snapshot stamp, on a decision as the CLI records it; read by
+                # ``core.freshness.StampedDecision.from_dict``, not part of a RouteDecision
+                *STAMP_FIELDS,
             ),
         )
         epath = p.at(path, "explanation")

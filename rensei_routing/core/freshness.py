@@ -11,6 +11,9 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from ..errors import ConfigurationError, ExpiredError, FutureSnapshotError
+from . import _parse as p
+from .canonical import json_string
+from .decision import RouteDecision
 
 __all__ = [
     "DEFAULT_DEGRADED_AFTER",
@@ -18,6 +21,7 @@ __all__ = [
     "DEFAULT_REFUSE_AFTER",
     "Freshness",
     "FreshnessPolicy",
+    "StampedDecision",
     "age_of",
 ]
 
@@ -112,3 +116,60 @@ def format_age(age_ms: int) -> str:
         return f"{minutes}m{seconds:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+class StampedDecision:
+    """A decision as the CLI shows and records it: the resolver's decision (the fields of
+    SEMANTICS.md) plus document 000's snapshot stamp (``rulesetRev``, ``snapshotAgeMs``,
+    ``degraded``). A decision from the live store is stamped :meth:`Freshness.live` (``null``,
+    ``null``, ``false``), so the two shapes are always distinguishable. The stamp is not part
+    of the decision id.
+    """
+
+    __slots__ = ("decision", "freshness")
+
+    def __init__(self, decision: RouteDecision, freshness: Freshness) -> None:
+        self.decision = decision
+        self.freshness = freshness
+
+    @classmethod
+    def from_dict(cls, data: Any, **kwargs: Any) -> StampedDecision:
+        """Read a recorded decision back with its stamp (``kwargs`` go to
+        ``RouteDecision.from_dict``); a decision recorded without a stamp reads as live.
+
+        Raises:
+            MalformedError: naming the offending field.
+        """
+        decision = RouteDecision.from_dict(data, **kwargs)
+        path = kwargs.get("path", "")
+        rev, age = data.get("rulesetRev"), data.get("snapshotAgeMs")
+        return cls(
+            decision,
+            Freshness(
+                ruleset_rev=p.opt_string(rev, p.at(path, "rulesetRev"), max_len=256),
+                age_ms=None
+                if age is None
+                else p.integer(age, p.at(path, "snapshotAgeMs"), lo=0, hi=2**53 - 1),
+                degraded=p.boolean(data.get("degraded", False), p.at(path, "degraded")),
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.decision.to_dict()
+        out.update(self.freshness.to_dict())
+        return out
+
+    def canonical(self) -> bytes:
+        """RFC 8785 bytes of :meth:`to_dict`: the decision's own canonical bytes with the stamp's
+        three members spliced in at their sorted places (tested equal to the encoder). A JSON
+        string never holds an unescaped quote, so the member names found are top-level ones."""
+        text = self.decision.canonical().decode("utf-8")
+        f = self.freshness
+        rev = "null" if f.ruleset_rev is None else json_string(f.ruleset_rev)
+        age = "null" if f.age_ms is None else str(f.age_ms)
+        head, sep, tail = text.partition(',"effective_model":')
+        degraded = "true" if f.degraded else "false"
+        text = f'{head},"degraded":{degraded}{sep}{tail}'
+        cut = text.rfind(',"snapshot_hash":')
+        text = f'{text[:cut]},"rulesetRev":{rev},"snapshotAgeMs":{age}{text[cut:]}'
+        return text.encode("utf-8")

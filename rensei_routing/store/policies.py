@@ -172,8 +172,7 @@ class PolicyStore:
         """
         try:
             row = self._conn.execute(
-                "SELECT revision, content_hash FROM policy_revisions "
-                "ORDER BY revision DESC LIMIT 1"
+                "SELECT revision, content_hash FROM policy_revisions ORDER BY revision DESC LIMIT 1"
             ).fetchone()
         except apsw.Error as e:
             raise store_error("cannot read policy revisions", e, self._conn.filename) from e
