@@ -42,8 +42,8 @@ from rensei_routing.core.shadow import Classifier, Seam, Stage, classify_legacy_
 __all__ = ["SEAMS", "ordered_classifier", "register_seams"]
 
 _TAIL: Final = ("fleet-ratchet", "repo-provider", "credit-failover")
-AGENTIC_STAGES: Final = ("role-dial", "default", *_TAIL)
-LIGHTWEIGHT_STAGES: Final = ("role-dial", "maintenance-default", *_TAIL)
+AGENTIC_STAGES: Final = ("default", "role-dial", *_TAIL)
+LIGHTWEIGHT_STAGES: Final = ("maintenance-default", "role-dial", *_TAIL)
 
 
 def ordered_classifier(seam: str, order: Sequence[str]) -> Classifier:

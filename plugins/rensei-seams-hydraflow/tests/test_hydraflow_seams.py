@@ -36,7 +36,8 @@ def test_four_seams_with_their_faces_and_ordered_stages(rensei_pm: RenseiPluginM
     for name, (face, dial, default) in EXPECTED.items():
         seam = registry.get(name)
         assert seam.request_face == face
-        assert seam.stages == (dial, default, "fleet-ratchet", "repo-provider", "credit-failover")
+        # the default first: a route-only spawn that names no mechanism ran on the default
+        assert seam.stages == (default, dial, "fleet-ratchet", "repo-provider", "credit-failover")
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
