@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -89,9 +90,13 @@ def _serve(control: Path, port: int = 0) -> tuple[subprocess.Popen[str], int, An
     return proc, int(found.group(1)), ctx
 
 
-def _stop(proc: subprocess.Popen[str], ctx: Any) -> None:
+def _stop(proc: subprocess.Popen[str], ctx: Any, token: str) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0  # graceful shutdown on SIGTERM
+    assert proc.stderr is not None
+    log = proc.stderr.read()
+    assert "GET /api/daemon/ruleset-snapshot 200" in log  # the access log names requests...
+    assert token not in log  # ...and never the bearer token
     ctx.__exit__(None, None, None)
 
 
@@ -125,6 +130,8 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
     rensei("init", "--home", str(host))
     rensei("host", "trust", str(control / "keys" / "host.pub"), "--home", str(host))
     token = control / "keys" / "serve.token"
+    assert token.stat().st_mode & 0o777 == 0o600  # created by init, private
+    secret = token.read_text().strip()
 
     serve, port, serve_ctx = _serve(control)
     endpoint = f"http://127.0.0.1:{port}"
@@ -144,13 +151,34 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
         _wait_for(lambda: _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@2")
 
         # the outage: the endpoint becomes unreachable
-        _stop(serve, serve_ctx)
+        _stop(serve, serve_ctx, secret)
         _wait_for(lambda: (_status(host)["lastFetch"] or {}).get("ok") is False)
         assert _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@2"
 
-    # the host restarts mid-outage and still serves the same revision, from its disk copy
-    with background("host", "run", "--interval", "0.2", "--jitter", "0", "--home", str(host)):
+    # the host restarts mid-outage and still serves the same revision, from its disk copy; its
+    # local HTTP API reports the same status as `host status`
+    with background(
+        "host",
+        "run",
+        "--interval",
+        "0.2",
+        "--jitter",
+        "0",
+        "--listen",
+        "127.0.0.1:0",
+        "--home",
+        str(host),
+    ) as run:
+        assert run.stderr is not None
+        line = run.stderr.readline()
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/api/daemon/routing/config", line)
+        assert found, line
         time.sleep(0.6)
+        url = f"http://127.0.0.1:{found.group(1)}/api/daemon/routing/config"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            served = json.loads(response.read())
+        assert served["snapshot"]["rulesetRev"] == "org_a1b2c3@2"
+        assert served["source"]["endpoint"] == endpoint
         status = _status(host)
         assert status["snapshot"]["rulesetRev"] == "org_a1b2c3@2"
         assert status["lastFetch"]["ok"] is False
@@ -185,7 +213,7 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
     with background("host", "run", "--interval", "0.2", "--jitter", "0", "--home", str(host)):
         _wait_for(lambda: _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@3")
     assert _status(host)["lastFetch"]["ok"] is True
-    _stop(serve, serve_ctx)
+    _stop(serve, serve_ctx, secret)
 
     # every claim decision is in the host's audit log with its snapshot fields, and it verifies
     rensei("audit", "verify", "--home", str(host))

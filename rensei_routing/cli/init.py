@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..control import ensure_serve_token
 from ..store.home import DEFAULT_ORG, Home
 from ._output import emit, note, printable
 from ._root import cli, echo_json, home_option, json_option
@@ -21,8 +22,10 @@ from ._root import cli, echo_json, home_option, json_option
 @home_option
 @json_option
 def init(org: str | None, home: Path, json_: bool) -> None:
-    """Create the home, its SQLite store and the host signing key (idempotent)."""
+    """Create the home, its SQLite store, the host signing key and the snapshot endpoint's
+    bearer token (idempotent; an existing key or token is never replaced)."""
     info = Home(home).init(org=org)
+    ensure_serve_token(Home(home))
     for warning in info.warnings:
         note(f"warning: {warning}")
     where = info.path.resolve()
