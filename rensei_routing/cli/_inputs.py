@@ -6,13 +6,13 @@ Every failure is a typed :class:`InputError` whose message names the source (fil
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core._parse import STRICT_DECODER
 from ..core.context import RouteContext
 from ..core.policy import PolicySnapshot, hash_policies
 from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
@@ -24,25 +24,15 @@ T = TypeVar("T")
 _JSON_WHITESPACE = " \t\r\n"
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            # Last-one-wins would let two readers of one content-addressed document disagree.
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
 def parse_json(text: str, source: str) -> Any:
-    """One JSON document. Refuses duplicate keys; a number too long to convert or nesting too
-    deep to parse is a clear error, not a traceback.
+    """One JSON document. Refuses duplicate keys and NaN/Infinity; a number too long to convert
+    or nesting too deep to parse is a clear error, not a traceback.
 
     Raises:
         MalformedError: naming ``source``.
     """
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        return STRICT_DECODER.decode(text)
     except RecursionError as e:
         raise MalformedError(source, "not valid JSON: nested too deeply") from e
     except ValueError as e:  # JSONDecodeError, duplicate keys, over-long integers

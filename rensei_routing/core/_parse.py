@@ -5,8 +5,9 @@ Pure: no I/O. Used only by the ``from_dict`` constructors of the core value type
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from ..errors import MalformedError
 
@@ -118,3 +119,29 @@ def array(value: Any, path: Path) -> list[Any]:
     if not isinstance(value, (list, tuple)):
         raise fail(path, f"expected an array, got {_type_name(value)}")
     return list(value)
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` refusing a duplicate key (``ValueError``): last-one-wins would let
+    two readers of one document disagree."""
+    out = dict(pairs)
+    if len(out) != len(pairs):  # the C dict constructor, then one comparison: the fast check
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+    return out
+
+
+def no_constant(name: str) -> Any:
+    """``parse_constant`` refusing ``NaN``, ``Infinity`` and ``-Infinity`` (``ValueError``)."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+#: The strict decoder for every JSON we read (input files, stored payloads, snapshots): the C
+#: scanner, no duplicate keys, no NaN/Infinity. ``decode`` also refuses trailing data.
+STRICT_DECODER: Final = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=no_constant)
+#: The same without the duplicate-key check, for text already proven to be the canonical bytes
+#: (a matching hash: canonical JSON has no duplicate keys).
+PLAIN_DECODER: Final = json.JSONDecoder(parse_constant=no_constant)

@@ -23,7 +23,6 @@ here.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from json.encoder import encode_basestring as _e
 from typing import Any, Final, Literal
 
 from ..errors import MalformedError
+from . import _parse as p
 from .canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
 from .note import (
     NOTE_MAX_BYTES,
@@ -275,26 +275,6 @@ class AuditRecord:
         return out
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):  # the C dict constructor, then one comparison: the fast check
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"duplicate key {key!r}")
-            seen.add(key)
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-#: One decoder for every stored payload: the C scanner, refusing what the CLI refuses in input
-#: (duplicate keys, whose last-one-wins would let two readers disagree; NaN and Infinity).
-_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-
-
 def _parse_payload(data: bytes) -> Any:
     """Stored payload bytes as a JSON value: strictly UTF-8 (``json.loads`` would also guess
     UTF-16/32 from the bytes), no duplicate key, no ``NaN``/``Infinity``, nothing after it.
@@ -303,7 +283,7 @@ def _parse_payload(data: bytes) -> Any:
         ValueError: not UTF-8 (``UnicodeDecodeError``) or not such JSON.
         RecursionError: nested too deeply to parse.
     """
-    return _DECODER.decode(data.decode("utf-8"))
+    return p.STRICT_DECODER.decode(data.decode("utf-8"))
 
 
 def _one_line(text: str) -> str:
@@ -410,7 +390,7 @@ def verify_chain(
     expected = start_seq
     prev = start_hash
     hash_ok = _HASH.fullmatch
-    parse = _DECODER.decode
+    parse = p.STRICT_DECODER.decode
     stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
     for row in rows:
         try:

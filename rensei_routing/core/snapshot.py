@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from ..errors import (
     SnapshotFormatError,
     SnapshotVerificationError,
 )
+from . import _parse as p
 from .canonical import canonical_bytes
 from .chain import check_timestamp
 
@@ -226,25 +226,6 @@ def compiled_moment(snapshot: RulesetSnapshot) -> datetime:
     return _check_time(snapshot.compiled_at)
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_PLAIN: Final = json.JSONDecoder(parse_constant=_refuse_constant)
-_STRICT: Final = json.JSONDecoder(
-    object_pairs_hook=_no_duplicate_keys, parse_constant=_refuse_constant
-)
-
-
 def _skip(text: str, idx: int) -> int:
     """The index of the first non-whitespace character at or after ``idx``."""
     while idx < len(text) and text[idx] in " \t\n\r":
@@ -272,12 +253,12 @@ def _scan_top(text: str) -> tuple[dict[str, Any], dict[str, str]]:
         while True:
             if text[idx : idx + 1] != '"':
                 raise ValueError(f"expected a field name at {idx}")
-            key, idx = _PLAIN.raw_decode(text, idx)
+            key, idx = p.PLAIN_DECODER.raw_decode(text, idx)
             idx = _skip(text, idx)
             if text[idx : idx + 1] != ":":
                 raise ValueError(f"expected ':' at {idx}")
             idx = _skip(text, idx + 1)
-            value, end = _PLAIN.raw_decode(text, idx)
+            value, end = p.PLAIN_DECODER.raw_decode(text, idx)
             if key in out:
                 raise ValueError(f"duplicate key {key!r}")
             out[key], raw[key] = value, text[idx:end]
@@ -422,7 +403,7 @@ def _sections_hash(raw: str, declared: str) -> str:
     if fast == declared:
         return fast
     try:
-        sections = _STRICT.decode(raw)
+        sections = p.STRICT_DECODER.decode(raw)
     except RecursionError as e:
         raise SnapshotFormatError("sections are nested too deeply") from e
     except ValueError as e:
