@@ -336,3 +336,14 @@ def _schema_json() -> str:
             }
         }
     )
+
+
+def test_the_benchmark_runs_and_agrees_with_bare_cedar() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_cedar.py"
+    spec = importlib.util.spec_from_file_location("bench_cedar", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--quick", "--json"]) == 0
