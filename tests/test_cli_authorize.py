@@ -212,3 +212,15 @@ def test_expired_and_missing_snapshots_deny(host: Path, tmp_path: Path) -> None:
     _ok(_run("init", "--home", str(empty)))
     line = _one_line(_run(*args, "--resource", 'Pool::"local-a"', "--home", str(empty)))
     assert "snapshot-unavailable" in line
+
+
+def test_org_show_summarises_the_authorization_section(host: Path, tmp_path: Path) -> None:
+    shown = _ok(_run("org", "show", "--home", str(tmp_path / "control"))).stdout
+    assert "authorization: 0 Cedar policy(ies), schema none, default-permit off" in shown
+    doc = json.loads(_ok(_run("org", "show", "--json", "--home", str(tmp_path / "control"))).stdout)
+    assert doc["authorization"] == {
+        "cedarPolicies": {},
+        "cedarSchema": None,
+        "defaultPermit": False,
+        "projects": [],
+    }
