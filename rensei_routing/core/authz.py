@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ..errors import MalformedError
@@ -286,7 +286,7 @@ class _Prepared:
     gate: ClaimGate
     default_permit: bool
     declared: bool
-    decides: list[tuple[Authorizer, Decide | None, str]]
+    decides: list[tuple[Authorizer, Decide | Exception]]
 
 
 class AuthorizationEngine:
@@ -309,15 +309,15 @@ class AuthorizationEngine:
         if self._prepared is not None and self._prepared.key == key:
             return self._prepared
         section = authorization_of(sections)
-        decides: list[tuple[Authorizer, Decide | None, str]] = []
+        decides: list[tuple[Authorizer, Decide | Exception]] = []
         for a in self._authorizers:
             try:
                 decide = a.prepare(sections)
                 if not callable(decide):
                     raise TypeError(f"prepare returned {type(decide).__name__}, not a callable")
-                decides.append((a, decide, ""))
+                decides.append((a, decide))
             except Exception as e:  # the posture: an authorizer that cannot prepare denies
-                decides.append((a, None, f"{type(e).__name__}: {e}"))
+                decides.append((a, e))
         self._prepared = _Prepared(
             key=key,
             gate=ClaimGate(sections),
@@ -376,8 +376,8 @@ class AuthorizationEngine:
                 col.append(
                     AuthorizerOutcome(name="authorization", plugin="built-in", result=missing)
                 )
-        for authorizer, decide, problem in prepared.decides:
-            results = _run(decide, problem, seen, prepared.default_permit)
+        for authorizer, decide in prepared.decides:
+            results = _run(decide, seen, prepared.default_permit)
             for col, result in zip(columns, results, strict=True):
                 col.append(
                     AuthorizerOutcome(name=authorizer.name, plugin=authorizer.plugin, result=result)
@@ -389,29 +389,32 @@ class AuthorizationEngine:
 
 
 def _run(
-    decide: Decide | None,
-    problem: str,
+    decide: Decide | Exception,
     requests: Sequence[AuthorizationRequest],
     default_permit: bool,
 ) -> list[AuthorizationResult]:
-    """One authorizer over a batch, under the posture: a failed prepare, a raising or
-    miscounted ``decide`` denies every request of the batch."""
-    if decide is None:
-        failed = AuthorizationResult(
-            allowed=False, reason="evaluation-failed", detail=problem, errors=(problem,)
-        )
-        return [failed] * len(requests)
+    """One authorizer over a batch, each answer through the fail-closed posture
+    (:func:`authorize`): a failed prepare, a raising ``decide`` or one that miscounts denies
+    every request of the batch."""
+    if isinstance(decide, Exception):
+        return [_failed(decide)] * len(requests)
     try:
         verdicts = decide(requests)
         if not isinstance(verdicts, (list, tuple)) or len(verdicts) != len(requests):
             raise TypeError("decide must return one verdict per request")
     except Exception as e:  # the engine raised: every request of the batch denies
-        text = f"{type(e).__name__}: {e}"
-        failed = AuthorizationResult(
-            allowed=False, reason="evaluation-failed", detail=text, errors=(text,)
-        )
-        return [failed] * len(requests)
+        return [_failed(e)] * len(requests)
     return [authorize(_constant(v), default_permit=default_permit) for v in verdicts]
+
+
+def _failed(error: Exception) -> AuthorizationResult:
+    """The posture's answer to an evaluation that raised ``error``, the error listed."""
+
+    def evaluate() -> None:
+        raise error
+
+    result = authorize(evaluate)
+    return replace(result, errors=(result.detail,))
 
 
 def _constant(value: Any) -> Callable[[], Any]:
