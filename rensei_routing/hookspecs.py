@@ -20,6 +20,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from .core.authz import Authorizer
     from .core.chain import AuditRecord
     from .core.redact import RedactionPattern
     from .core.shadow import Seam
@@ -75,6 +76,21 @@ def register_snapshot_validators(register: Callable[[SnapshotValidator], None]) 
     the sections mapping and returns a list of problems (empty = valid). Validators run sorted
     by name; a validator that raises or returns the wrong type counts as a failed validation.
     Two plugins registering one validator name is a ``PluginError`` naming both.
+    """
+
+
+@hookspec
+def register_authorizers(register: Callable[[Authorizer], None]) -> None:
+    """Call ``register(authorizer)`` once per authorizer for claim and spawn admission (a
+    :class:`~rensei_routing.core.authz.Authorizer`: name, ``prepare(sections) -> decide``,
+    ``decide(requests) -> [PolicyVerdict]``). ``prepare`` runs once per snapshot revision; each
+    request carries principal, action, resource and a context (pool, project, repo, role, and
+    the snapshot's ``rulesetRev``/``snapshotAgeMs``/``degraded``). A verdict is a permit, a
+    forbid or no applicable policy, with the determining policy ids and any evaluation errors.
+
+    Every registered authorizer AND the built-in snapshot grant check must allow; anything an
+    authorizer raises, or a verdict carrying an error, is a deny naming why (fail closed). Two
+    plugins registering one authorizer name is a ``PluginError`` naming both.
     """
 
 

@@ -19,6 +19,7 @@ import pluggy
 from .core.shadow import Seam, Stage
 from .errors import ClassifierError, PluginError
 from .plugins import (
+    authorizers,
     classifier_problem,
     get_plugin_manager,
     plugin_commands,
@@ -124,6 +125,7 @@ def check_plugin_manager(
     _attempt(problems, "vocabulary", lambda: vocabulary(pm))
     _attempt(problems, "redaction patterns", lambda: redactor(pm))
     _attempt(problems, "snapshot validators", lambda: snapshot_validators(pm))
+    _attempt(problems, "authorizers", lambda: authorizers(pm))
     _attempt(problems, "commands", lambda: plugin_commands(pm, reserved=reserved_commands))
     try:
         registry = seam_registry(pm)

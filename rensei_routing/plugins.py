@@ -1,5 +1,6 @@
 """The plugin manager: built-in plugins, installed entry points, and the collected contributions
-(seams, vocabulary, redaction patterns, snapshot validators, CLI commands, record observers).
+(seams, vocabulary, redaction patterns, snapshot validators, authorizers, CLI commands, record
+observers).
 
 Adapter: loads setuptools entry points (group ``rensei_routing``) only when asked; library
 modules never load plugins at import. Each hook is called once per plugin, in plugin-name order
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import pluggy
 
 from . import hookspecs
+from .core.authz import Authorizer
 from .core.chain import AuditRecord
 from .core.redact import DEFAULT_PATTERNS, DEFAULT_REDACTOR, RedactionPattern, Redactor, marker
 from .core.shadow import Seam, Stage
@@ -51,6 +53,7 @@ __all__ = [
     "RenseiPluginManager",
     "SeamRegistry",
     "allowed_plugin_names",
+    "authorizers",
     "check_pending",
     "classifier_problem",
     "get_plugin_manager",
@@ -466,6 +469,28 @@ def snapshot_validators(pm: pluggy.PluginManager) -> tuple[SnapshotValidator, ..
                 f"{found[v.name].plugin!r} and {plugin!r}"
             )
         found[v.name] = replace(v, plugin=plugin)
+    return tuple(found[n] for n in sorted(found))
+
+
+def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
+    """Every registered authorizer sorted by name, ``plugin`` filled in.
+
+    Raises:
+        PluginError: two plugins register one authorizer name, or a plugin registers a value
+            that is not an Authorizer (or whose prepare is not callable).
+    """
+    found: dict[str, Authorizer] = {}
+    for plugin, a in _contributions(pm, "register_authorizers", Authorizer):
+        if not isinstance(a.name, str) or not a.name or not callable(a.prepare):
+            raise PluginError(
+                f"plugin {plugin!r}: an authorizer needs a name and a callable prepare"
+            )
+        if a.name in found:
+            raise PluginError(
+                f"authorizer {a.name!r} is registered by both {found[a.name].plugin!r} "
+                f"and {plugin!r}"
+            )
+        found[a.name] = replace(a, plugin=plugin)
     return tuple(found[n] for n in sorted(found))
 
 

@@ -9,10 +9,12 @@ from collections.abc import Collection
 import click
 import pluggy
 
+from ..core.authz import AuthorizationEngine
 from ..core.redact import Redactor
 from ..core.vocabulary import Vocabulary
 from ..plugins import (
     SeamRegistry,
+    authorizers,
     get_plugin_manager,
     plugin_commands,
     redactor,
@@ -34,6 +36,7 @@ class Session:
         self._redactor: Redactor | None = None
         self._commands: dict[str, tuple[str, click.Command]] | None = None
         self._seams: SeamRegistry | None = None
+        self._authorization: AuthorizationEngine | None = None
 
     @property
     def pm(self) -> pluggy.PluginManager:
@@ -59,6 +62,12 @@ class Session:
         if self._seams is None:
             self._seams = seam_registry(self.pm)
         return self._seams
+
+    def authorization(self) -> AuthorizationEngine:
+        """The grant check and every plugin authorizer. Raises: PluginError."""
+        if self._authorization is None:
+            self._authorization = AuthorizationEngine(authorizers(self.pm))
+        return self._authorization
 
     def commands(self, reserved: Collection[str]) -> dict[str, tuple[str, click.Command]]:
         """Plugin commands by name. Raises: PluginError."""

@@ -21,9 +21,14 @@ import click
 
 from .. import signing
 from ..control import compile_snapshot, ensure_serve_token, latest_snapshot, refresh_snapshot
-from ..core.chain import format_timestamp
-from ..core.freshness import Freshness, format_age
-from ..core.postures import ClaimGate, DecisionClass
+from ..core.authz import (
+    BUILTIN_AUTHORIZER,
+    AuthorizationDecision,
+    AuthorizationRequest,
+    EntityRef,
+)
+from ..core.freshness import format_age
+from ..core.postures import DecisionClass
 from ..errors import (
     ExpiredError,
     KeyFormatError,
@@ -35,12 +40,12 @@ from ..host.fetch import fetch_snapshot
 from ..host.files import read_limited
 from ..host.server import RunningServer, SnapshotService, make_app, serve_in_thread
 from ..plugins import snapshot_validators
-from ..store.audit import AuditLog
 from ..store.home import Home
 from ._clock import now, now_text
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
+from .authorize import decide_cached, denial, outcome_lines, record
 
 log = logging.getLogger("rensei_routing.host")
 
@@ -348,58 +353,75 @@ def host_status(home: Path, json_: bool) -> None:
 @home_option
 @json_option
 def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> None:
-    """Re-check a claim's permission against the cached snapshot; record the decision in the
-    audit log. Exit 0 admitted, 1 refused (not granted, expired snapshot, ...)."""
+    """Re-check a claim's permission against the cached snapshot (the grant check AND every
+    plugin authorizer); record the decision in the audit log. Exit 0 admitted, 1 refused (not
+    granted, not authorized, expired snapshot, ...)."""
     h = Home(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
-    cache = _cache(home)
     moment = now()
+    context = {"pool": pool_id} if project is None else {"pool": pool_id, "project": project}
+    request = AuthorizationRequest.build(
+        EntityRef(type="Project", id=project or "*"),
+        EntityRef(type="Action", id="claim"),
+        EntityRef(type="Pool", id=pool_id),
+        context,
+    )
+    decision = decide_cached(home, request, moment)
+    grant = next((o.result for o in decision.outcomes if o.name == BUILTIN_AUTHORIZER), None)
+    # the grant check's reason unless another authorizer denied (or nothing could run)
+    by_grant = grant is not None and decision.authorizer in (None, BUILTIN_AUTHORIZER)
+    reason, detail = (
+        (grant.reason, grant.detail)
+        if by_grant and grant
+        else (
+            decision.reason,
+            decision.detail,
+        )
+    )
     payload: dict[str, Any] = {
         "record_type": "claim-decision",
         "decision_class": DecisionClass.PLACEMENT.value,
         "pool_id": pool_id,
         "project": project,
+        "admitted": decision.allowed,
+        "reason": reason,
+        "detail": detail,
+        **decision.freshness.to_dict(),
+        "authorization": _verdict(decision),
     }
-    try:
-        snap, fresh = cache.current(now=moment, config=cache.config())
-    except ExpiredError as e:
-        payload.update(
-            admitted=False,
-            reason="snapshot-expired",
-            detail=str(e),
-            rulesetRev=e.ruleset_rev,
-            snapshotAgeMs=e.age_ms,
-            degraded=True,
-        )
-        _record_claim(h, payload, moment)
-        raise CommandError(str(e)) from e
-    except SnapshotError as e:
-        fresh = Freshness(ruleset_rev=None, age_ms=None, degraded=False)
-        payload.update(
-            admitted=False, reason="snapshot-unavailable", detail=str(e), **fresh.to_dict()
-        )
-        _record_claim(h, payload, moment)
-        raise
-    result = ClaimGate(snap.sections).check(pool_id, project)
-    payload.update(
-        admitted=result.admitted, reason=result.reason, detail=result.detail, **fresh.to_dict()
-    )
-    _record_claim(h, payload, moment)
+    record(h, payload, moment)
+    if decision.reason == "snapshot-expired":
+        raise CommandError(decision.detail)
+    if decision.reason == "snapshot-unavailable":
+        raise SnapshotError(decision.detail)
+    fresh = decision.freshness
     if json_:
         echo_json(payload)
     else:
-        verdict = "admitted" if result.admitted else "refused"
+        verdict = "admitted" if decision.allowed else "refused"
         flag = " (degraded)" if fresh.degraded else ""
         emit(
             printable(
-                f"{verdict}: pool {pool_id} ({result.reason}) against {snap.ruleset_rev}, "
+                f"{verdict}: pool {pool_id} ({reason}) against {fresh.ruleset_rev}, "
                 f"age {format_age(fresh.age_ms or 0)}{flag}"
             )
         )
-    if not result.admitted:
-        raise CommandError(f"claim refused: {result.reason} {result.detail}".rstrip())
+        if len(decision.outcomes) > 1:
+            for line in outcome_lines(decision):
+                emit(printable(line))
+    if not decision.allowed:
+        if decision.authorizer in (None, BUILTIN_AUTHORIZER):
+            raise CommandError(f"claim refused: {reason} {detail}".rstrip())
+        raise CommandError(f"claim refused: {denial(decision)}")
 
 
-def _record_claim(h: Home, payload: dict[str, Any], moment: Any) -> None:
-    with AuditLog.open(h) as audit_log:
-        audit_log.append(payload, recorded_at=format_timestamp(moment))
+def _verdict(decision: AuthorizationDecision) -> dict[str, Any]:
+    """The authorization verdict a claim record carries (the request's own fields and the
+    snapshot fields are already on the record)."""
+    full = decision.to_dict()
+    keep = ("principal", "action", "allowed", "reason", "authorizer", "detail", "policyIds")
+    return {
+        **{k: full[k] for k in keep},
+        "errors": full["errors"],
+        "authorizers": full["authorizers"],
+    }

@@ -73,6 +73,15 @@ def org_show(home: Path, json_: bool) -> None:
             f"  {len(data.hosts)} host(s), {len(data.cells)} cell(s), {len(data.arms)} arm(s)"
         )
     )
+    auth = data.authorization
+    if auth is not None:
+        emit(
+            printable(
+                f"  authorization: {len(auth['cedarPolicies'])} Cedar policy(ies), schema "
+                f"{'declared' if auth['cedarSchema'] is not None else 'none'}, default-permit "
+                f"{'declared' if auth['defaultPermit'] else 'off'}"
+            )
+        )
 
 
 @cli.group(name="snapshot")

@@ -1,5 +1,10 @@
 """An org's live data (capacity profiles and grants, pools and hosts, the execution-cell matrix,
-the posterior summary), the snapshot sections compiled from it, and the built-in validators.
+the posterior summary, and the optional authorization policies), the snapshot sections compiled
+from it, and the built-in validators.
+
+The authorization section (Cedar policy text, an optional Cedar schema, the declared
+default-permit fallback) is stored verbatim but typed: the core checks its shape and never
+interprets Cedar (an authorizer plugin does).
 
 Pure: ``from_dict`` refuses what is not well-formed (naming the field path); the validators
 report what is well-formed but inconsistent (a grant naming no profile, ...). Every list is
@@ -19,7 +24,15 @@ from .validation import validate
 from .validators import SnapshotValidator
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
-__all__ = ["BUILTIN", "OrgData", "builtin_validators", "compile_sections"]
+__all__ = [
+    "AUTHORIZATION",
+    "BUILTIN",
+    "OrgData",
+    "authorization_of",
+    "builtin_validators",
+    "compile_sections",
+    "policy_document",
+]
 
 _ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _MAX_ITEMS: Final = 1_000_000
@@ -29,6 +42,11 @@ _SECTIONS: Final = (
     "executionCellMatrix",
     "posteriorSummary",
 )
+#: The optional org-document section compiled into the policy bundle (not a snapshot section).
+AUTHORIZATION: Final = "authorization"
+_MAX_POLICIES: Final = 100_000
+_MAX_POLICY_TEXT: Final = 64 * 1024
+_MAX_SCHEMA_TEXT: Final = 4 * 1024 * 1024
 
 
 def _id(value: Any, path: p.Path) -> str:
@@ -135,6 +153,34 @@ def _arm(v: Any, path: p.Path) -> dict[str, Any]:
     }
 
 
+def _authorization(v: Any, path: p.Path) -> dict[str, Any]:
+    """``{"cedarPolicies": {id: text}, "cedarSchema": object | text | null, "defaultPermit":
+    bool, "projects": [id]}``: policy ids are ids, texts non-empty strings kept verbatim."""
+    d = p.obj(v, path, optional=("cedarPolicies", "cedarSchema", "defaultPermit", "projects"))
+    ppath = p.at(path, "cedarPolicies")
+    raw = d.get("cedarPolicies", {})
+    if not isinstance(raw, Mapping):
+        raise p.fail(ppath, "expected an object of policy id -> Cedar text")
+    if len(raw) > _MAX_POLICIES:
+        raise p.fail(ppath, f"more than {_MAX_POLICIES} policies")
+    policies = {
+        _id(k, ppath): p.string(t, p.at(ppath, k), max_len=_MAX_POLICY_TEXT, verbatim=True)
+        for k, t in raw.items()
+    }
+    schema = d.get("cedarSchema")
+    spath = p.at(path, "cedarSchema")
+    if isinstance(schema, str):
+        schema = p.string(schema, spath, max_len=_MAX_SCHEMA_TEXT, verbatim=True)
+    elif schema is not None and not isinstance(schema, Mapping):
+        raise p.fail(spath, "expected a Cedar schema: a JSON object, Cedar schema text or null")
+    return {
+        "cedarPolicies": {k: policies[k] for k in sorted(policies)},
+        "cedarSchema": schema,
+        "defaultPermit": p.boolean(d.get("defaultPermit", False), p.at(path, "defaultPermit")),
+        "projects": list(_ids(d.get("projects", []), p.at(path, "projects"))),
+    }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OrgData:
     """The org's live data, normalised: every list sorted by its stable key."""
@@ -145,6 +191,8 @@ class OrgData:
     hosts: tuple[dict[str, Any], ...] = ()
     cells: tuple[dict[str, Any], ...] = ()
     arms: tuple[dict[str, Any], ...] = ()
+    #: The authorization section (see :func:`_authorization`), ``None`` when not declared.
+    authorization: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Any, *, path: p.Path = "") -> OrgData:
@@ -153,7 +201,7 @@ class OrgData:
         Raises:
             MalformedError: naming the offending field path.
         """
-        d = p.obj(data, path, optional=_SECTIONS)
+        d = p.obj(data, path, optional=(*_SECTIONS, AUTHORIZATION))
         cap = p.obj(
             d.get("capacityProfiles", {}),
             p.at(path, "capacityProfiles"),
@@ -185,10 +233,22 @@ class OrgData:
             arms=_records(
                 post.get("arms", []), p.at(p.at(path, "posteriorSummary"), "arms"), _arm, "arm"
             ),
+            authorization=(
+                None
+                if d.get(AUTHORIZATION) is None
+                else _authorization(d[AUTHORIZATION], p.at(path, AUTHORIZATION))
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The normalised document; also the four non-policy snapshot sections."""
+        """The normalised document (with ``authorization`` only when declared)."""
+        out = self.sections()
+        if self.authorization is not None:
+            out[AUTHORIZATION] = self.authorization
+        return out
+
+    def sections(self) -> dict[str, Any]:
+        """The four non-policy snapshot sections."""
         return {
             "capacityProfiles": {"profiles": list(self.profiles), "grants": list(self.grants)},
             "poolHostInventory": {"pools": list(self.pools), "hosts": list(self.hosts)},
@@ -199,11 +259,32 @@ class OrgData:
 
 def compile_sections(org: OrgData, policies: PolicySnapshot) -> dict[str, Any]:
     """The five snapshot sections: the policy bundle (``PolicySnapshot.to_dict`` with the
-    policies sorted by id, so ``PolicySnapshot.from_dict`` reads it back on the host) and the
-    org's four sections."""
+    policies sorted by id) and the org's four sections. The org's authorization section, when
+    declared, travels inside the policy bundle as its ``authorization`` member (the snapshot
+    keeps exactly five sections); ``PolicySnapshot.from_dict`` reads the bundle back once that
+    member is set aside (:func:`policy_document`). An org without one compiles byte for byte
+    as before."""
     bundle = policies.to_dict()
     bundle["policies"].sort(key=lambda pol: pol["id"])
-    return {"policyBundle": bundle, **org.to_dict()}
+    if org.authorization is not None:
+        bundle[AUTHORIZATION] = org.authorization
+    return {"policyBundle": bundle, **org.sections()}
+
+
+def policy_document(bundle: Mapping[str, Any]) -> dict[str, Any]:
+    """The routing-policy document of a policy bundle (its ``authorization`` member set aside),
+    for ``PolicySnapshot.from_dict``."""
+    return {k: v for k, v in bundle.items() if k != AUTHORIZATION}
+
+
+def authorization_of(sections: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The authorization member of a snapshot's policy bundle, ``None`` when absent (or when
+    the bundle itself is missing or not an object)."""
+    bundle = sections.get("policyBundle")
+    if not isinstance(bundle, Mapping):
+        return None
+    found = bundle.get(AUTHORIZATION)
+    return found if isinstance(found, Mapping) else None
 
 
 # -- built-in validators ------------------------------------------------------------------------

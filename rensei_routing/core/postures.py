@@ -27,6 +27,7 @@ __all__ = [
     "ClaimGate",
     "ClaimResult",
     "DecisionClass",
+    "PolicyVerdict",
     "Posture",
     "admit_budget",
     "authorize",
@@ -67,28 +68,56 @@ POSTURES: Final[Mapping[DecisionClass, Posture]] = {
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyVerdict:
+    """What a policy engine answered for one request: ``effect`` ``True`` (a permit
+    determined it), ``False`` (a forbid did) or ``None`` (no authored policy applies), the
+    ``policy_ids`` that determined it, and the ``errors`` met while evaluating (any error makes
+    the answer a failure, whatever the effect: a policy that could not be evaluated might have
+    been a forbid)."""
+
+    effect: bool | None
+    policy_ids: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuthorizationResult:
     """``allowed`` with a reason: ``permit``, ``forbid``, ``default-permit`` (the declared
-    fallback), ``no-policy`` or ``evaluation-failed`` (``detail`` names the error)."""
+    fallback), ``no-policy`` or ``evaluation-failed`` (``detail`` names the error); the
+    determining ``policy_ids`` and the evaluation ``errors`` when the engine gave them."""
 
     allowed: bool
     reason: str
     detail: str = ""
+    policy_ids: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.allowed
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allowed": self.allowed,
+            "reason": self.reason,
+            "detail": self.detail,
+            "policyIds": list(self.policy_ids),
+            "errors": list(self.errors),
+        }
+
 
 def authorize(
-    evaluate: Callable[[], bool | None], *, default_permit: bool = False
+    evaluate: Callable[[], bool | PolicyVerdict | None], *, default_permit: bool = False
 ) -> AuthorizationResult:
     """Run an authorization evaluation under the fail-closed posture.
 
     ``evaluate()`` returns ``True`` (an explicit permit), ``False`` (a forbid) or ``None`` (no
-    authored policy applies). Anything it raises (an unreachable source, a malformed bundle, a
-    missing section) is a deny, exactly like a named forbid. The only allow with no authored
-    policy is ``default_permit``: a workspace's declared, named fallback, never a swallowed
-    error. A return value that is not ``True``/``False``/``None`` is a failure too.
+    authored policy applies), or a :class:`PolicyVerdict` carrying one of those with the
+    determining policy ids and the evaluation errors. Anything it raises (an unreachable
+    source, a malformed bundle, a missing section), and any verdict carrying an error, is a
+    deny, exactly like a named forbid. The only allow with no authored policy is
+    ``default_permit``: a workspace's declared, named fallback, never a swallowed error; it
+    never overrides a forbid or a failure. A return value that is not one of these is a
+    failure too.
     """
     try:
         verdict = evaluate()
@@ -96,10 +125,31 @@ def authorize(
         return AuthorizationResult(
             allowed=False, reason="evaluation-failed", detail=f"{type(e).__name__}: {e}"
         )
+    ids: tuple[str, ...] = ()
+    if isinstance(verdict, PolicyVerdict):
+        ids, errors = verdict.policy_ids, verdict.errors
+        well_formed = isinstance(ids, tuple) and all(isinstance(i, str) for i in ids)
+        well_formed = well_formed and isinstance(errors, tuple)
+        well_formed = well_formed and all(isinstance(x, str) for x in errors)
+        if not well_formed:
+            return AuthorizationResult(
+                allowed=False,
+                reason="evaluation-failed",
+                detail="verdict policy_ids and errors must be tuples of strings",
+            )
+        if errors:
+            return AuthorizationResult(
+                allowed=False,
+                reason="evaluation-failed",
+                detail=errors[0],
+                policy_ids=ids,
+                errors=errors,
+            )
+        verdict = verdict.effect
     if verdict is True:
-        return AuthorizationResult(allowed=True, reason="permit")
+        return AuthorizationResult(allowed=True, reason="permit", policy_ids=ids)
     if verdict is False:
-        return AuthorizationResult(allowed=False, reason="forbid")
+        return AuthorizationResult(allowed=False, reason="forbid", policy_ids=ids)
     if verdict is None:
         if default_permit:
             return AuthorizationResult(allowed=True, reason="default-permit")
