@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     init,
     plugins,
     policy,
+    quickstart,
     shadow,
     snapshot,
     whatif,

@@ -72,7 +72,7 @@ def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
         yield update
 
 
-def _verdict(result: VerifyResult) -> str:
+def verdict_line(result: VerifyResult) -> str:
     if result.ok:
         return (
             f"intact: {result.records_checked} records, head {result.head_hash}, "
@@ -117,7 +117,7 @@ def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) ->
         if json_:
             echo_json(result.to_dict())
         else:
-            emit(_verdict(result))
+            emit(verdict_line(result))
     except RenseiRoutingError as e:  # OutputError: the verdict was never delivered
         raise CouldNotVerifyError(f"could not verify: {e}") from e
     if not result:
