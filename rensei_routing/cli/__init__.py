@@ -8,6 +8,7 @@ from __future__ import annotations
 # each command module attaches its commands to ``cli`` when imported
 from . import (  # noqa: F401
     audit,
+    backup,
     explain,
     host,
     init,
