@@ -62,14 +62,24 @@ def test_export_verifies_offline_and_continues(tmp_path: Path, runner: CliRunner
 @pytest.mark.parametrize(
     ("edit", "reason", "seq"),
     [
-        (lambda ls: ls.__setitem__(2, ls[2].replace(b'"n":2', b'"n":7')), "payload-hash-mismatch", 2),
+        (
+            lambda ls: ls.__setitem__(2, ls[2].replace(b'"n":2', b'"n":7')),
+            "payload-hash-mismatch",
+            2,
+        ),
         (lambda ls: ls.pop(3), "seq-gap", 3),
         (lambda ls: ls.__setitem__(1, b"\xff\xfe not utf-8"), "unparseable-record", 1),
         (lambda ls: ls.__setitem__(2, ls[2][:-5]), "unparseable-record", 2),
-        (lambda ls: ls.__setitem__(0, ls[0].replace(b'"seq":0', b'"seq":0,"seq":0')),
-         "unparseable-record", 0),
-        (lambda ls: ls.__setitem__(1, ls[1].replace(b"2026-01-01", b"2026-01-02")),
-         "record-hash-mismatch", 1),
+        (
+            lambda ls: ls.__setitem__(0, ls[0].replace(b'"seq":0', b'"seq":0,"seq":0')),
+            "unparseable-record",
+            0,
+        ),
+        (
+            lambda ls: ls.__setitem__(1, ls[1].replace(b"2026-01-01", b"2026-01-02")),
+            "record-hash-mismatch",
+            1,
+        ),
     ],
     ids=["payload", "dropped", "not-utf8", "cut", "duplicate-key", "redated"],
 )
