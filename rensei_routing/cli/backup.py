@@ -25,7 +25,7 @@ def _summary(m: BackupManifest) -> str:
     )
 
 
-@cli.command(name="backup")
+@cli.command(name="backup", short_help="Copy the home, online and verified, to the new DEST.")
 @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
 @home_option
 @json_option
@@ -49,7 +49,9 @@ def _set_aside(target: Path) -> Path:
     return target.with_name(f"{target.name}.replaced-{stamp}")
 
 
-@cli.command(name="restore")
+@cli.command(
+    name="restore", short_help="Restore a backup as the home, verified before it replaces it."
+)
 @click.argument("src", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option(
     "--force",

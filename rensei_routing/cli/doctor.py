@@ -85,7 +85,7 @@ def _plugins() -> list[Check]:
     return checks
 
 
-@cli.command(name="doctor")
+@cli.command(name="doctor", short_help="Check this host: one line per check, ok / warn / fail.")
 @home_option
 @json_option
 def doctor(home: Path, json_: bool) -> None:

@@ -98,7 +98,6 @@ def snapshot_service(h: Home, *, reseal_after: float = 120.0) -> SnapshotService
     )
 
 
-
 @cli.command(name="serve")
 @click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)

@@ -229,7 +229,9 @@ def _checkpoint_verify(home: Home, out: _Outcome) -> None:
     out.verified = bool(result)
 
 
-@cli.command(name="quickstart")
+@cli.command(
+    name="quickstart", short_help="The main job in one run, on a fresh home, from the examples."
+)
 @click.option(
     "--home",
     type=click.Path(file_okay=False, path_type=Path),
@@ -271,8 +273,7 @@ def quickstart(home: Path) -> None:
         "",
         "Explore next:",
         f"  rensei --home {where} shadow report --by seam",
-        f"  rensei --home {where} explain --snapshot "
-        + shlex.quote(EXAMPLE_CONTEXT),
+        f"  rensei --home {where} explain --snapshot " + shlex.quote(EXAMPLE_CONTEXT),
         f"  rensei --home {where} audit tail -n 3",
     ]
     emit("\n".join(printable(line) for line in text))
