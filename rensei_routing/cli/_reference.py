@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import click
 
+from ._root import load_all_builtins
+
 __all__ = ["render_reference"]
 
 _WIDTH = 100
@@ -48,6 +50,7 @@ def _walk(
 
 def render_reference(root: click.Group) -> str:
     """The reference of ``root`` and every built-in command under it, as Markdown."""
+    load_all_builtins()
     top = click.Context(root, info_name="rensei", terminal_width=_WIDTH, max_content_width=_WIDTH)
     parts = [_HEADER]
     for command, ctx in _walk(root, top):

@@ -22,7 +22,7 @@ from ..plugins import (
 from ..store.home import Home
 from ._clock import now
 from ._output import emit, printable
-from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._root import CommandError, builtin_command_names, cli, echo_json, home_option, json_option
 from ._session import session
 from .host import host_cache, host_status_data, snapshot_line
 
@@ -67,7 +67,7 @@ def _plugins() -> list[Check]:
         "seams": lambda: seam_registry(pm),
         "redaction": lambda: redactor(pm),
         "validators": lambda: snapshot_validators(pm),
-        "commands": lambda: plugin_commands(pm, reserved=cli.commands),
+        "commands": lambda: plugin_commands(pm, reserved=builtin_command_names()),
     }
     errors = []
     for hook, collect in hooks.items():

@@ -15,12 +15,11 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import signing
-from ..control import compile_snapshot, ensure_serve_token, latest_snapshot, refresh_snapshot
 from ..core.chain import format_timestamp
 from ..core.freshness import Freshness, format_age
 from ..core.postures import ClaimGate, DecisionClass
@@ -31,16 +30,15 @@ from ..errors import (
     SnapshotError,
 )
 from ..host.cache import HostCache, HostConfig, token_from_file
-from ..host.fetch import fetch_snapshot
 from ..host.files import read_limited
-from ..host.server import RunningServer, SnapshotService, make_app, serve_in_thread
-from ..plugins import snapshot_validators
-from ..store.audit import AuditLog
-from ..store.home import Home
 from ._clock import now, now_text
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
+
+if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
+    from ..host.server import RunningServer, SnapshotService
+    from ..store.home import Home
 
 log = logging.getLogger("rensei_routing.host")
 
@@ -77,6 +75,10 @@ def _logging() -> None:
 def snapshot_service(h: Home, *, reseal_after: float = 120.0) -> SnapshotService:
     """The endpoint's snapshot source for ``h``, with this invocation's validators and
     vocabulary (``serve`` and ``quickstart``)."""
+    from ..control import compile_snapshot, latest_snapshot, refresh_snapshot
+    from ..host.server import SnapshotService
+    from ..plugins import snapshot_validators
+
     ctx = session()
     validators, vocabulary = snapshot_validators(ctx.pm), ctx.vocabulary()
     return SnapshotService(
@@ -98,7 +100,7 @@ def snapshot_service(h: Home, *, reseal_after: float = 120.0) -> SnapshotService
     )
 
 
-@cli.command(name="serve")
+@cli.command(name="serve", short_help="Serve the signed ruleset snapshot over HTTP until SIGTERM.")
 @click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
 @click.option(
@@ -113,6 +115,10 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
     SIGTERM; writes to policies or org data are recompiled in the background."""
     import waitress.server
+
+    from ..control import ensure_serve_token
+    from ..host.server import make_app
+    from ..store.home import Home
 
     h = Home(home)
     h.info()
@@ -204,6 +210,8 @@ def poll_once(cache: HostCache, config: HostConfig) -> str:
     elif config.endpoint is not None:
         source = config.endpoint
         try:
+            from ..host.fetch import fetch_snapshot
+
             token = token_from_file(config.token_file or "")
             held = cache.load()
             result = fetch_snapshot(
@@ -264,6 +272,8 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
 
 
 def _status_server(cache: HostCache, listen: str) -> RunningServer:
+    from ..host.server import make_app, serve_in_thread
+
     bind, _, port = listen.rpartition(":")
     if not bind or not port.isdigit():
         raise click.UsageError(f"--listen {listen!r} is not HOST:PORT")
@@ -360,6 +370,8 @@ def host_status(home: Path, json_: bool) -> None:
 def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> None:
     """Re-check a claim's permission against the cached snapshot; record the decision in the
     audit log. Exit 0 admitted, 1 refused (not granted, expired snapshot, ...)."""
+    from ..store.home import Home
+
     h = Home(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
     cache = host_cache(home)
@@ -411,5 +423,7 @@ def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> No
 
 
 def _record_claim(h: Home, payload: dict[str, Any], moment: Any) -> None:
+    from ..store.audit import AuditLog
+
     with AuditLog.open(h) as audit_log:
         audit_log.append(payload, recorded_at=format_timestamp(moment))
