@@ -14,6 +14,7 @@ import pytest
 from rensei_routing import signing
 from rensei_routing.cli import cli
 from rensei_routing.cli._reference import render_reference
+from rensei_routing.cli._root import BUILTIN, load_all_builtins
 from rensei_routing.core.archive import rows_from_lines
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.chain import note_key_hash, parse_checkpoint, verify_chain
@@ -42,6 +43,39 @@ def test_the_cli_reference_is_current() -> None:
     assert (DOCS / "cli.md").read_text("utf-8") == render_reference(cli), (
         "docs/cli.md is stale: run python scripts/cli-reference"
     )
+
+
+def test_the_lazy_command_table_matches_the_commands() -> None:
+    load_all_builtins()
+    for name, (modules, short) in BUILTIN.items():
+        command = cli.commands[name]
+        assert command.get_short_help_str(500) == short, name
+        assert command.callback is not None
+        assert command.callback.__module__ == f"rensei_routing.cli.{modules[0]}", name
+    defined = {
+        n
+        for n, c in cli.commands.items()
+        if (c.callback.__module__ or "").startswith("rensei_routing.cli.")
+    }
+    assert defined == set(BUILTIN)
+
+
+def test_help_and_host_status_import_no_command_module_they_do_not_use() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from rensei_routing.cli import cli\n"
+        "try:\n    cli(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "heavy = ('waitress', 'apsw', 'rensei_routing.store.audit', 'rensei_routing.core.resolver',"
+        " 'rensei_routing.cli.shadow', 'rensei_routing.cli.audit')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)"
+    )
+    for args in (["--help"], ["--no-plugins", "host", "status"]):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False
+        )
+        assert done.stderr.strip().splitlines()[-1] == "[]", (args, done.stderr)
 
 
 def test_the_cli_reference_covers_every_built_in_command() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import click
 
-from ._root import load_all_builtins
+from ._root import BUILTIN, load_all_builtins
 
 __all__ = ["render_reference"]
 
@@ -34,8 +34,8 @@ def _walk(
     if isinstance(command, click.Group):
         for name in sorted(command.commands):
             sub = command.commands[name]
-            if sub.hidden:
-                continue
+            if sub.hidden or (ctx.parent is None and name not in BUILTIN):
+                continue  # a plugin's command attached to the root (tests, embedders)
             yield from _walk(
                 sub,
                 click.Context(
@@ -51,7 +51,10 @@ def _walk(
 def render_reference(root: click.Group) -> str:
     """The reference of ``root`` and every built-in command under it, as Markdown."""
     load_all_builtins()
-    top = click.Context(root, info_name="rensei", terminal_width=_WIDTH, max_content_width=_WIDTH)
+    # the root's context settings (-h/--help) as a real invocation has them: click caches each
+    # command's help option, so a context built without them would change later invocations
+    settings = {**root.context_settings, "terminal_width": _WIDTH, "max_content_width": _WIDTH}
+    top = click.Context(root, info_name="rensei", **settings)
     parts = [_HEADER]
     for command, ctx in _walk(root, top):
         # list_commands of the root would look up plugin commands: list the built-ins only
@@ -74,7 +77,7 @@ def _group_help(group: click.Group, ctx: click.Context) -> str:
     rows = [
         (name, group.commands[name].get_short_help_str(formatter.width - 6 - len(name)))
         for name in sorted(group.commands)
-        if not group.commands[name].hidden
+        if not group.commands[name].hidden and (ctx.parent is not None or name in BUILTIN)
     ]
     if rows:
         with formatter.section("Commands"):
