@@ -97,3 +97,46 @@ def test_without_the_seam_plugin_it_says_so(tmp_path: Path, runner: CliRunner) -
     assert done.stderr.count("\n") == 1
     assert "Ruleset snapshot: quickstart@1" in done.stdout  # every other step ran
     assert "Audit verify: intact: 0 records" in done.stdout
+
+
+def test_a_progress_bar_on_a_terminal_and_plain_text_when_piped(tmp_path: Path) -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    code = "from rensei_routing.cli import cli; cli()"
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                code,
+                "--no-plugins",
+                "quickstart",
+                "--home",
+                str(tmp_path / "q"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            check=False,
+            timeout=120,
+        )
+        os.close(follower)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 1  # no seam plugin: said on stderr
+    assert b"quickstart: compile, serve, sync" in drawn and b"rensei-seams-hydraflow" in drawn
+    out = done.stdout.decode()
+    assert "Ruleset snapshot: quickstart@1" in out
+    assert "\r" not in out and "\x1b" not in out  # stdout (piped) is plain text
