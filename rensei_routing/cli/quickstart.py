@@ -11,6 +11,7 @@ removed first; any other non-empty directory is refused, so a real home is never
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -104,9 +105,12 @@ def fresh_home(path: Path) -> Home:
                     "choose another --home (the quickstart recreates its home)"
                 )
             shutil.rmtree(path)
+    # the marker first, so a run interrupted during init leaves a home the next run may recreate
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    (path / MARKER).write_text("made by `rensei quickstart`; recreated on every run\n")
     home = Home(path)
     home.init(org=QUICKSTART_ORG)
-    (path / MARKER).write_text("made by `rensei quickstart`; recreated on every run\n")
     return home
 
 
