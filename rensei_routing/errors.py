@@ -104,11 +104,19 @@ class DiskFullError(StoreError):
     """The disk holding the home (or the database's size limit) is full; nothing was written."""
 
 
+class BackupError(StoreError):
+    """A backup or restore was refused, failed, or its copy did not verify (nothing replaced)."""
+
+
 # -- audit --------------------------------------------------------------------------------------
 
 
 class AuditError(RenseiRoutingError):
     """The audit log or one of its checkpoints is unusable."""
+
+
+class ArchiveFormatError(AuditError):
+    """An exported audit file (JSON Lines) is unreadable or not in the export format."""
 
 
 class CheckpointFormatError(AuditError):

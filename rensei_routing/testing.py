@@ -61,9 +61,9 @@ def plugin_manager_for(plugin: object, name: str = DEFAULT_NAME) -> RenseiPlugin
 
 
 def _builtin_commands() -> frozenset[str]:
-    from .cli import cli
+    from .cli._root import builtin_command_names
 
-    return frozenset(cli.commands)
+    return builtin_command_names()
 
 
 def assert_plugin_ok(

@@ -258,6 +258,10 @@ def test_record_appends_every_decision_to_a_verifying_chain(
 def _commands(group, prefix=()):
     import click
 
+    from rensei_routing.cli._root import load_all_builtins
+
+    load_all_builtins()  # built-in commands load lazily
+
     for name, command in sorted(group.commands.items()):
         yield (*prefix, name), command
         if isinstance(command, click.Group):

@@ -12,6 +12,7 @@ import pytest
 
 from rensei_routing import hookspecs
 from rensei_routing.cli import cli
+from rensei_routing.cli._root import load_all_builtins
 from rensei_routing.plugins import HOOK_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +54,7 @@ def test_no_section_documents_a_hook_that_does_not_exist() -> None:
 
 
 def _commands(group: click.Group, prefix: str) -> list[tuple[str, click.Command]]:
+    load_all_builtins()  # built-in commands load lazily; list every one of them
     out = []
     for name, command in sorted(group.commands.items()):
         out.append((f"{prefix} {name}", command))

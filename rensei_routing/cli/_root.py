@@ -1,11 +1,17 @@
 """The click root group, shared options and the error boundary. The CLI is the only layer that
-prints, exits, or reads the clock and environment for defaults."""
+prints, exits, or reads the clock and environment for defaults.
+
+Built-in commands load lazily: :data:`BUILTIN` names the module(s) defining each command and the
+short help ``rensei --help`` lists, so a command imports only what it uses (waitress, the store,
+the resolver) and ``--help`` imports none of them. A test keeps the table equal to the commands.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -16,6 +22,69 @@ from ._session import no_plugins_option, session
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_HOME = ".rensei"
+
+#: Every built-in command: the modules (under ``rensei_routing.cli``) that define it, in import
+#: order, and its short help as listed by ``rensei --help``.
+BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    "audit": (("audit",), "The hash-chained decision log: verify, checkpoint, export, show, tail."),
+    "authorize": (
+        ("authorize",),
+        "Explain one authorization against the host's cached snapshot: the snapshot grant check "
+        "AND every plugin authorizer must allow.",
+    ),
+    "backup": (("backup",), "Copy the home, online and verified, to the new DEST."),
+    "doctor": (("doctor",), "Check this host: one line per check, ok / warn / fail."),
+    "explain": (
+        ("explain",),
+        "Resolve one CONTEXT (a file, '-' for stdin, or inline JSON) and explain the decision.",
+    ),
+    "explain-batch": (
+        ("explain",),
+        "Resolve every context of a JSON Lines file against ONE snapshot; one JSON decision a "
+        "line.",
+    ),
+    "host": (("host",), "The host's verified snapshot cache: trust, sync, run, status, claim."),
+    "init": (
+        ("init",),
+        "Create the home, its SQLite store, the host signing key and the snapshot endpoint's "
+        "bearer token (idempotent; an existing key or token is never replaced).",
+    ),
+    "org": (
+        ("snapshot",),
+        "The org's live data: capacity profiles and grants, pools and hosts, cells, posteriors.",
+    ),
+    "plugins": (("plugins",), "Installed plugins: list them, check one."),
+    "policy": (("policy", "whatif"), "Policy sets: validate, save as revisions, show, history."),
+    "quickstart": (("quickstart",), "The main job in one run, on a fresh home, from the examples."),
+    "restore": (("backup",), "Restore a backup as the home, verified before it replaces it."),
+    "seams": (("plugins",), "Spawn seams registered by plugins."),
+    "serve": (("host",), "Serve the signed ruleset snapshot over HTTP until SIGTERM."),
+    "shadow": (
+        ("shadow",),
+        "Shadow decisions: record spawns beside policy, report agreement, the kill switch.",
+    ),
+    "snapshot": (
+        ("snapshot",),
+        "Signed ruleset snapshots: compile, show, history, export, verify.",
+    ),
+}
+
+
+def builtin_command_names() -> frozenset[str]:
+    """The names of every built-in command (loaded or not): reserved against plugins."""
+    return frozenset(BUILTIN)
+
+
+def load_builtin(name: str) -> None:
+    """Import the module(s) defining the built-in command ``name`` (they attach it to ``cli``)."""
+    for module in BUILTIN[name][0]:
+        importlib.import_module(f"{__package__}.{module}")
+
+
+def load_all_builtins() -> None:
+    """Import every built-in command (the CLI reference, tests)."""
+    for name in sorted(BUILTIN):
+        load_builtin(name)
 
 
 class CommandError(click.ClickException):
@@ -64,19 +133,47 @@ class _Root(click.Group):
     # Plugin commands: looked up only when a name is not built in (so a built-in command never
     # waits for entry points), listed for --help with a warning if a plugin is broken.
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in BUILTIN and cmd_name not in self.commands:
+            load_builtin(cmd_name)
         found = super().get_command(ctx, cmd_name)
         if found is not None:
             return found
-        plugin_command = session(ctx).commands(self.commands).get(cmd_name)
+        plugin_command = session(ctx).commands(self._reserved()).get(cmd_name)
         return None if plugin_command is None else plugin_command[1]
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def _reserved(self) -> frozenset[str]:
+        return frozenset({*BUILTIN, *self.commands})
+
+    def _plugin_commands(self, ctx: click.Context) -> dict[str, tuple[str, click.Command]]:
         try:
-            extra = session(ctx).commands(self.commands)
+            return session(ctx).commands(self._reserved())
         except PluginError as e:
             click.echo(printable(f"warning: plugin commands not listed: {e}"), err=True)
-            extra = {}
-        return sorted({*super().list_commands(ctx), *extra})
+            return {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*BUILTIN, *self.commands, *self._plugin_commands(ctx)})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The listing of ``--help``: built-ins from :data:`BUILTIN` (nothing imported),
+        plugin commands from their own help."""
+        plugin = self._plugin_commands(ctx)
+        names = sorted({*BUILTIN, *self.commands, *plugin})
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            if name in BUILTIN:
+                # click's own truncation, without importing the command
+                text = click.Command(name, help=BUILTIN[name][1]).get_short_help_str(limit)
+            elif name in self.commands:
+                text = self.commands[name].get_short_help_str(limit)
+            else:
+                text = plugin[name][1].get_short_help_str(limit)
+            rows.append((name, text))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})

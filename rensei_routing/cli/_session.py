@@ -5,22 +5,17 @@ redactor and plugin commands derived from it are cached beside it on the root co
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 import click
-import pluggy
 
-from ..core.authz import AuthorizationEngine
-from ..core.redact import Redactor
-from ..core.vocabulary import Vocabulary
-from ..plugins import (
-    SeamRegistry,
-    authorizers,
-    get_plugin_manager,
-    plugin_commands,
-    redactor,
-    seam_registry,
-    vocabulary,
-)
+if TYPE_CHECKING:  # the plugin machinery is imported on first need, not at start-up
+    import pluggy
+
+    from ..core.authz import AuthorizationEngine
+    from ..core.redact import Redactor
+    from ..core.vocabulary import Vocabulary
+    from ..plugins import SeamRegistry
 
 _NO_PLUGINS = "rensei_routing.no_plugins"
 _SESSION = "rensei_routing.session"
@@ -42,36 +37,49 @@ class Session:
     def pm(self) -> pluggy.PluginManager:
         """Raises: PluginError (a plugin cannot be loaded, or misspells a hook)."""
         if self._pm is None:
+            from ..plugins import get_plugin_manager
+
             self._pm = get_plugin_manager(load_entrypoints=self.load_entrypoints)
         return self._pm
 
     def vocabulary(self) -> Vocabulary:
         """Raises: PluginError."""
         if self._vocabulary is None:
+            from ..plugins import vocabulary
+
             self._vocabulary = vocabulary(self.pm)
         return self._vocabulary
 
     def redactor(self) -> Redactor:
         """Raises: PluginError."""
         if self._redactor is None:
+            from ..plugins import redactor
+
             self._redactor = redactor(self.pm)
         return self._redactor
 
     def seams(self) -> SeamRegistry:
         """Every registered seam. Raises: PluginError."""
         if self._seams is None:
+            from ..plugins import seam_registry
+
             self._seams = seam_registry(self.pm)
         return self._seams
 
     def authorization(self) -> AuthorizationEngine:
         """The grant check and every plugin authorizer. Raises: PluginError."""
         if self._authorization is None:
+            from ..core.authz import AuthorizationEngine
+            from ..plugins import authorizers
+
             self._authorization = AuthorizationEngine(authorizers(self.pm))
         return self._authorization
 
     def commands(self, reserved: Collection[str]) -> dict[str, tuple[str, click.Command]]:
         """Plugin commands by name. Raises: PluginError."""
         if self._commands is None:
+            from ..plugins import plugin_commands
+
             self._commands = plugin_commands(self.pm, reserved=reserved)
         return self._commands
 
@@ -95,7 +103,16 @@ def session(ctx: click.Context | None = None) -> Session:
         given = ctx.find_root().obj
         found = Session(
             load_entrypoints=not ctx.meta.get(_NO_PLUGINS, False),
-            pm=given if isinstance(given, pluggy.PluginManager) else None,
+            pm=given if _is_plugin_manager(given) else None,
         )
         ctx.meta[_SESSION] = found
     return found
+
+
+def _is_plugin_manager(value: object) -> bool:
+    """Whether ``value`` is a pluggy manager (checked without importing pluggy for ``None``)."""
+    if value is None:
+        return False
+    import pluggy
+
+    return isinstance(value, pluggy.PluginManager)

@@ -17,6 +17,7 @@ stored, clearly marked, and exit 0: the record ``verify`` points to can always b
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,12 +25,24 @@ from pathlib import Path
 
 import click
 
-from ..core.chain import AuditRecord, Checkpoint, VerifyResult
+from .. import signing
+from ..core.archive import export_line, rows_from_lines
+from ..core.chain import (
+    GENESIS_HASH,
+    ROW_COLUMNS,
+    AuditRecord,
+    Checkpoint,
+    VerifyResult,
+    note_key_hash,
+    verify_chain,
+)
 from ..errors import RenseiRoutingError
+from ..host.files import atomic_write
 from ..store.audit import AuditLog, read_checkpoint
 from ..store.home import Home
 from ._output import emit, json_text, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
+from .snapshot import refuse_home_target
 
 
 class ChainBrokenError(CommandError):
@@ -52,7 +65,7 @@ _SEQ = click.IntRange(min=0, max=_MAX_INT64)
 
 @cli.group(name="audit")
 def audit() -> None:
-    """The hash-chained decision log: verify, checkpoint, show, tail."""
+    """The hash-chained decision log: verify, checkpoint, export, show, tail."""
 
 
 @contextmanager
@@ -72,7 +85,7 @@ def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
         yield update
 
 
-def _verdict(result: VerifyResult) -> str:
+def verdict_line(result: VerifyResult) -> str:
     if result.ok:
         return (
             f"intact: {result.records_checked} records, head {result.head_hash}, "
@@ -90,10 +103,33 @@ def _verdict(result: VerifyResult) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="A checkpoint note FILE to hold the log to (repeatable).",
 )
+@click.option(
+    "files",
+    "--file",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Verify an export (`rensei audit export`) offline instead of the home's database; "
+    "several are one chain, in the order given (repeatable).",
+)
+@click.option(
+    "trust",
+    "--trust",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --file: a public key file (ed25519:<base64>, e.g. <home>/keys/host.pub) that "
+    "signs the --checkpoint notes (repeatable).",
+)
 @home_option
 @json_option
-def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) -> None:
-    """Walk the whole chain and every checkpoint (stored ones and each --checkpoint FILE).
+def audit_verify(
+    checkpoint_files: tuple[Path, ...],
+    files: tuple[Path, ...],
+    trust: tuple[Path, ...],
+    home: Path,
+    json_: bool,
+) -> None:
+    """Walk the whole chain and every checkpoint (stored ones and each --checkpoint FILE), or
+    with --file an exported chain, offline (no home needed).
 
     \b
     Exit codes:
@@ -102,27 +138,132 @@ def audit_verify(checkpoint_files: tuple[Path, ...], home: Path, json_: bool) ->
          reason are printed, and one Error: line goes to stderr
       2  usage error (unknown option, bad argument)
       3  could not verify: no initialised home, unreadable database,
-         unreadable or malformed --checkpoint file, or the verdict
-         could not be written to stdout (one Error: line)
+         unreadable or malformed --checkpoint, --file or --trust file,
+         or the verdict could not be written to stdout (one Error: line)
     """
+    if trust and not files:
+        raise click.UsageError("--trust applies to --file (a home checks with its own key)")
+    if files and checkpoint_files and not trust:
+        raise click.UsageError("--checkpoint with --file needs --trust KEYFILE")
+    start = 0
     try:
         checkpoints = [read_checkpoint(p) for p in checkpoint_files]
-        with AuditLog.open(Home(home)) as log:
-            total = log.count() if sys.stderr.isatty() else 0
-            with _progress(total) as progress:
-                result = log.verify(checkpoints, progress=progress)
-    except RenseiRoutingError as e:
+        if files:
+            keys = [signing.load_public_key(p) for p in trust]
+            start, result = verify_export(files, checkpoints, keys)
+        else:
+            with AuditLog.open(Home(home)) as log:
+                total = log.count() if sys.stderr.isatty() else 0
+                with _progress(total) as progress:
+                    result = log.verify(checkpoints, progress=progress)
+    except (RenseiRoutingError, OSError) as e:
         raise CouldNotVerifyError(f"could not verify: {e}") from e
     try:
         if json_:
-            echo_json(result.to_dict())
+            echo_json({**result.to_dict(), **({"first_seq": start} if files else {})})
         else:
-            emit(_verdict(result))
+            emit(verdict_line(result))
     except RenseiRoutingError as e:  # OutputError: the verdict was never delivered
         raise CouldNotVerifyError(f"could not verify: {e}") from e
+    if files and start and result:
+        note(
+            f"note: the export starts at seq {start}; its first prev_hash must equal the head "
+            "of the export before it (or verify them together: --file OLD --file NEW)"
+        )
     if not result:
         seq = "-" if result.first_broken_seq is None else str(result.first_broken_seq)
         raise ChainBrokenError(f"audit log does not verify (seq {seq}: {result.reason})")
+
+
+def _export_lines(files: Sequence[Path]) -> Iterator[str]:
+    """The lines of each file in order, split on ``\n`` only; bytes that are not UTF-8 become
+    a line that is not JSON (reported as an unparseable record, not a crash).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    for path in files:
+        with open(path, "rb") as f:
+            for raw in f:
+                try:
+                    yield raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    yield "\x00"
+
+
+def verify_export(
+    files: Sequence[Path], checkpoints: Sequence[Checkpoint], keys: Sequence[signing.PublicKey]
+) -> tuple[int, VerifyResult]:
+    """Verify exported records as one chain (see :mod:`..core.archive`); ``(first seq,
+    result)``. A chain starting at seq 0 must start from the genesis hash; a later start is
+    anchored on its own first ``prev_hash``.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    rows = rows_from_lines(_export_lines(files))
+    first = next(rows, None)
+    start_seq, start_hash = 0, GENESIS_HASH
+    if first is not None and len(first) == len(ROW_COLUMNS) and type(first[0]) is int:
+        start_seq = max(0, first[0])
+        if start_seq and isinstance(first[2], str):
+            start_hash = first[2]
+
+    def signature_ok(cp: Checkpoint) -> bool:
+        for key in keys:
+            sig = cp.signature_by(cp.origin, note_key_hash(cp.origin, key.raw))
+            if sig is not None and signing.check(key, cp.body, sig):
+                return True
+        return False
+
+    everything = rows if first is None else itertools.chain([first], rows)
+    return start_seq, verify_chain(
+        everything,
+        checkpoints=checkpoints,
+        signature_ok=signature_ok if checkpoints else None,
+        start_seq=start_seq,
+        start_hash=start_hash,
+    )
+
+
+@audit.command(name="export")
+@click.argument("target", metavar="FILE.jsonl", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--since",
+    type=_SEQ,
+    default=0,
+    show_default=True,
+    help="The first seq to export (the previous export's record count continues its chain).",
+)
+@home_option
+def audit_export(target: Path, since: int, home: Path) -> None:
+    """Verify the chain, then write its records from seq SINCE on to FILE.jsonl, one JSON
+    record per line (the chain fields and the stored, redacted payload), atomically: for
+    archiving to other systems. `rensei audit verify --file FILE.jsonl` checks it offline.
+    A chain that does not verify is refused (exit 1, nothing written)."""
+    h = Home(home)
+    refuse_home_target(h, target)
+    with AuditLog.open(h) as log:
+        total = log.count() if sys.stderr.isatty() else 0
+        with _progress(total) as progress:
+            result = log.verify(progress=progress)
+        if not result:
+            raise ChainBrokenError(
+                f"audit log does not verify (seq {result.first_broken_seq}: {result.reason}); "
+                "nothing exported"
+            )
+        stop = result.records_checked
+        if since > stop:
+            raise CommandError(f"--since {since} is past the end of the log ({stop} records)")
+        lines = (export_line(r) for r in log.records(start=since, stop=stop))
+        try:
+            size = atomic_write(target, lines)
+        except OSError as e:
+            raise CommandError(f"cannot write {target}: {e.strerror or e}") from e
+    note(
+        f"exported {stop - since:,} record(s) (seqs {since}..{stop - 1}, {size:,} bytes) to "
+        f"{target}; head {result.head_hash}; next export: --since {stop}"
+    )
 
 
 @audit.command(name="checkpoint")

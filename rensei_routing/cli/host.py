@@ -15,12 +15,11 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import signing
-from ..control import compile_snapshot, ensure_serve_token, latest_snapshot, refresh_snapshot
 from ..core.authz import (
     BUILTIN_AUTHORIZER,
     AuthorizationDecision,
@@ -36,21 +35,20 @@ from ..errors import (
     SnapshotError,
 )
 from ..host.cache import HostCache, HostConfig, token_from_file
-from ..host.fetch import fetch_snapshot
 from ..host.files import read_limited
-from ..host.server import RunningServer, SnapshotService, make_app, serve_in_thread
-from ..plugins import snapshot_validators
-from ..store.home import Home
 from ._clock import now, now_text
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
-from .authorize import decide_cached, denial, outcome_lines, record
+
+if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
+    from ..host.server import RunningServer, SnapshotService
+    from ..store.home import Home
 
 log = logging.getLogger("rensei_routing.host")
 
 
-def _cache(home: Path) -> HostCache:
+def host_cache(home: Path) -> HostCache:
     return HostCache(Path(home) / "host")
 
 
@@ -79,28 +77,16 @@ def _logging() -> None:
 # -- serve ---------------------------------------------------------------------------------------
 
 
-@cli.command(name="serve")
-@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
-@click.option(
-    "--reseal-after",
-    type=click.FloatRange(min=1),
-    default=120.0,
-    show_default=True,
-    help="Re-sign an unchanged snapshot older than this many seconds, so hosts stay fresh.",
-)
-@home_option
-def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
-    """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
-    SIGTERM; writes to policies or org data are recompiled in the background."""
-    import waitress.server
+def snapshot_service(h: Home, *, reseal_after: float = 120.0) -> SnapshotService:
+    """The endpoint's snapshot source for ``h``, with this invocation's validators and
+    vocabulary (``serve`` and ``quickstart``)."""
+    from ..control import compile_snapshot, latest_snapshot, refresh_snapshot
+    from ..host.server import SnapshotService
+    from ..plugins import snapshot_validators
 
-    h = Home(home)
-    h.info()
-    token = ensure_serve_token(h)
     ctx = session()
     validators, vocabulary = snapshot_validators(ctx.pm), ctx.vocabulary()
-    service = SnapshotService(
+    return SnapshotService(
         latest=lambda: latest_snapshot(h),
         compile_now=lambda: (
             compile_snapshot(
@@ -117,6 +103,32 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
             vocabulary=vocabulary,
         ),
     )
+
+
+@cli.command(name="serve", short_help="Serve the signed ruleset snapshot over HTTP until SIGTERM.")
+@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option(
+    "--reseal-after",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Re-sign an unchanged snapshot older than this many seconds, so hosts stay fresh.",
+)
+@home_option
+def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
+    """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
+    SIGTERM; writes to policies or org data are recompiled in the background."""
+    import waitress.server
+
+    from ..control import ensure_serve_token
+    from ..host.server import make_app
+    from ..store.home import Home
+
+    h = Home(home)
+    h.info()
+    token = ensure_serve_token(h)
+    service = snapshot_service(h, reseal_after=reseal_after)
     app = make_app(now=now, token=token, service=service)
     _logging()
     server: Any = waitress.server.create_server(app, host=bind, port=port, threads=4)
@@ -149,7 +161,7 @@ def host_trust(keyfile: Path, home: Path) -> None:
         key = signing.load_public_key(keyfile)
     except KeyFormatError as e:
         raise CommandError(str(e)) from e
-    path = _cache(home).trust(key)
+    path = host_cache(home).trust(key)
     note(f"trusted key {key.key_id} ({path})")
 
 
@@ -171,7 +183,7 @@ def host_sync(
         raise click.UsageError("give exactly one of --from FILE or --endpoint URL")
     if endpoint is not None and token_file is None:
         raise click.UsageError("--endpoint needs --token-file")
-    cache = _cache(home)
+    cache = host_cache(home)
     config = cache.config()
     config = HostConfig(
         **{
@@ -182,11 +194,11 @@ def host_sync(
         }
     )
     cache.save_config(config)
-    result = _poll_once(cache, config)
+    result = poll_once(cache, config)
     emit(printable(result))
 
 
-def _poll_once(cache: HostCache, config: HostConfig) -> str:
+def poll_once(cache: HostCache, config: HostConfig) -> str:
     """One fetch + verify + persist; the line to report.
 
     Raises:
@@ -203,6 +215,8 @@ def _poll_once(cache: HostCache, config: HostConfig) -> str:
     elif config.endpoint is not None:
         source = config.endpoint
         try:
+            from ..host.fetch import fetch_snapshot
+
             token = token_from_file(config.token_file or "")
             held = cache.load()
             result = fetch_snapshot(
@@ -241,7 +255,7 @@ def _etag_of(snap: Any) -> str:
 def host_run(interval: float | None, jitter: float | None, listen: str | None, home: Path) -> None:
     """Poll the configured source until SIGTERM: fetch, verify, persist; a failure keeps the
     last known-good copy and is recorded for `rensei host status`."""
-    cache = _cache(home)
+    cache = host_cache(home)
     config = cache.config()
     if not config.has_source:
         raise CommandError("no snapshot source configured: run `rensei host sync` first")
@@ -253,7 +267,7 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
     with _stop_on_sigterm() as stop:
         while not stop.is_set():
             try:
-                log.info("%s", _poll_once(cache, config))
+                log.info("%s", poll_once(cache, config))
             except RenseiRoutingError as e:
                 log.warning("poll failed, keeping the last known-good snapshot: %s", e)
             stop.wait(period + rng.uniform(0, spread))
@@ -263,16 +277,18 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
 
 
 def _status_server(cache: HostCache, listen: str) -> RunningServer:
+    from ..host.server import make_app, serve_in_thread
+
     bind, _, port = listen.rpartition(":")
     if not bind or not port.isdigit():
         raise click.UsageError(f"--listen {listen!r} is not HOST:PORT")
-    app = make_app(now=now, host_status=lambda: _status(cache))
+    app = make_app(now=now, host_status=lambda: host_status_data(cache))
     server = serve_in_thread(app, host=bind, port=int(port))
     note(f"status on http://{bind}:{server.port}/api/daemon/routing/config")
     return server
 
 
-def _status(cache: HostCache) -> dict[str, Any]:
+def host_status_data(cache: HostCache) -> dict[str, Any]:
     """The cache's status as data (``host status --json`` and the config endpoint)."""
     config = cache.config()
     out: dict[str, Any] = {
@@ -311,31 +327,35 @@ def _status(cache: HostCache) -> dict[str, Any]:
     return out
 
 
+def snapshot_line(status: dict[str, Any]) -> str:
+    """The ``Ruleset snapshot: {org}@{rev} (age 3m12s)`` line of a :func:`host_status_data`."""
+    snap = status["snapshot"]
+    if snap is None:
+        return "Ruleset snapshot: none cached"
+    age = snap.get("snapshotAgeMs")
+    line = f"Ruleset snapshot: {snap['rulesetRev']}"
+    if age is not None:
+        line += f" (age {format_age(age)})"
+    if snap["state"] == "degraded":
+        line += " (degraded)"
+    elif snap["state"] in ("expired", "refused"):
+        line += f" ({snap['state']}: refusing to decide from it)"
+    return line
+
+
 @host.command(name="status")
 @home_option
 @json_option
 def host_status(home: Path, json_: bool) -> None:
     """The `Ruleset snapshot:` line (absent when no source is configured) and the last fetch."""
-    status = _status(_cache(home))
+    status = host_status_data(host_cache(home))
     if json_:
         echo_json(status)
         return
     if not status["source"]["configured"]:
         note("no snapshot source configured")
         return
-    snap = status["snapshot"]
-    if snap is None:
-        emit(printable("Ruleset snapshot: none cached"))
-    else:
-        age = snap.get("snapshotAgeMs")
-        line = f"Ruleset snapshot: {snap['rulesetRev']}"
-        if age is not None:
-            line += f" (age {format_age(age)})"
-        if snap["state"] == "degraded":
-            line += " (degraded)"
-        elif snap["state"] in ("expired", "refused"):
-            line += f" ({snap['state']}: refusing to decide from it)"
-        emit(printable(line))
+    emit(printable(snapshot_line(status)))
     last = status["lastFetch"]
     if last:
         result = "ok" if last.get("ok") else "FAILED"
@@ -356,6 +376,9 @@ def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> No
     """Re-check a claim's permission against the cached snapshot (the grant check AND every
     plugin authorizer); record the decision in the audit log. Exit 0 admitted, 1 refused (not
     granted, not authorized, expired snapshot, ...)."""
+    from ..store.home import Home
+    from .authorize import decide_cached, denial, outcome_lines, record
+
     h = Home(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
     moment = now()

@@ -9,7 +9,7 @@ import click
 from ..plugin_checks import check_plugin
 from ..plugins import plugin_infos
 from ._output import emit, printable
-from ._root import CommandError, cli, echo_json, json_option
+from ._root import CommandError, builtin_command_names, cli, echo_json, json_option
 from ._session import session
 
 
@@ -45,7 +45,7 @@ def plugins_check(name: str, examples: int) -> None:
     hooks answer with the right types and clash with nothing, and each of its seam classifiers
     is total over generated stage sequences. One line per problem; exit 1 if any."""
     root = click.get_current_context().find_root().command
-    reserved = root.commands if isinstance(root, click.Group) else {}
+    reserved = {*builtin_command_names(), *(root.commands if isinstance(root, click.Group) else {})}
     problems = check_plugin(name, reserved_commands=reserved, count=examples)
     for problem in problems:
         emit(printable(problem))

@@ -17,6 +17,7 @@ from typing import Any, Final
 import click
 
 from ..core.chain import AuditRecord
+from ..core.policy import PolicySnapshot
 from ..core.report import GROUPINGS, ReportRow, ShadowReport
 from ..core.shadow import DIVERGENCES, ShadowDecision, is_shadow_payload
 from ..core.spawn import Spawn, check_spawn
@@ -196,6 +197,53 @@ def shadow_record(spawns: Path, seam: str | None, batch: int, home: Path, json_:
         registry.get(seam)
     items = read_spawn_lines(str(spawns), registry, seam)
     report = ShadowReport()
+    first_seq, last_seq, snapshot = record_spawns(
+        where, registry, items, batch=batch, report=report
+    )
+    snap, state = snapshot
+    total = report.total
+    if json_:
+        echo_json(
+            {
+                "recorded": total.spawns,
+                "first_seq": first_seq,
+                "last_seq": last_seq,
+                "policy_revision": snap.revision,
+                "snapshot_state": state,
+                **total.to_dict(),
+            }
+        )
+        return
+    seqs = "" if first_seq is None else f" (seqs {first_seq}..{last_seq})"
+    emit(
+        printable(
+            f"recorded {total.spawns:,} spawns{seqs} against revision {snap.revision} ({state})"
+        )
+    )
+    if total.spawns:
+        emit(printable(_tally_line(total)))
+
+
+def record_spawns(
+    where: Home,
+    registry: SeamRegistry,
+    items: list[Spawn],
+    *,
+    batch: int = DEFAULT_BATCH,
+    report: ShadowReport,
+    label: str = "recording",
+) -> tuple[int | None, int | None, tuple[PolicySnapshot, str]]:
+    """Record checked spawns as shadow decisions against one policy revision, in transactions
+    of ``batch``, adding each record to ``report`` and telling observers (``shadow record``
+    and ``quickstart``). A progress bar on a terminal's stderr for more than one batch.
+
+    Returns ``(first seq, last seq, (policies, load state))``; the seqs are ``None`` when
+    nothing was recorded.
+
+    Raises:
+        RenseiRoutingError: nothing was recorded; CommandError: a later batch failed (the
+            message says what was recorded).
+    """
     first_seq: int | None = None
     last_seq: int | None = None
     with ShadowRecorder(
@@ -208,7 +256,7 @@ def shadow_record(spawns: Path, seam: str | None, batch: int, home: Path, json_:
         snapshot = recorder.snapshot()
         show = sys.stderr.isatty() and len(items) > batch
         bar = (
-            click.progressbar(length=len(items), label="recording", file=sys.stderr)
+            click.progressbar(length=len(items), label=label, file=sys.stderr)
             if show
             else nullcontext()
         )
@@ -233,28 +281,7 @@ def shadow_record(spawns: Path, seam: str | None, batch: int, home: Path, json_:
                     progress.update(len(chunk))
     if first_seq is not None and last_seq is not None:
         _notify(where, range(first_seq, last_seq + 1))
-    snap, state = snapshot
-    total = report.total
-    if json_:
-        echo_json(
-            {
-                "recorded": total.spawns,
-                "first_seq": first_seq,
-                "last_seq": last_seq,
-                "policy_revision": snap.revision,
-                "snapshot_state": state,
-                **total.to_dict(),
-            }
-        )
-        return
-    seqs = "" if first_seq is None else f" (seqs {first_seq}..{last_seq})"
-    emit(
-        printable(
-            f"recorded {total.spawns:,} spawns{seqs} against revision {snap.revision} ({state})"
-        )
-    )
-    if total.spawns:
-        emit(printable(_tally_line(total)))
+    return first_seq, last_seq, snapshot
 
 
 def _notify(home: Home, seqs: range) -> None:

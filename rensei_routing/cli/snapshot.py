@@ -178,7 +178,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
         store = SnapshotStore(conn, org_id=h.info().org)
         data = store.envelope(revision)
     snap = verify_snapshot(data, lookup=signing.key_lookup([h.public_key()]))
-    _refuse_home_target(h, target)
+    refuse_home_target(h, target)
     try:
         atomic_write(target, data)
     except OSError as e:
@@ -232,7 +232,7 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
     )
 
 
-def _refuse_home_target(home: Home, target: Path) -> None:
+def refuse_home_target(home: Home, target: Path) -> None:
     """Refuse to write an export over the home's database, its WAL/SHM or its keys."""
     resolved = target.resolve()
     guarded = [home.db_path, Path(f"{home.db_path}-wal"), Path(f"{home.db_path}-shm")]

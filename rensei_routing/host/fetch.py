@@ -5,7 +5,9 @@ Adapter: stdlib ``urllib`` only; decides nothing (the cache verifies what this r
 
 from __future__ import annotations
 
+import ipaddress
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import Final
@@ -33,6 +35,17 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # a snapshot source that redirects is refused, not followed
 
 
+def _is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def fetch_snapshot(
     endpoint: str,
     *,
@@ -41,7 +54,8 @@ def fetch_snapshot(
     timeout_s: float = 10.0,
     max_bytes: int = MAX_SNAPSHOT_BYTES,
 ) -> FetchResult:
-    """GET the snapshot at ``endpoint`` (a base URL or the full path).
+    """GET the snapshot at ``endpoint`` (a base URL or the full path). Proxies from the
+    environment (``https_proxy``, ``no_proxy``) apply, except to a loopback address.
 
     Raises:
         FetchError: unreachable, timed out, a non-200/304 status (its body's first line is
@@ -58,7 +72,10 @@ def fetch_snapshot(
     request.add_header("Authorization", f"Bearer {token}")
     if etag is not None:
         request.add_header("If-None-Match", f'"{etag}"')
-    opener = urllib.request.build_opener(_NoRedirect)
+    handlers: list[urllib.request.BaseHandler] = [_NoRedirect()]
+    if _is_loopback(url):
+        handlers.append(urllib.request.ProxyHandler({}))  # a proxy cannot reach our loopback
+    opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(request, timeout=timeout_s) as response:
             headers = {k.lower(): v for k, v in response.headers.items()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["atomic_write", "fsync_dir", "read_limited"]
@@ -23,21 +24,26 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+def atomic_write(path: Path, data: bytes | Iterable[bytes], *, mode: int = 0o644) -> int:
+    """Replace ``path`` with ``data`` (bytes, or chunks streamed in order) atomically and
+    durably; returns the number of bytes written.
 
     Raises:
-        OSError: the file could not be written (the old file, if any, is untouched).
+        OSError: the file could not be written (the old file, if any, is untouched); whatever
+            iterating ``data`` raises propagates the same way.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode)
+    total = 0
     try:
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            for chunk in [data] if isinstance(data, bytes) else data:
+                view = memoryview(chunk)
+                total += len(view)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -47,6 +53,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+    return total
 
 
 def read_limited(path: Path, limit: int) -> bytes:

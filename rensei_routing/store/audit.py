@@ -283,9 +283,14 @@ class AuditLog:
         return (0, GENESIS_HASH) if row is None else (int(row[0]) + 1, str(row[1]))
 
     def records(
-        self, *, stop: int | None = None, newest_first: bool = False, batch: int = 1_000
+        self,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        newest_first: bool = False,
+        batch: int = 1_000,
     ) -> Iterator[AuditRecord]:
-        """Every record with ``seq < stop`` (all of them without ``stop``), oldest first (or
+        """Every record with ``start <= seq < stop`` (all of them by default), oldest first (or
         newest first), streamed in pages of ``batch`` records so memory stays flat at any log
         size. Each page is its own read; a record appended meanwhile may or may not be seen.
 
@@ -293,7 +298,8 @@ class AuditLog:
             StoreError: the database read failed.
         """
         conn = self._read_conn()
-        low, high = 0, _MAX_INT64 if stop is None else max(0, min(stop, _MAX_INT64))
+        low = max(0, min(start, _MAX_INT64))
+        high = _MAX_INT64 if stop is None else max(0, min(stop, _MAX_INT64))
         order = "DESC" if newest_first else "ASC"
         sql = f"{_SELECT} WHERE seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
         while low < high:

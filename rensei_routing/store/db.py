@@ -43,6 +43,7 @@ __all__ = [
     "WAL_SIZE_LIMIT",
     "close_quietly",
     "connect",
+    "copy_database",
     "store_error",
 ]
 
@@ -227,6 +228,42 @@ def _open(path: Path, write: bool, busy_timeout_ms: int, vfs: str | None) -> aps
         )
     except apsw.Error as e:
         raise StoreError(f"cannot open database {path}: {e}") from e
+
+
+def copy_database(
+    source: apsw.Connection,
+    target: Path,
+    *,
+    wal: bool,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+) -> None:
+    """Copy ``source``'s main database into a new file ``target`` with SQLite's online backup
+    API, in one step: the copy is one consistent read snapshot of ``source`` (writers beside it
+    keep appending; WAL readers never block them), taken whole or not at all. ``wal=False``
+    leaves the copy in rollback-journal mode: one self-contained file that readers open
+    without creating ``-wal``/``-shm`` beside it (a backup); ``wal=True`` for a live home.
+
+    Raises:
+        StoreError: ``target`` exists, or the copy failed (a partial ``target`` is removed).
+    """
+    if target.exists():
+        raise StoreError(f"refusing to copy the database over {target}: it exists")
+    flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    try:
+        dest = _connection(str(target), flags, busy_timeout_ms, None)
+    except apsw.Error as e:
+        raise StoreError(f"cannot create {target}: {e}") from e
+    try:
+        with dest.backup("main", source, "main") as backup:
+            backup.step(-1)  # every page in one read snapshot: consistent, never restarted
+        dest.pragma("journal_mode", "wal" if wal else "delete")
+    except apsw.Error as e:
+        close_quietly(dest)
+        for leftover in (target, Path(f"{target}-wal"), Path(f"{target}-shm")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        raise store_error("cannot copy the database", e, target) from e
+    dest.close()
 
 
 def close_quietly(conn: apsw.Connection) -> None:
