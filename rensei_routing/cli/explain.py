@@ -10,14 +10,15 @@ import click
 from ..core.decision import RouteDecision
 from ..core.freshness import Freshness, StampedDecision, format_age
 from ..core.policy import RUNG_NAMES, PolicySnapshot
-from ..core.resolver import explain, explain_batch
+from ..core.resolver import explain
 from ..core.validation import validate_policies
 from ..errors import InputError, SnapshotError
 from ..host.cache import HostCache
 from ..store.home import Home
+from ._batch import run_batch
 from ._clock import now
-from ._inputs import read_context, read_context_lines, read_policy_file
-from ._output import emit, json_text, note, printable
+from ._inputs import read_context, read_policy_file
+from ._output import emit, held_notes, note, printable, release_notes
 from ._root import F, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import load_current_snapshot, record_decisions
@@ -211,22 +212,24 @@ def explain_batch_cmd(
 ) -> None:
     """Resolve every context of a JSON Lines file against ONE snapshot; one JSON decision a line.
 
-    Every line is read and checked before any decision is printed or recorded.
+    Every line is read and checked before any decision is printed or recorded: the batch
+    streams through temporary files and is published (recorded, then printed) only once the
+    last line has been resolved, in constant memory at any size.
     """
     if record:
         Home(home).info()
     vocabulary = session().vocabulary()
-    items = read_context_lines(contexts, vocabulary=vocabulary)
-    snapshot, state, stamp = _snapshot(policies, home, cached)
-    decisions = explain_batch(
-        items,
-        snapshot,
-        snapshot_state=state,
-        trace=trace,  # type: ignore[arg-type]
-        vocabulary=vocabulary,
-    )
-    stamped = [StampedDecision(d, stamp) for d in decisions]
-    if record:
-        record_decisions(home, stamped)
-    for item in stamped:
-        emit(json_text(item.to_dict(), indent=None))
+    # Notes about the snapshot wait until the input has been read: a bad line stays the one
+    # line on stderr, as when the input was read first.
+    with held_notes() as held:
+        snapshot, state, stamp = _snapshot(policies, home, cached)
+        run_batch(
+            str(contexts),
+            snapshot=snapshot,
+            state=state,
+            stamp=stamp,
+            trace=trace,  # type: ignore[arg-type]
+            vocabulary=vocabulary,
+            home=home if record else None,
+        )
+    release_notes(held)

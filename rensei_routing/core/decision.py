@@ -123,6 +123,7 @@ class ConsideredPolicy:
     matched: bool
     reason: str
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
+    _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly and kept (entries are shared)."""
