@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core._quick import Memo, quick_context
 from ..core.context import RouteContext
 from ..core.policy import PolicySnapshot, hash_policies
 from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
@@ -156,6 +157,7 @@ def iter_context_lines(
     except OSError as e:
         raise InputError(f"cannot read {label}: {e.strerror or e}") from e
     offset = 0
+    memo: Memo = {}
     try:
         for number, raw in enumerate(f, start=1):
             try:
@@ -166,7 +168,10 @@ def iter_context_lines(
             offset += len(raw)
             if line.strip(_JSON_WHITESPACE):
                 where = f"{label}:{number}"
-                yield _named(where, build, parse_json(line, where))
+                doc = parse_json(line, where)
+                # The quick reader, sharing repeated pieces across the batch; anything it is
+                # unsure of goes to the general reader, which names the bad field.
+                yield quick_context(doc, vocabulary, memo) or _named(where, build, doc)
     except OSError as e:
         raise InputError(f"cannot read {label}: {e.strerror or e}") from e
     finally:

@@ -143,13 +143,18 @@ def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> 
             f"{format_age(stamp.age_ms or 0)}{flag})"
         )
     lines.append(f"  decision    {decision.decision_id}")
-    if ex.considered or ex.unlisted_policy_count:
+    if ex.considered or ex.unlisted_policy_count or ex.unlisted_outranked_count:
         lines.append("policies (best first):")
         for c in ex.considered:
             mark = _MARK.get(c.reason, "x")
             lines.append(
                 f"  {mark} {c.policy_id:<28} rung {c.precedence_level} "
                 f"priority {c.priority:<5} {c.reason}"
+            )
+        if ex.unlisted_outranked_count:
+            lines.append(
+                f"  ({ex.unlisted_outranked_count} more matched but were outranked; "
+                "--trace full lists them)"
             )
         if ex.unlisted_policy_count:
             lines.append(

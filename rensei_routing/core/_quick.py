@@ -15,7 +15,7 @@ from typing import Any, Final
 from . import context as c
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, LITERAL_FAMILY, REQUIREMENT_KINDS, Vocabulary
 
-__all__ = ["quick_context"]
+__all__ = ["MEMO_LIMIT", "Memo", "quick_context"]
 
 _CONTEXT_KEYS: Final = frozenset(
     (
@@ -100,6 +100,34 @@ def _repo(value: Any) -> c.RepoIdentity:
     return c.RepoIdentity(value=canonical, version=c.CANONICAL)
 
 
+def _repo_memo(value: Any, memo: Memo) -> c.RepoIdentity:
+    if type(value) is str:
+        key: tuple[Any, ...] = ("repo", value)
+    elif type(value) is dict and "value" in value and value.keys() <= _REPO_KEYS:
+        key = ("repo", value["value"], value.get("version", c.CANONICAL))
+    else:
+        raise _No
+    repo = _recall(memo, key)
+    if repo is None:
+        repo = _remember_new(memo, key, _repo(value))
+    assert isinstance(repo, c.RepoIdentity)
+    return repo
+
+
+def _requirement_memo(value: Any, vocabulary: Vocabulary, memo: Memo) -> c.ModelRequirement:
+    if type(value) is dict and value.keys() == _REQUIREMENT_KEYS:
+        key: tuple[Any, ...] = ("requirement", value["kind"], value["value"])
+    elif type(value) is str:
+        key = ("requirement", value)
+    else:
+        raise _No
+    requirement = _recall(memo, key)
+    if requirement is None:
+        requirement = _remember_new(memo, key, _requirement(value, vocabulary))
+    assert isinstance(requirement, c.ModelRequirement)
+    return requirement
+
+
 def _requirement(value: Any, vocabulary: Vocabulary) -> c.ModelRequirement:
     if type(value) is str:
         text = _text(value, 64)
@@ -121,13 +149,30 @@ def _requirement(value: Any, vocabulary: Vocabulary) -> c.ModelRequirement:
     return c.ModelRequirement(kind=kind, value=text)
 
 
-def _legacy(value: Any, vocabulary: Vocabulary) -> c.LegacyRoute:
+def _legacy(value: Any, vocabulary: Vocabulary, memo: Memo) -> c.LegacyRoute:
     if (
         type(value) is not dict
         or "provider_binding" not in value
         or not value.keys() <= _LEGACY_KEYS
     ):
         raise _No
+    get = value.get
+    account, model = get("account_id"), get("model")
+    mechanism, detail = get("mechanism"), get("mechanism_detail")
+    key = ("legacy", value["provider_binding"], account, model, mechanism, detail)
+    legacy = _recall(memo, key)
+    if legacy is None:
+        legacy = _remember_new(memo, key, _legacy_new(value, vocabulary))
+    assert isinstance(legacy, c.LegacyRoute)
+    return legacy
+
+
+def _remember_new(memo: Memo, key: tuple[Any, ...], value: Any) -> Any:
+    _remember(memo, key, value)
+    return value
+
+
+def _legacy_new(value: dict[str, Any], vocabulary: Vocabulary) -> c.LegacyRoute:
     get = value.get
     account, model = get("account_id"), get("model")
     mechanism, detail = get("mechanism"), get("mechanism_detail")
@@ -140,7 +185,7 @@ def _legacy(value: Any, vocabulary: Vocabulary) -> c.LegacyRoute:
     )
 
 
-def _accounts(value: Any, vocabulary: Vocabulary) -> tuple[c.Account, ...]:
+def _accounts(value: Any, vocabulary: Vocabulary, memo: Memo) -> tuple[c.Account, ...]:
     if type(value) is not list:
         raise _No
     bindings, states = vocabulary.provider_bindings, vocabulary.administrative_states
@@ -154,25 +199,61 @@ def _accounts(value: Any, vocabulary: Vocabulary) -> tuple[c.Account, ...]:
         ):
             raise _No
         configured = entry.get("configured", True)
-        if type(configured) is not bool:
+        if type(configured) is not bool:  # before the memo: True == 1 as a key
             raise _No
-        out.append(
-            c.Account(
-                account_id=_text(entry["account_id"], _MAX_ID),
-                provider_binding=_choice(entry["provider_binding"], bindings),
+        account_id, binding = entry["account_id"], entry["provider_binding"]
+        state = entry.get("administrative_state", "active")
+        key = ("account", account_id, binding, configured, state)
+        account = _recall(memo, key)
+        if account is None:
+            account = c.Account(
+                account_id=_text(account_id, _MAX_ID),
+                provider_binding=_choice(binding, bindings),
                 configured=configured,
-                administrative_state=_choice(entry.get("administrative_state", "active"), states),
+                administrative_state=_choice(state, states),
             )
-        )
+            _remember(memo, key, account)
+        out.append(account)
     return tuple(out)
 
 
-def quick_context(data: Any, vocabulary: Vocabulary) -> c.RouteContext | None:
+#: A reader's memo of values already read: raw JSON pieces (strings, booleans, ``None``,
+#: under a tag) -> the equal frozen value. Only pieces whose every member is a string, a
+#: boolean checked to be one, or ``None`` are keys, so two equal keys always read alike.
+Memo = dict[tuple[Any, ...], Any]
+
+#: Entries a memo holds before it starts again.
+MEMO_LIMIT: Final = 65_536
+
+
+def _recall(memo: Memo, key: tuple[Any, ...]) -> Any:
+    try:
+        return memo.get(key)
+    except TypeError:  # an unhashable piece (a list, an object): never read quickly
+        raise _No from None
+
+
+def _remember(memo: Memo, key: tuple[Any, ...], value: Any) -> None:
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+
+
+def quick_context(
+    data: Any, vocabulary: Vocabulary, memo: Memo | None = None
+) -> c.RouteContext | None:
     """The context ``RouteContext.from_dict(data, vocabulary=vocabulary)`` reads, when ``data``
     is a plain, valid document; ``None`` when the general reader must look (it then raises or
-    reads what this one was unsure of)."""
+    reads what this one was unsure of).
+
+    ``memo`` (one per reader of one vocabulary, e.g. per batch) lets repeated pieces (account
+    entries, legacy routes, repos, requirements) be read once and their values shared, with
+    the text the encoders keep on them.
+    """
     if type(data) is not dict or not data.keys() <= _CONTEXT_KEYS:
         return None
+    if memo is None:
+        memo = {}
     try:
         get = data.get
         principal = get("principal_id")
@@ -186,16 +267,16 @@ def quick_context(data: Any, vocabulary: Vocabulary) -> c.RouteContext | None:
         requirement, legacy = get("model_requirement"), get("legacy_route")
         accounts = get("accounts", _ABSENT)
         return c.RouteContext(
-            repo=None if repo is None else _repo(repo),
+            repo=None if repo is None else _repo_memo(repo, memo),
             repo_class=None if repo_class is None else _choice(repo_class, vocabulary.repo_classes),
             principal_id=principal,
             role=role,
             model_requirement=None
             if requirement is None
-            else _requirement(requirement, vocabulary),
+            else _requirement_memo(requirement, vocabulary, memo),
             request_face=_choice(get("request_face", "unknown"), vocabulary.request_faces),
-            legacy_route=None if legacy is None else _legacy(legacy, vocabulary),
-            accounts=() if accounts is _ABSENT else _accounts(accounts, vocabulary),
+            legacy_route=None if legacy is None else _legacy(legacy, vocabulary, memo),
+            accounts=() if accounts is _ABSENT else _accounts(accounts, vocabulary, memo),
         )
     except _No:
         return None

@@ -100,7 +100,12 @@ def decision_line(decision: RouteDecision, stamp: Freshness | None = None) -> st
         f'"eligible_account_ids":[{",".join(_e(i) for i in ex.eligible_account_ids)}],'
         f'"rejected_accounts":[{rejected}],'
         f'"conflicting_policy_ids":[{",".join(_e(i) for i in ex.conflicting_policy_ids)}],'
-        f'"unlisted_policy_count":{ex.unlisted_policy_count}}}'
+        f'"unlisted_policy_count":{ex.unlisted_policy_count}'
+        + (
+            f',"unlisted_outranked_count":{ex.unlisted_outranked_count}}}'
+            if ex.unlisted_outranked_count
+            else "}"
+        )
     )
     if stamp is None:
         return text + "}"

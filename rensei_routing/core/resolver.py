@@ -21,6 +21,7 @@ from .decision import (
     ADMINISTRATIVE_DISABLED,
     ADMINISTRATIVE_DRAINING,
     CAPABILITY_UNMAPPED,
+    COMPACT_RIVALS,
     HELD,
     LEGACY_RUNG,
     LITERAL_FAMILY_INCOMPATIBLE,
@@ -405,7 +406,7 @@ def _resolve(
 ) -> RouteDecision:
     state, full_trace = call.state, call.full
     trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None
-    unlisted = 0
+    unlisted = beyond = 0
     if state == STATE_CORRUPT:
         res = _Resolution(HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE)
         winners: list[int] = []
@@ -419,9 +420,13 @@ def _resolve(
             if winners and levels[pos] != levels[winners[0]]:
                 break
             winners.append(pos)
-        trace = _Trace(compiled, ctx, keys, matched, winners[-1] if winners else -1, full_trace)
         if not full_trace:
             unlisted = len(policies) - len(matched)
+            # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
+            beyond = max(0, len(matched) - len(winners) - COMPACT_RIVALS)
+            if beyond:
+                matched = matched[: len(matched) - beyond]
+        trace = _Trace(compiled, ctx, keys, matched, winners[-1] if winners else -1, full_trace)
         if not winners:
             legacy = ctx.legacy_route
             if legacy is None:
@@ -477,6 +482,7 @@ def _resolve(
             rejected_accounts=res.rejected,
             conflicting_policy_ids=res.conflicting,
             unlisted_policy_count=unlisted,
+            unlisted_outranked_count=beyond,
         ),
     )
 
