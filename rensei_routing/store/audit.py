@@ -48,13 +48,17 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
+from .codec import FUNCTION, Codec
 from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
 
 __all__ = ["AppendResult", "AuditLog", "read_checkpoint", "write_checkpoint"]
 
 _COLUMNS: Final = ", ".join(ROW_COLUMNS)
-_SELECT: Final = f"SELECT {_COLUMNS} FROM audit_records"
+#: Every read sees the canonical payload bytes, however they are stored (see .codec).
+_SELECT: Final = (
+    f"SELECT {', '.join(ROW_COLUMNS[:-1])}, {FUNCTION}(payload) AS payload FROM audit_records"
+)
 _INSERT: Final = f"INSERT INTO audit_records({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
 _INSERT_CHECKPOINT: Final = "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)"
@@ -101,6 +105,7 @@ class AuditLog:
         "_reader",
         "_redactor",
         "_writer",
+        "_writer_codec",
         "origin",
     )
 
@@ -123,6 +128,7 @@ class AuditLog:
         self._key = private_key
         self._redactor = redactor
         self._writer: apsw.Connection | None = None
+        self._writer_codec: Codec | None = None
         self._reader: apsw.Connection | None = None
 
     @classmethod
@@ -149,6 +155,12 @@ class AuditLog:
 
     # -- connections --------------------------------------------------------------------------
 
+    def _codec(self, conn: apsw.Connection) -> Codec:
+        """The writer's codec (the dictionaries it holds do not change while it is open)."""
+        if self._writer_codec is None:
+            self._writer_codec = Codec.load(conn)
+        return self._writer_codec
+
     def _write_conn(self) -> apsw.Connection:
         if self._writer is None:
             self._writer = self._connect(write=True)
@@ -162,6 +174,7 @@ class AuditLog:
         """Drop the writer connection after a failed write (SQLite may have left it unusable,
         e.g. after an I/O error) and the typed error for ``what``."""
         writer, self._writer = self._writer, None
+        self._writer_codec = None
         if writer is not None:
             close_quietly(writer)
         return store_error(what, error, self._path)
@@ -179,6 +192,7 @@ class AuditLog:
             if conn is not None:
                 close_quietly(conn)
         self._reader = self._writer = None
+        self._writer_codec = None
 
     def __enter__(self) -> AuditLog:
         return self
@@ -238,6 +252,7 @@ class AuditLog:
         kept: list[tuple[int, str, str, str, str, bytes]] = []
         count = 0
         try:
+            compress = self._codec(conn).compress
             with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
                 head = conn.execute(_HEAD).fetchone()
                 first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
@@ -246,7 +261,7 @@ class AuditLog:
                     rows = link_rows(
                         chunk, seq=first + count, prev_hash=prev, recorded_at=recorded_at
                     )
-                    conn.executemany(_INSERT, rows)
+                    conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
                     count += len(rows)
                     prev = rows[-1][4]
                     if keep:
