@@ -225,16 +225,16 @@ def explain_batch_cmd(
         Home(home).info()
     vocabulary = session().vocabulary()
     # Notes about the snapshot wait until the input has been read: a bad line stays the one
-    # line on stderr, as when the input was read first.
+    # line on stderr, as when the whole input was read before the snapshot was loaded.
     with held_notes() as held:
         snapshot, state, stamp = _snapshot(policies, home, cached)
-        run_batch(
-            str(contexts),
-            snapshot=snapshot,
-            state=state,
-            stamp=stamp,
-            trace=trace,  # type: ignore[arg-type]
-            vocabulary=vocabulary,
-            home=home if record else None,
-        )
+    run_batch(
+        str(contexts),
+        snapshot=snapshot,
+        state=state,
+        stamp=stamp,
+        trace=trace,  # type: ignore[arg-type]
+        vocabulary=vocabulary,
+        home=home if record else None,
+    )
     release_notes(held)
