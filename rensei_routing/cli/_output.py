@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import click
 
@@ -119,7 +119,7 @@ def emit_json(value: Any, *, indent: int | None = 2) -> None:
     emit(json_text(value, indent=indent))
 
 
-def emit_file(f: BinaryIO) -> None:
+def emit_file(f: IO[bytes]) -> None:
     """Copy the rest of a binary file (already printable UTF-8 text) to stdout and flush it.
 
     Raises:

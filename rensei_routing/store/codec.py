@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import resources
-from typing import Final
+from typing import Any, Final
 
 import apsw
 import zstandard
@@ -87,12 +87,16 @@ class Codec:
         Raises:
             apsw.Error: the table cannot be read.
         """
-        rows = conn.execute("SELECT id, body FROM audit_dictionaries").fetchall()
-        return cls({int(i): bytes(body) for i, body in rows})
+        out: dict[int, bytes] = {}
+        for dict_id, body in conn.execute("SELECT id, body FROM audit_dictionaries"):
+            assert isinstance(dict_id, int) and isinstance(body, bytes)  # STRICT table
+            out[dict_id] = body
+        return cls(out)
 
     def register(self, conn: apsw.Connection) -> None:
         """Make ``rensei_payload(payload)`` available on ``conn``."""
-        conn.create_scalar_function(FUNCTION, self.inflate, 1, deterministic=True)
+        # apsw types the function as variadic; this one takes exactly its one argument.
+        conn.create_scalar_function(FUNCTION, self.inflate, 1, deterministic=True)  # type: ignore[arg-type]
 
     def compress(self, data: bytes) -> bytes:
         """The stored form of canonical payload bytes (themselves when there is no dictionary)."""
@@ -100,7 +104,7 @@ class Codec:
             return data
         return self._compressor.compress(data)
 
-    def inflate(self, stored: bytes | None) -> bytes | None:
+    def inflate(self, stored: Any) -> Any:
         """The canonical bytes of a stored payload; stored bytes that are not a readable frame
         (see the module docstring) are returned as they are."""
         if type(stored) is not bytes or not stored.startswith(ZSTD_MAGIC):
