@@ -299,7 +299,7 @@ class _Call:
     """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
-    __slots__ = ("full", "lanes", "memo", "redactor", "state", "vocabulary")
+    __slots__ = ("full", "lanes", "memo", "redactor", "rejections", "state", "vocabulary")
 
     def __init__(self, state: str, vocabulary: Vocabulary, full: bool, redactor: Redactor) -> None:
         self.state = state
@@ -308,6 +308,16 @@ class _Call:
         self.redactor = redactor
         self.memo = ScanMemo(redactor)
         self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
+        # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
+        # value each, so a decision carries no objects of its own for them.
+        self.rejections: dict[tuple[str, str], RejectedAccount] = {}
+
+    def rejected(self, account_id: str, reason: str) -> RejectedAccount:
+        key = (account_id, reason)
+        entry = self.rejections.get(key)
+        if entry is None:
+            entry = self.rejections[key] = RejectedAccount(account_id=account_id, reason=reason)
+        return entry
 
     def lane(
         self, requirement: ModelRequirement | None, mapped: str | None
@@ -374,7 +384,7 @@ def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, ca
         if why is None:
             eligible.append(account)
         else:
-            rejected.append(RejectedAccount(account_id=account.account_id, reason=why))
+            rejected.append(call.rejected(account.account_id, why))
     # Stable sorts: entries that share an id keep their context order.
     if len(eligible) > 1:
         if pool is not None:
@@ -426,7 +436,9 @@ def _resolve(
             beyond = max(0, len(matched) - len(winners) - COMPACT_RIVALS)
             if beyond:
                 matched = matched[: len(matched) - beyond]
-        trace = _Trace(compiled, ctx, keys, matched, winners[-1] if winners else -1, full_trace)
+        trace = _Trace(
+            compiled, ctx, keys, tuple(matched), winners[-1] if winners else -1, full_trace
+        )
         if not winners:
             legacy = ctx.legacy_route
             if legacy is None:
@@ -497,7 +509,7 @@ class _Trace:
         compiled: _Compiled,
         ctx: RouteContext,
         keys: tuple[Any, ...],
-        matched: list[int],
+        matched: tuple[int, ...],
         last_winner: int,
         full: bool,
     ) -> None:
