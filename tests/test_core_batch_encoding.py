@@ -216,3 +216,26 @@ def test_a_trace_within_the_bound_reads_as_before() -> None:
     assert "unlisted_outranked_count" not in decision.to_dict()["explanation"]
     assert b"unlisted_outranked_count" not in decision.canonical()
     assert len(decision.explanation.considered) == 2 + COMPACT_RIVALS
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(policy_dicts(ids=[f"p{i}" for i in range(40)]), max_size=40),
+    st.lists(context_dicts(), min_size=1, max_size=4),
+)
+def test_the_compact_trace_is_the_head_of_the_full_one(
+    policies: list[dict[str, Any]], contexts: list[dict[str, Any]]
+) -> None:
+    snapshot = PolicySnapshot.of(tuple(RoutingPolicy.from_dict(p) for p in policies), revision=1)
+    ctxs = [RouteContext.from_dict(c) for c in contexts]
+    full = explain_batch(ctxs, snapshot, trace="full")
+    compact = explain_batch(ctxs, snapshot, trace="compact")
+    for f, c in zip(full, compact, strict=True):
+        assert f.decision_id == c.decision_id and f.outcome == c.outcome
+        matched = [e for e in f.explanation.considered if e.matched]
+        ties = sum(1 for e in matched if e.reason == "matched")
+        assert list(c.explanation.considered) == matched[: ties + COMPACT_RIVALS]
+        assert c.explanation.unlisted_outranked_count == max(
+            0, len(matched) - ties - COMPACT_RIVALS
+        )
+        assert c.explanation.unlisted_policy_count == len(policies) - len(matched)

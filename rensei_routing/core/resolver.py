@@ -79,6 +79,12 @@ Trace = Literal["auto", "full", "compact"]
 #: Under ``trace="auto"``, snapshots with at most this many policies get a full per-policy trace.
 FULL_TRACE_LIMIT: Final = 256
 
+#: "No limit" for candidate lookups (more than any snapshot holds).
+_ALL: Final = 1 << 62
+#: Candidates read first under a compact trace: the winners and their ties, then
+#: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
+_FIRST_LOOK: Final = 32
+
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
 
 
@@ -141,22 +147,24 @@ class _Group:
                 self.enabled |= 1 << bit
         self.wild, self.lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
 
-    def matched(self, keys: tuple[Any, ...]) -> list[int]:
-        """Global positions of the enabled members matching ``keys`` on dimensions 2..6."""
+    def matched(self, keys: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
+        """Global positions of the first ``limit`` (best) enabled members matching ``keys`` on
+        dimensions 2..6, and how many match in all."""
         mask = self.enabled
         wild, lookup = self.wild, self.lookup
         for dim in range(5):
             key = keys[dim + 1]
             mask &= wild[dim] if key is None else lookup[dim].get(key, wild[dim])
             if not mask:
-                return []
+                return [], 0
         members = self.members
         out = []
-        while mask:
+        count = mask.bit_count()
+        for _ in range(min(count, limit)):
             low = mask & -mask
             out.append(members[low.bit_length() - 1])
             mask ^= low
-        return out
+        return out, count
 
 
 class _Compiled:
@@ -211,21 +219,23 @@ class _Compiled:
             self._considered[(pos, reason)] = entry
         return entry
 
-    def candidates(self, keys: tuple[Any, ...]) -> list[int]:
-        """Rank positions, best first, of the enabled policies matching on every dimension."""
-        found = self.open.matched(keys)
+    def candidates(self, keys: tuple[Any, ...], limit: int = _ALL) -> tuple[list[int], int]:
+        """Rank positions, best first, of the first ``limit`` enabled policies matching on
+        every dimension, and how many match in all."""
+        found, count = self.open.matched(keys, limit)
         repo = keys[0]
         if repo is not None:
             group = self._groups.get(repo)
             if group is None:
                 members = self.by_repo.get(repo)
                 if members is None:
-                    return found
+                    return found, count
                 group = self._groups[repo] = _Group(members, self.policies)
-            extra = group.matched(keys)
+            extra, more = group.matched(keys, limit)
             if extra:
-                found = sorted(found + extra) if found else extra
-        return found
+                found = sorted(found + extra)[:limit] if found else extra
+                count += more
+        return found, count
 
 
 def _compiled(snapshot: PolicySnapshot) -> _Compiled:
@@ -422,20 +432,26 @@ def _resolve(
         winners: list[int] = []
     else:
         keys = _context_keys(ctx)
-        matched = compiled.candidates(keys)
         policies = compiled.policies
         levels = compiled.levels
-        winners = []
-        for pos in matched:
-            if winners and levels[pos] != levels[winners[0]]:
+        # A compact trace reads only the first candidates (and counts the rest) unless ties
+        # fill the first look; a full one reads them all.
+        limit = _ALL if full_trace else _FIRST_LOOK
+        while True:
+            matched, total = compiled.candidates(keys, limit)
+            winners = []
+            for pos in matched:
+                if winners and levels[pos] != levels[winners[0]]:
+                    break
+                winners.append(pos)
+            if len(matched) == total or len(winners) + COMPACT_RIVALS < len(matched):
                 break
-            winners.append(pos)
+            limit = _ALL
         if not full_trace:
-            unlisted = len(policies) - len(matched)
+            unlisted = len(policies) - total
             # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
-            beyond = max(0, len(matched) - len(winners) - COMPACT_RIVALS)
-            if beyond:
-                matched = matched[: len(matched) - beyond]
+            beyond = max(0, total - len(winners) - COMPACT_RIVALS)
+            matched = matched[: len(winners) + COMPACT_RIVALS]
         trace = _Trace(
             compiled, ctx, keys, tuple(matched), winners[-1] if winners else -1, full_trace
         )
