@@ -375,6 +375,7 @@ def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, ca
     pool = action.pool_order() if action.account_pool else None
     lock = action.provider_lock
     eligible: list[Account] = []
+    shared = call.rejections
     rejected: list[RejectedAccount] = []
     for account in ctx.accounts:
         # Each entry on its own, in SEMANTICS order (inlined: this loop is the hot path).
@@ -394,7 +395,8 @@ def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, ca
         if why is None:
             eligible.append(account)
         else:
-            rejected.append(call.rejected(account.account_id, why))
+            entry = shared.get((account.account_id, why))
+            rejected.append(call.rejected(account.account_id, why) if entry is None else entry)
     # Stable sorts: entries that share an id keep their context order.
     if len(eligible) > 1:
         if pool is not None:
