@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 import rensei_routing.core.context as context_module
 from rensei_routing.core._quick import quick_context
 from rensei_routing.core.canonical import canonical_bytes
+from rensei_routing.core.chain import encode_payload
 from rensei_routing.core.context import RouteContext
 from rensei_routing.core.decision import COMPACT_RIVALS, RouteDecision
 from rensei_routing.core.freshness import Freshness, StampedDecision
+from rensei_routing.core.ids import ScanMemo
 from rensei_routing.core.jsonl import decision_line
 from rensei_routing.core.policy import PolicySnapshot, RoutingPolicy
+from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.resolver import explain, explain_batch
 from rensei_routing.core.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.errors import MalformedError
@@ -239,3 +242,28 @@ def test_the_compact_trace_is_the_head_of_the_full_one(
             0, len(matched) - ties - COMPACT_RIVALS
         )
         assert c.explanation.unlisted_policy_count == len(policies) - len(matched)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    _POLICY_SETS,
+    st.lists(context_dicts(), min_size=1, max_size=4),
+    st.sampled_from([None, "ghp_" + "a1" * 18, "password=hunter2", "sk-ant-api03-abc123"]),
+)
+def test_a_record_the_scan_clears_is_stored_as_its_canonical_bytes(
+    policies: list[dict[str, Any]], contexts: list[dict[str, Any]], secret: str | None
+) -> None:
+    snapshot = PolicySnapshot.of(tuple(RoutingPolicy.from_dict(p) for p in policies), revision=3)
+    if secret is not None:
+        contexts = [{**contexts[0], "principal_id": secret}, *contexts[1:]]
+    memo = ScanMemo(DEFAULT_REDACTOR)
+    stamp = Freshness(ruleset_rev="org@3", age_ms=1, degraded=False)
+    for i, decision in enumerate(
+        explain_batch([RouteContext.from_dict(c) for c in contexts], snapshot)
+    ):
+        stamped = StampedDecision(decision, stamp)
+        suspect = memo.record_may_redact(decision, stamp.ruleset_rev)
+        if i == 0 and secret is not None:
+            assert suspect  # the credential is in the context
+        if not suspect:
+            assert stamped.canonical() == encode_payload(stamped, DEFAULT_REDACTOR)

@@ -24,6 +24,7 @@ from typing import IO, Final
 
 from ..core.chain import encode_payload
 from ..core.freshness import Freshness, StampedDecision
+from ..core.ids import ScanMemo
 from ..core.jsonl import decision_line
 from ..core.policy import PolicySnapshot
 from ..core.redact import Redactor
@@ -110,6 +111,7 @@ def _run(
     home: Path | None,
     redactor: Redactor,
 ) -> None:
+    scan = ScanMemo(redactor)
     with ExitStack() as stack:
         out = stack.enter_context(_spool())
         records = None if home is None else stack.enter_context(_spool())
@@ -126,8 +128,15 @@ def _run(
             lines = "\n".join(printable_json(decision_line(d, stamp)) for d in decisions)
             _write(out, lines.encode("utf-8") + b"\n")
             if records is not None:
+                rev = stamp.ruleset_rev
                 for d in decisions:
-                    data = encode_payload(StampedDecision(d, stamp), redactor)
+                    stamped = StampedDecision(d, stamp)
+                    # Each distinct string checked once per batch; a record with nothing
+                    # credential-shaped is its canonical bytes (what encode_payload returns).
+                    if scan.record_may_redact(d, rev):
+                        data = encode_payload(stamped, redactor)
+                    else:
+                        data = stamped.canonical()
                     _write(records, _LEN.pack(len(data)) + data)
         if home is not None and records is not None:
             _record(home, _spooled(records))
