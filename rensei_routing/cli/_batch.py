@@ -90,6 +90,7 @@ def run_batch(
     # The CLI is an edge, and a batch's own objects are short-lived: the process's long-lived
     # objects (modules, the snapshot and its index) are moved out of the collector's sight, and
     # the youngest generation collected less often, so a collection never rescans them.
+    explain_batch((), snapshot, snapshot_state=state, trace=trace, vocabulary=vocabulary)  # index
     thresholds = gc.get_threshold()
     gc.collect()
     gc.freeze()
