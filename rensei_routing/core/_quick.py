@@ -46,6 +46,10 @@ class _No(Exception):
     """Not the quick case: take the general path."""
 
 
+def _no() -> Any:
+    raise _No
+
+
 def _text(value: Any, max_len: int) -> str:
     """``_parse.string`` (stripped) for a value it accepts, else :class:`_No`."""
     if type(value) is not str:
@@ -266,15 +270,29 @@ def quick_context(
         repo, repo_class = get("repo"), get("repo_class")
         requirement, legacy = get("model_requirement"), get("legacy_route")
         accounts = get("accounts", _ABSENT)
+        face = get("request_face", "unknown")
+        # request_face and repo_class: strings (checked first: a memo key must be one)
+        face_key = ("face", face if type(face) is str else _no())
+        known_face = memo.get(face_key)
+        if known_face is None:
+            known_face = _remember_new(memo, face_key, _choice(face, vocabulary.request_faces))
+        if repo_class is not None:
+            class_key = ("class", repo_class if type(repo_class) is str else _no())
+            known_class = memo.get(class_key)
+            if known_class is None:
+                known_class = _remember_new(
+                    memo, class_key, _choice(repo_class, vocabulary.repo_classes)
+                )
+            repo_class = known_class
         return c.RouteContext(
             repo=None if repo is None else _repo_memo(repo, memo),
-            repo_class=None if repo_class is None else _choice(repo_class, vocabulary.repo_classes),
+            repo_class=repo_class,
             principal_id=principal,
             role=role,
             model_requirement=None
             if requirement is None
             else _requirement_memo(requirement, vocabulary, memo),
-            request_face=_choice(get("request_face", "unknown"), vocabulary.request_faces),
+            request_face=known_face,
             legacy_route=None if legacy is None else _legacy(legacy, vocabulary, memo),
             accounts=() if accounts is _ABSENT else _accounts(accounts, vocabulary, memo),
         )

@@ -287,6 +287,7 @@ class LegacyRoute:
     mechanism: str | None = None
     mechanism_detail: str | None = None
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
+    _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from json.encoder import encode_basestring as _e
 from typing import Final
 
-from .context import Account, RouteContext
+from .context import Account, LegacyRoute, RouteContext
 from .decision import ConsideredPolicy, RouteDecision
 from .freshness import Freshness
 
@@ -55,18 +55,21 @@ def _considered(entry: ConsideredPolicy) -> str:
     return text
 
 
+def _legacy(legacy: LegacyRoute) -> str:
+    text = (
+        f'{{"account_id":{_s(legacy.account_id)},'
+        f'"provider_binding":{_e(legacy.provider_binding)},"model":{_s(legacy.model)},'
+        f'"mechanism":{_s(legacy.mechanism)},'
+        f'"mechanism_detail":{_s(legacy.mechanism_detail)}}}'
+    )
+    object.__setattr__(legacy, "_display", text)
+    return text
+
+
 def context_text(ctx: RouteContext) -> str:
     """The compact JSON of ``ctx.to_dict()``."""
     repo, req, legacy = ctx.repo, ctx.model_requirement, ctx.legacy_route
-    if legacy is None:
-        legacy_text = "null"
-    else:
-        legacy_text = (
-            f'{{"account_id":{_s(legacy.account_id)},'
-            f'"provider_binding":{_e(legacy.provider_binding)},"model":{_s(legacy.model)},'
-            f'"mechanism":{_s(legacy.mechanism)},'
-            f'"mechanism_detail":{_s(legacy.mechanism_detail)}}}'
-        )
+    legacy_text = "null" if legacy is None else (legacy._display or _legacy(legacy))
     return (
         '{"repo":'
         + ("null" if repo is None else f'{{"value":{_e(repo.value)},"version":{_e(repo.version)}}}')
