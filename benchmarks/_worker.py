@@ -7,7 +7,7 @@ a child started by fork + exec inherits its parent's high-water mark and would r
 benchmark runner's memory instead of its own. Elsewhere ``ru_maxrss`` is the fallback.
 
     python -m benchmarks._worker verify DB ORIGIN   # AuditLog.verify()
-    python -m benchmarks._worker scan DB ORIGIN     # baseline: raw scan + SHA-256 of payloads
+    python -m benchmarks._worker scan DB ORIGIN     # baseline: raw scan + decompress + SHA-256
     python -m benchmarks._worker validate N         # validate N globals that all conflict
 
 Prints one JSON object on stdout.
@@ -23,8 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
 from rensei_routing.core.chain import ROW_COLUMNS
 from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.codec import ZSTD_MAGIC
 from rensei_routing.store.db import connect
 
 _SELECT = f"SELECT {', '.join(ROW_COLUMNS)} FROM audit_records ORDER BY seq"
@@ -93,8 +96,17 @@ def _scan(path: Path) -> dict[str, Any]:
         records = 0
         ok = True
         sha256 = hashlib.sha256
+        # zstd frames (schema 3) decompressed with the database's dictionaries, called directly
+        decompress = {
+            i: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(body)).decompress
+            for i, body in conn.execute("SELECT id, body FROM audit_dictionaries")
+        }
+        frame_dict = zstandard.get_frame_parameters
+        magic = ZSTD_MAGIC
         with conn:  # one read snapshot, as verify() takes
             for _seq, _at, _prev, p_hash, _r_hash, payload in conn.execute(_SELECT):
+                if payload[:4] == magic:
+                    payload = decompress[frame_dict(payload).dict_id](payload)
                 if "sha256:" + sha256(payload).hexdigest() != p_hash:
                     ok = False
                 records += 1

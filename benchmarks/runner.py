@@ -20,6 +20,7 @@ from typing import Any
 
 from . import (
     bench_append,
+    bench_batch,
     bench_cli,
     bench_policies,
     bench_resolution,
@@ -42,6 +43,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_cli,
     bench_shadow,
     bench_snapshot,
+    bench_batch,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

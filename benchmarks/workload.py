@@ -274,13 +274,44 @@ class PolicySet:
     repos: tuple[tuple[str, str], ...]
 
 
-def build_policy_set(size: int, *, seed: int = 4) -> PolicySet:
+def _broad_policies(count: int, rng: random.Random) -> list[dict[str, Any]]:
+    """``count`` class-, class + role-, role- and requirement-scoped policies, each at its own
+    priority (so none can tie): the shape of an org whose contexts each match ~80 policies."""
+    requirements = [
+        {"kind": "capability", "value": "high-reasoning"},
+        {"kind": "capability", "value": "balanced"},
+        {"kind": "literal_family", "value": "claude-opus"},
+        {"kind": "literal_family", "value": "claude-sonnet"},
+    ]
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        kind = i % 8
+        match: dict[str, Any]
+        if kind in (0, 1):
+            match = {"repo_classes": [rng.choice(CLASSES)]}
+        elif kind in (2, 3):
+            match = {"repo_classes": [rng.choice(CLASSES)], "roles": [rng.choice(ROLES)]}
+        elif kind in (4, 5):
+            match = {"roles": [rng.choice(ROLES)]}
+        else:
+            match = {"model_requirements": [rng.choice(requirements[:2])]}
+        out.append(
+            {"id": f"broad-{i:04d}", "priority": 5_000 - i, "match": match, "action": _action(rng)}
+        )
+    return out
+
+
+def build_policy_set(size: int, *, seed: int = 4, shape: str = "repo") -> PolicySet:
     """Exactly ``size`` valid policies (``size`` >= 2).
+
+    ``shape="repo"`` (the default) is mostly repo-scoped with a bounded (up to 40) set of
+    broader rules; ``shape="broad"`` gives 45% of the set to class-, class + role-, role- and
+    requirement-scoped rules, so a context matches ~80 of 1,000 policies.
 
     Raises:
         AssertionError: the generated set does not validate (a bug in this generator).
     """
-    rng = random.Random(f"policies-{seed}-{size}")
+    rng = random.Random(f"policies-{seed}-{size}" + ("" if shape == "repo" else f"-{shape}"))
     docs: list[dict[str, Any]] = [
         {
             "id": "global-default",
@@ -294,6 +325,8 @@ def build_policy_set(size: int, *, seed: int = 4) -> PolicySet:
     ]
     bounded = min(40, max(4, size // 6), size - 2)
     docs.extend(_bounded_policies(bounded, rng))
+    if shape == "broad":
+        docs.extend(_broad_policies(size * 45 // 100 - len(docs), rng))
     repos: list[tuple[str, str]] = []
     index = 0
     while len(docs) < size:
@@ -414,9 +447,9 @@ def build_contexts(policy_set: PolicySet, count: int, *, seed: int = 4) -> list[
 
 
 @functools.cache
-def policy_set(size: int) -> PolicySet:
-    """:func:`build_policy_set`, built once per process for each size."""
-    return build_policy_set(size)
+def policy_set(size: int, shape: str = "repo") -> PolicySet:
+    """:func:`build_policy_set`, built once per process for each size and shape."""
+    return build_policy_set(size, shape=shape)
 
 
 @functools.cache

@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from rensei_routing.cli import cli
 from rensei_routing.core.chain import parse_checkpoint
 from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.codec import Codec
 from rensei_routing.store.home import Home
 
 T0 = "2025-03-01T12:00:00.000000Z"
@@ -237,7 +238,12 @@ def test_checkpoint_refuses_a_log_broken_below_its_last_checkpoint(
     _record_examples(runner, home)
     assert _run(runner, "audit", "checkpoint", "--home", str(home)).exit_code == 0
     stored = _checkpoint_rows(home)
-    ((payload,),) = _query(home, "SELECT payload FROM audit_records WHERE seq = 1")
+    ((raw,),) = _query(home, "SELECT payload FROM audit_records WHERE seq = 1")
+    conn = apsw.Connection(str(home / "rensei.db"))
+    try:  # the canonical bytes, however stored (whoever edits the file can decompress)
+        payload = Codec.load(conn).inflate(raw)
+    finally:
+        conn.close()
     assert isinstance(payload, bytes) and b'"decision_id":"sha256:' in payload
     at = payload.index(b'"decision_id":"sha256:') + len(b'"decision_id":"sha256:')
     edited = payload[:at] + (b"0" if payload[at : at + 1] != b"0" else b"1") + payload[at + 1 :]

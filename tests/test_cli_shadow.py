@@ -209,7 +209,10 @@ def test_report_refuses_a_broken_chain_unless_unverified(tmp_path: Path, runner:
     home = _home(tmp_path)
     _invoke(runner, "shadow", "record", str(write_lines(tmp_path / "s.jsonl", SPAWNS)))
     with closing(home.connect(write=True)) as conn, conn:
-        payload = conn.execute("SELECT payload FROM audit_records WHERE seq = 1").get
+        # the canonical bytes, however stored (a forger decompresses too)
+        payload = conn.execute(
+            "SELECT rensei_payload(payload) FROM audit_records WHERE seq = 1"
+        ).get
         assert isinstance(payload, bytes)
         forged = payload.replace(b'"divergence":"provider"', b'"divergence":"none"')
         forged = forged.replace(b'"agreed":false', b'"agreed":true')

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import resource
+import secrets
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -204,9 +205,9 @@ def test_a_full_disk_is_logged_and_returns_none(
     with _recorder(home) as rec:
         rec.record(Spawn.from_dict(spawn()))  # open everything first
         with _disk_full(home), caplog.at_level(logging.WARNING, "rensei_routing.shadow"):
-            many = [
-                {"account_id": f"{i:03d}" + "x" * 200, "provider_binding": "anthropic"}
-                for i in range(200)
+            many = [  # random ids: stored compressed, the record still outgrows every file
+                {"account_id": f"{i:03d}" + secrets.token_hex(120), "provider_binding": "anthropic"}
+                for i in range(1_500)
             ]  # a record larger than every file of the home is now
             got = record_route_shadow(
                 Spawn.from_dict(spawn(accounts=many)), enabled=True, recorder=rec

@@ -36,6 +36,7 @@ from rensei_routing.errors import (
     StoreError,
 )
 from rensei_routing.store.audit import AuditLog, read_checkpoint
+from rensei_routing.store.codec import Codec
 from rensei_routing.store.home import Home
 
 from .test_core_redact import CREDENTIALS, IDS
@@ -343,9 +344,10 @@ def _edit_one_byte(home: Home, seq: int) -> None:
     conn = _raw(home)
     try:
         with conn:
-            (data,) = conn.execute(
+            (stored,) = conn.execute(
                 "SELECT payload FROM audit_records WHERE seq = ?", (seq,)
             ).fetchone()
+            data = Codec.load(conn).inflate(stored)  # the canonical bytes, however stored
             edited = data.replace(f'"d{seq}"'.encode(), b'"d9"', 1)
             assert len(edited) == len(data) and edited != data
             conn.execute("UPDATE audit_records SET payload = ? WHERE seq = ?", (edited, seq))
@@ -553,7 +555,9 @@ def _rewrite(
                 )
             )
             prev = rows[0][2]
-            for s, at, _, data in rows:
+            inflate = Codec.load(conn).inflate  # the canonical bytes, however stored
+            for s, at, _, stored in rows:
+                data = inflate(stored)
                 if s == seq:
                     at = stamp if stamp is not None else at
                     data = payload if payload is not None else data

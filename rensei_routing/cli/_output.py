@@ -19,14 +19,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import click
 
 from ..errors import OutputError
 
-__all__ = ["emit", "emit_json", "json_text", "note", "printable"]
+__all__ = [
+    "emit",
+    "emit_file",
+    "emit_json",
+    "held_notes",
+    "json_text",
+    "note",
+    "printable",
+    "printable_json",
+    "release_notes",
+]
 
 
 def _escape(char: str) -> str:
@@ -62,6 +74,12 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     else:
         text = json.dumps(value, indent=indent, ensure_ascii=False)
+    return printable_json(text)
+
+
+def printable_json(text: str) -> str:
+    """JSON text (as ``json.dumps(..., ensure_ascii=False)`` writes it) with every
+    non-printable character but the newlines of indentation written as a ``\\uXXXX`` escape."""
     if text.isprintable():
         return text
     # json.dumps escapes every newline inside a string, so a raw one is indentation.
@@ -101,6 +119,53 @@ def emit_json(value: Any, *, indent: int | None = 2) -> None:
     emit(json_text(value, indent=indent))
 
 
+def emit_file(f: IO[bytes]) -> None:
+    """Copy the rest of a binary file (already printable UTF-8 text) to stdout and flush it.
+
+    Raises:
+        OutputError: stdout cannot be written.
+    """
+    try:
+        sys.stdout.flush()  # whatever the text layer holds goes first
+        out = sys.stdout.buffer
+        shutil.copyfileobj(f, out, 1 << 20)
+        out.flush()
+    except OSError as e:
+        _silence_stdout()
+        raise OutputError(f"cannot write to stdout: {e.strerror or e}") from e
+
+
+#: Notes held back by :func:`held_notes` (innermost last).
+_HELD: list[list[str]] = []
+
+
 def note(text: str) -> None:
-    """One line on stderr (a warning, a note, a confirmation), made printable."""
+    """One line on stderr (a warning, a note, a confirmation), made printable; held back while
+    a :func:`held_notes` block is open."""
+    if _HELD:
+        _HELD[-1].append(text)
+        return
     click.echo(printable(text), err=True)
+
+
+@contextlib.contextmanager
+def held_notes() -> Iterator[list[str]]:
+    """Hold back the notes written inside the block; the caller prints them with
+    :func:`release_notes` when it is sure to succeed (or drops them). An exception leaving the
+    block prints them first, as they would have been."""
+    held: list[str] = []
+    _HELD.append(held)
+    try:
+        yield held
+    except BaseException:
+        _HELD.remove(held)
+        release_notes(held)
+        raise
+    _HELD.remove(held)
+
+
+def release_notes(held: list[str]) -> None:
+    """Print notes held by :func:`held_notes`."""
+    for text in held:
+        note(text)
+    held.clear()

@@ -10,14 +10,15 @@ import click
 from ..core.decision import RouteDecision
 from ..core.freshness import Freshness, StampedDecision, format_age
 from ..core.policy import RUNG_NAMES, PolicySnapshot
-from ..core.resolver import explain, explain_batch
+from ..core.resolver import explain
 from ..core.validation import validate_policies
 from ..errors import InputError, SnapshotError
 from ..host.cache import HostCache
 from ..store.home import Home
+from ._batch import run_batch
 from ._clock import now
-from ._inputs import read_context, read_context_lines, read_policy_file
-from ._output import emit, json_text, note, printable
+from ._inputs import read_context, read_policy_file
+from ._output import emit, held_notes, note, printable, release_notes
 from ._root import F, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import load_current_snapshot, record_decisions
@@ -142,13 +143,18 @@ def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> 
             f"{format_age(stamp.age_ms or 0)}{flag})"
         )
     lines.append(f"  decision    {decision.decision_id}")
-    if ex.considered or ex.unlisted_policy_count:
+    if ex.considered or ex.unlisted_policy_count or ex.unlisted_outranked_count:
         lines.append("policies (best first):")
         for c in ex.considered:
             mark = _MARK.get(c.reason, "x")
             lines.append(
                 f"  {mark} {c.policy_id:<28} rung {c.precedence_level} "
                 f"priority {c.priority:<5} {c.reason}"
+            )
+        if ex.unlisted_outranked_count:
+            lines.append(
+                f"  ({ex.unlisted_outranked_count} more matched but were outranked; "
+                "--trace full lists them)"
             )
         if ex.unlisted_policy_count:
             lines.append(
@@ -211,22 +217,24 @@ def explain_batch_cmd(
 ) -> None:
     """Resolve every context of a JSON Lines file against ONE snapshot; one JSON decision a line.
 
-    Every line is read and checked before any decision is printed or recorded.
+    Every line is read and checked before any decision is printed or recorded: the batch
+    streams through temporary files and is published (recorded, then printed) only once the
+    last line has been resolved, in constant memory at any size.
     """
     if record:
         Home(home).info()
     vocabulary = session().vocabulary()
-    items = read_context_lines(contexts, vocabulary=vocabulary)
-    snapshot, state, stamp = _snapshot(policies, home, cached)
-    decisions = explain_batch(
-        items,
-        snapshot,
-        snapshot_state=state,
+    # Notes about the snapshot wait until the input has been read: a bad line stays the one
+    # line on stderr, as when the whole input was read before the snapshot was loaded.
+    with held_notes() as held:
+        snapshot, state, stamp = _snapshot(policies, home, cached)
+    run_batch(
+        str(contexts),
+        snapshot=snapshot,
+        state=state,
+        stamp=stamp,
         trace=trace,  # type: ignore[arg-type]
         vocabulary=vocabulary,
+        home=home if record else None,
     )
-    stamped = [StampedDecision(d, stamp) for d in decisions]
-    if record:
-        record_decisions(home, stamped)
-    for item in stamped:
-        emit(json_text(item.to_dict(), indent=None))
+    release_notes(held)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Final
 
 from ..errors import CanonicalEncodingError
+from . import _parse as p
 from .canonical import canonical_bytes
 from .chain import AuditRecord, Row
 
@@ -42,21 +43,6 @@ def export_line(record: AuditRecord) -> bytes:
     return head[:-1].encode("utf-8") + b',"payload":' + record.payload_bytes + b"}\n"
 
 
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER: Final = json.JSONDecoder(object_pairs_hook=_unique, parse_constant=_reject_constant)
-
 #: What a line that is not an export record becomes: a row :func:`.chain.verify_chain` reports
 #: as ``unparseable-record`` at the seq it expected there.
 _UNREADABLE: Final = ("unreadable",)
@@ -64,7 +50,7 @@ _UNREADABLE: Final = ("unreadable",)
 
 def _row(line: str) -> Row | tuple[str]:
     try:
-        doc = _DECODER.decode(line)
+        doc = p.STRICT_DECODER.decode(line)
         if not isinstance(doc, dict) or tuple(doc) != EXPORT_KEYS:
             return _UNREADABLE
         data = canonical_bytes(doc["payload"])

@@ -212,6 +212,7 @@ class Account:
     configured: bool = True
     administrative_state: str = "active"
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
+    _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
@@ -286,6 +287,7 @@ class LegacyRoute:
     mechanism: str | None = None
     mechanism_detail: str | None = None
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
+    _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
@@ -446,6 +448,10 @@ class RouteContext:
         Raises:
             MalformedError: naming the first offending field path.
         """
+        if not redacted:
+            quick = quick_context(data, vocabulary)  # the common case, without field paths
+            if quick is not None:
+                return quick
         d: Mapping[str, Any] = p.obj(data, path, optional=_CONTEXT_FIELDS)
         repo = d.get("repo")
         repo_class = d.get("repo_class")
@@ -503,3 +509,6 @@ class RouteContext:
             ),
             accounts=accounts,
         )
+
+
+from ._quick import quick_context  # noqa: E402  (it reads this module's classes)

@@ -110,6 +110,8 @@ ACCOUNT_REASONS: Final = (
 )
 
 LEGACY_RUNG: Final = 9
+#: The outranked rivals a compact trace lists after the winner and its ties (see Explanation).
+COMPACT_RIVALS: Final = 8
 _MAX_SAFE_INT: Final = 2**53 - 1
 
 
@@ -123,6 +125,7 @@ class ConsideredPolicy:
     matched: bool
     reason: str
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
+    _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly and kept (entries are shared)."""
@@ -161,7 +164,10 @@ class Explanation:
     """Everything needed to re-check a decision without the resolver's process.
 
     ``considered`` lists every policy in rank order under a full trace. Under a compact trace
-    (large snapshots) it lists the policies that matched (won, tied or were outranked), and
+    (large snapshots) it is bounded: the winner and every policy tied with it, then the
+    nearest outranked rivals, at most ``COMPACT_RIVALS`` of them, best (most specific) first;
+    ``unlisted_outranked_count`` counts the outranked rivals beyond those (in the JSON only
+    when not zero, so a decision within the bound reads as before), and
     ``unlisted_policy_count`` counts the rest, none of which matched.
 
     The resolver captures what the trace needs at decision time and builds ``considered`` on
@@ -176,6 +182,7 @@ class Explanation:
         "context",
         "eligible_account_ids",
         "rejected_accounts",
+        "unlisted_outranked_count",
         "unlisted_policy_count",
     )
 
@@ -184,6 +191,7 @@ class Explanation:
     rejected_accounts: tuple[RejectedAccount, ...]
     conflicting_policy_ids: tuple[str, ...]
     unlisted_policy_count: int
+    unlisted_outranked_count: int
     _considered: tuple[ConsideredPolicy, ...] | None
     _trace: Callable[[], tuple[ConsideredPolicy, ...]] | None
 
@@ -196,6 +204,7 @@ class Explanation:
         rejected_accounts: tuple[RejectedAccount, ...] = (),
         conflicting_policy_ids: tuple[str, ...] = (),
         unlisted_policy_count: int = 0,
+        unlisted_outranked_count: int = 0,
         trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None,
     ) -> None:
         if considered is None and trace is None:
@@ -208,6 +217,7 @@ class Explanation:
         init(self, "rejected_accounts", rejected_accounts)
         init(self, "conflicting_policy_ids", conflicting_policy_ids)
         init(self, "unlisted_policy_count", unlisted_policy_count)
+        init(self, "unlisted_outranked_count", unlisted_outranked_count)
 
     @property
     def considered(self) -> tuple[ConsideredPolicy, ...]:
@@ -231,6 +241,7 @@ class Explanation:
             self.rejected_accounts,
             self.conflicting_policy_ids,
             self.unlisted_policy_count,
+            self.unlisted_outranked_count,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -247,7 +258,8 @@ class Explanation:
             f"eligible_account_ids={self.eligible_account_ids!r}, "
             f"rejected_accounts={self.rejected_accounts!r}, "
             f"conflicting_policy_ids={self.conflicting_policy_ids!r}, "
-            f"unlisted_policy_count={self.unlisted_policy_count!r})"
+            f"unlisted_policy_count={self.unlisted_policy_count!r}, "
+            f"unlisted_outranked_count={self.unlisted_outranked_count!r})"
         )
 
     def canonical_json(self) -> str:
@@ -263,11 +275,16 @@ class Explanation:
             f'{{"conflicting_policy_ids":[{conflicting}],"considered":[{considered}],'
             f'"context":{self.context.canonical_text()},'
             f'"eligible_account_ids":[{eligible}],"rejected_accounts":[{rejected}],'
-            f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
+            + (
+                f'"unlisted_outranked_count":{self.unlisted_outranked_count},'
+                if self.unlisted_outranked_count
+                else ""
+            )
+            + f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "context": self.context.to_dict(),
             "considered": [c.to_dict() for c in self.considered],
             "eligible_account_ids": list(self.eligible_account_ids),
@@ -275,6 +292,9 @@ class Explanation:
             "conflicting_policy_ids": list(self.conflicting_policy_ids),
             "unlisted_policy_count": self.unlisted_policy_count,
         }
+        if self.unlisted_outranked_count:
+            out["unlisted_outranked_count"] = self.unlisted_outranked_count
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -389,6 +409,7 @@ class RouteDecision:
                 "rejected_accounts",
                 "conflicting_policy_ids",
                 "unlisted_policy_count",
+                "unlisted_outranked_count",
             ),
         )
         cpath = p.at(epath, "considered")
@@ -491,6 +512,12 @@ class RouteDecision:
                 unlisted_policy_count=p.integer(
                     e.get("unlisted_policy_count", 0),
                     p.at(epath, "unlisted_policy_count"),
+                    lo=0,
+                    hi=2**53 - 1,
+                ),
+                unlisted_outranked_count=p.integer(
+                    e.get("unlisted_outranked_count", 0),
+                    p.at(epath, "unlisted_outranked_count"),
                     lo=0,
                     hi=2**53 - 1,
                 ),

@@ -30,9 +30,17 @@ from . import _parse as p
 from .canonical import SHA256_PREFIX, canonical_bytes
 from .canonical import json_string as _s
 from .context import RouteContext
+from .decision import RouteDecision
 from .redact import DEFAULT_REDACTOR, Redactor
 
-__all__ = ["ID_FIELDS", "MEMO_LIMIT", "ScanMemo", "decision_id", "record_decision_id"]
+__all__ = [
+    "ID_FIELDS",
+    "MEMO_LIMIT",
+    "RECORD_KEYS",
+    "ScanMemo",
+    "decision_id",
+    "record_decision_id",
+]
 
 #: The decision fields the id covers (``context`` is the explanation's).
 ID_FIELDS: Final = (
@@ -67,11 +75,12 @@ class ScanMemo:
     redacted. Bounded: the memo is cleared when it reaches :data:`MEMO_LIMIT` strings.
     """
 
-    __slots__ = ("_redactor", "_seen")
+    __slots__ = ("_keys_suspect", "_redactor", "_seen")
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
         self._seen: dict[str, bool] = {}
+        self._keys_suspect: bool | None = None
 
     def may_redact(self, texts: Iterable[str | None]) -> bool:
         """Whether the redactor might change any of ``texts`` (``None`` holds nothing)."""
@@ -107,6 +116,87 @@ class ScanMemo:
             )
         )
 
+    def record_may_redact(self, decision: RouteDecision, ruleset_rev: str | None) -> bool:
+        """Whether the redactor might change any string of ``decision``'s record (its JSON,
+        stamped with ``ruleset_rev``), keys included: when ``False``, the record's stored form
+        is its canonical bytes as they are (what ``encode_payload`` then returns)."""
+        if self._keys_suspect is None:
+            self._keys_suspect = self._redactor.might_match(" ".join(RECORD_KEYS))
+        if self._keys_suspect:
+            return True
+        ex = decision.explanation
+        return self.preimage_may_redact(
+            ex.context,
+            (
+                decision.decision_id,
+                decision.outcome,
+                decision.reason,
+                decision.policy_source,
+                decision.policy_id,
+                decision.snapshot_hash,
+                decision.snapshot_state,
+                decision.account_id,
+                decision.provider_binding,
+                decision.effective_model,
+                ruleset_rev,
+            ),
+        ) or self.may_redact(
+            (
+                *(c.policy_id for c in ex.considered),
+                *(c.reason for c in ex.considered),
+                *ex.eligible_account_ids,
+                *(r.account_id for r in ex.rejected_accounts),
+                *(r.reason for r in ex.rejected_accounts),
+                *ex.conflicting_policy_ids,
+            )
+        )
+
+
+#: Every object key a stamped decision record can hold (checked once per memo).
+RECORD_KEYS: Final = (
+    "decision_id",
+    "outcome",
+    "reason",
+    "policy_source",
+    "policy_id",
+    "policy_revision",
+    "snapshot_hash",
+    "snapshot_state",
+    "precedence_level",
+    "precedence_priority",
+    "account_id",
+    "provider_binding",
+    "effective_model",
+    "explanation",
+    "context",
+    "considered",
+    "eligible_account_ids",
+    "rejected_accounts",
+    "conflicting_policy_ids",
+    "unlisted_policy_count",
+    "unlisted_outranked_count",
+    "repo",
+    "value",
+    "version",
+    "repo_class",
+    "principal_id",
+    "role",
+    "model_requirement",
+    "kind",
+    "request_face",
+    "legacy_route",
+    "mechanism",
+    "mechanism_detail",
+    "model",
+    "accounts",
+    "configured",
+    "administrative_state",
+    "matched",
+    "priority",
+    "rulesetRev",
+    "snapshotAgeMs",
+    "degraded",
+)
 
 #: Strings a :class:`ScanMemo` remembers before it starts again.
 MEMO_LIMIT: Final = 65_536

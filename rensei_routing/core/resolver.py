@@ -21,6 +21,7 @@ from .decision import (
     ADMINISTRATIVE_DISABLED,
     ADMINISTRATIVE_DRAINING,
     CAPABILITY_UNMAPPED,
+    COMPACT_RIVALS,
     HELD,
     LEGACY_RUNG,
     LITERAL_FAMILY_INCOMPATIBLE,
@@ -77,6 +78,12 @@ Trace = Literal["auto", "full", "compact"]
 
 #: Under ``trace="auto"``, snapshots with at most this many policies get a full per-policy trace.
 FULL_TRACE_LIMIT: Final = 256
+
+#: "No limit" for candidate lookups (more than any snapshot holds).
+_ALL: Final = 1 << 62
+#: Candidates read first under a compact trace: the winners and their ties, then
+#: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
+_FIRST_LOOK: Final = 32
 
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
 
@@ -140,22 +147,24 @@ class _Group:
                 self.enabled |= 1 << bit
         self.wild, self.lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
 
-    def matched(self, keys: tuple[Any, ...]) -> list[int]:
-        """Global positions of the enabled members matching ``keys`` on dimensions 2..6."""
+    def matched(self, keys: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
+        """Global positions of the first ``limit`` (best) enabled members matching ``keys`` on
+        dimensions 2..6, and how many match in all."""
         mask = self.enabled
         wild, lookup = self.wild, self.lookup
         for dim in range(5):
             key = keys[dim + 1]
             mask &= wild[dim] if key is None else lookup[dim].get(key, wild[dim])
             if not mask:
-                return []
+                return [], 0
         members = self.members
         out = []
-        while mask:
+        count = mask.bit_count()
+        for _ in range(min(count, limit)):
             low = mask & -mask
             out.append(members[low.bit_length() - 1])
             mask ^= low
-        return out
+        return out, count
 
 
 class _Compiled:
@@ -210,21 +219,23 @@ class _Compiled:
             self._considered[(pos, reason)] = entry
         return entry
 
-    def candidates(self, keys: tuple[Any, ...]) -> list[int]:
-        """Rank positions, best first, of the enabled policies matching on every dimension."""
-        found = self.open.matched(keys)
+    def candidates(self, keys: tuple[Any, ...], limit: int = _ALL) -> tuple[list[int], int]:
+        """Rank positions, best first, of the first ``limit`` enabled policies matching on
+        every dimension, and how many match in all."""
+        found, count = self.open.matched(keys, limit)
         repo = keys[0]
         if repo is not None:
             group = self._groups.get(repo)
             if group is None:
                 members = self.by_repo.get(repo)
                 if members is None:
-                    return found
+                    return found, count
                 group = self._groups[repo] = _Group(members, self.policies)
-            extra = group.matched(keys)
+            extra, more = group.matched(keys, limit)
             if extra:
-                found = sorted(found + extra) if found else extra
-        return found
+                found = sorted(found + extra)[:limit] if found else extra
+                count += more
+        return found, count
 
 
 def _compiled(snapshot: PolicySnapshot) -> _Compiled:
@@ -298,7 +309,7 @@ class _Call:
     """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
-    __slots__ = ("full", "lanes", "memo", "redactor", "state", "vocabulary")
+    __slots__ = ("full", "lanes", "memo", "redactor", "rejections", "state", "vocabulary")
 
     def __init__(self, state: str, vocabulary: Vocabulary, full: bool, redactor: Redactor) -> None:
         self.state = state
@@ -307,6 +318,16 @@ class _Call:
         self.redactor = redactor
         self.memo = ScanMemo(redactor)
         self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
+        # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
+        # value each, so a decision carries no objects of its own for them.
+        self.rejections: dict[tuple[str, str], RejectedAccount] = {}
+
+    def rejected(self, account_id: str, reason: str) -> RejectedAccount:
+        key = (account_id, reason)
+        entry = self.rejections.get(key)
+        if entry is None:
+            entry = self.rejections[key] = RejectedAccount(account_id=account_id, reason=reason)
+        return entry
 
     def lane(
         self, requirement: ModelRequirement | None, mapped: str | None
@@ -354,6 +375,7 @@ def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, ca
     pool = action.pool_order() if action.account_pool else None
     lock = action.provider_lock
     eligible: list[Account] = []
+    shared = call.rejections
     rejected: list[RejectedAccount] = []
     for account in ctx.accounts:
         # Each entry on its own, in SEMANTICS order (inlined: this loop is the hot path).
@@ -373,7 +395,8 @@ def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, ca
         if why is None:
             eligible.append(account)
         else:
-            rejected.append(RejectedAccount(account_id=account.account_id, reason=why))
+            entry = shared.get((account.account_id, why))
+            rejected.append(call.rejected(account.account_id, why) if entry is None else entry)
     # Stable sorts: entries that share an id keep their context order.
     if len(eligible) > 1:
         if pool is not None:
@@ -405,23 +428,35 @@ def _resolve(
 ) -> RouteDecision:
     state, full_trace = call.state, call.full
     trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None
-    unlisted = 0
+    unlisted = beyond = 0
     if state == STATE_CORRUPT:
         res = _Resolution(HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE)
         winners: list[int] = []
     else:
         keys = _context_keys(ctx)
-        matched = compiled.candidates(keys)
         policies = compiled.policies
         levels = compiled.levels
-        winners = []
-        for pos in matched:
-            if winners and levels[pos] != levels[winners[0]]:
+        # A compact trace reads only the first candidates (and counts the rest) unless ties
+        # fill the first look; a full one reads them all.
+        limit = _ALL if full_trace else _FIRST_LOOK
+        while True:
+            matched, total = compiled.candidates(keys, limit)
+            winners = []
+            for pos in matched:
+                if winners and levels[pos] != levels[winners[0]]:
+                    break
+                winners.append(pos)
+            if len(matched) == total or len(winners) + COMPACT_RIVALS < len(matched):
                 break
-            winners.append(pos)
-        trace = _Trace(compiled, ctx, keys, matched, winners[-1] if winners else -1, full_trace)
+            limit = _ALL
         if not full_trace:
-            unlisted = len(policies) - len(matched)
+            unlisted = len(policies) - total
+            # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
+            beyond = max(0, total - len(winners) - COMPACT_RIVALS)
+            matched = matched[: len(winners) + COMPACT_RIVALS]
+        trace = _Trace(
+            compiled, ctx, keys, tuple(matched), winners[-1] if winners else -1, full_trace
+        )
         if not winners:
             legacy = ctx.legacy_route
             if legacy is None:
@@ -477,6 +512,7 @@ def _resolve(
             rejected_accounts=res.rejected,
             conflicting_policy_ids=res.conflicting,
             unlisted_policy_count=unlisted,
+            unlisted_outranked_count=beyond,
         ),
     )
 
@@ -491,7 +527,7 @@ class _Trace:
         compiled: _Compiled,
         ctx: RouteContext,
         keys: tuple[Any, ...],
-        matched: list[int],
+        matched: tuple[int, ...],
         last_winner: int,
         full: bool,
     ) -> None:

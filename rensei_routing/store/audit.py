@@ -10,6 +10,7 @@ Verification streams one read snapshot through a cursor (constant memory at any 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -47,16 +48,22 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
+from .codec import FUNCTION, Codec
 from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
 
 __all__ = ["AppendResult", "AuditLog", "read_checkpoint", "write_checkpoint"]
 
 _COLUMNS: Final = ", ".join(ROW_COLUMNS)
-_SELECT: Final = f"SELECT {_COLUMNS} FROM audit_records"
+#: Every read sees the canonical payload bytes, however they are stored (see .codec).
+_SELECT: Final = (
+    f"SELECT {', '.join(ROW_COLUMNS[:-1])}, {FUNCTION}(payload) AS payload FROM audit_records"
+)
 _INSERT: Final = f"INSERT INTO audit_records({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
 _INSERT_CHECKPOINT: Final = "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)"
+#: Rows linked and inserted per ``executemany`` by a streaming append.
+APPEND_CHUNK: Final = 1_000
 #: The largest SQLite integer: no seq can exceed it, and apsw cannot bind anything larger.
 _MAX_INT64: Final = 2**63 - 1
 
@@ -98,6 +105,7 @@ class AuditLog:
         "_reader",
         "_redactor",
         "_writer",
+        "_writer_codec",
         "origin",
     )
 
@@ -120,6 +128,7 @@ class AuditLog:
         self._key = private_key
         self._redactor = redactor
         self._writer: apsw.Connection | None = None
+        self._writer_codec: Codec | None = None
         self._reader: apsw.Connection | None = None
 
     @classmethod
@@ -146,6 +155,12 @@ class AuditLog:
 
     # -- connections --------------------------------------------------------------------------
 
+    def _codec(self, conn: apsw.Connection) -> Codec:
+        """The writer's codec (the dictionaries it holds do not change while it is open)."""
+        if self._writer_codec is None:
+            self._writer_codec = Codec.load(conn)
+        return self._writer_codec
+
     def _write_conn(self) -> apsw.Connection:
         if self._writer is None:
             self._writer = self._connect(write=True)
@@ -159,6 +174,7 @@ class AuditLog:
         """Drop the writer connection after a failed write (SQLite may have left it unusable,
         e.g. after an I/O error) and the typed error for ``what``."""
         writer, self._writer = self._writer, None
+        self._writer_codec = None
         if writer is not None:
             close_quietly(writer)
         return store_error(what, error, self._path)
@@ -176,6 +192,7 @@ class AuditLog:
             if conn is not None:
                 close_quietly(conn)
         self._reader = self._writer = None
+        self._writer_codec = None
 
     def __enter__(self) -> AuditLog:
         return self
@@ -213,22 +230,45 @@ class AuditLog:
         encoded = [encode_payload(p, redactor) for p in payloads]
         return self._append(encoded, recorded_at)[0]
 
+    def append_encoded(self, encoded: Iterable[bytes], *, recorded_at: str) -> AppendResult:
+        """Append payloads already in their stored form (``encode_payload`` with this log's
+        redactor: the caller vouches for that) in one transaction, streaming: ``encoded`` is
+        consumed in chunks of :data:`APPEND_CHUNK`, so a batch of any size is appended in
+        constant memory. If iterating ``encoded`` raises, nothing is written.
+
+        Raises:
+            MalformedError: ``recorded_at`` is not an RFC 3339 UTC timestamp.
+            StoreError: the database write failed (nothing was written).
+        """
+        return self._append(encoded, recorded_at, keep=False)[0]
+
     def _append(
-        self, encoded: Sequence[bytes], recorded_at: str
+        self, encoded: Iterable[bytes], recorded_at: str, *, keep: bool = True
     ) -> tuple[AppendResult, list[tuple[int, str, str, str, str, bytes]]]:
+        """Link and insert ``encoded`` after the head in one transaction, a chunk at a time;
+        the rows are returned only with ``keep``."""
         check_timestamp(recorded_at)
         conn = self._write_conn()
+        kept: list[tuple[int, str, str, str, str, bytes]] = []
+        count = 0
         try:
+            compress = self._codec(conn).compress
             with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
                 head = conn.execute(_HEAD).fetchone()
-                seq, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
-                rows = link_rows(encoded, seq=seq, prev_hash=prev, recorded_at=recorded_at)
-                if rows:
-                    conn.executemany(_INSERT, rows)
+                first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
+                it = iter(encoded)
+                while chunk := list(itertools.islice(it, APPEND_CHUNK)):
+                    rows = link_rows(
+                        chunk, seq=first + count, prev_hash=prev, recorded_at=recorded_at
+                    )
+                    conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
+                    count += len(rows)
+                    prev = rows[-1][4]
+                    if keep:
+                        kept.extend(rows)
         except apsw.Error as e:
             raise self._write_failed("cannot append to the audit log", e) from e
-        last = rows[-1][4] if rows else prev
-        return AppendResult(first_seq=seq, count=len(rows), head_hash=last), rows
+        return AppendResult(first_seq=first, count=count, head_hash=prev), kept
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import apsw
 import apsw.bestpractice
 
 from ..errors import BusyTimeoutError, DiskFullError, SchemaVersionError, StoreError
+from .codec import Codec, migrate_dictionaries
 from .locks import describe_holders
 
 __all__ = [
@@ -50,8 +51,9 @@ __all__ = [
 #: ``PRAGMA application_id`` of a rensei-routing database: ASCII ``RnRt``.
 APPLICATION_ID: Final = 0x526E5274
 
-#: Schema steps, applied in order; ``user_version`` counts those applied. Only ever append.
-MIGRATIONS: Final[tuple[str, ...]] = (
+#: Schema steps (SQL, or a function of the connection), applied in order; ``user_version``
+#: counts those applied. Only ever append.
+MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     # 1: meta, policy revisions, the audit chain and its checkpoints.
     """
     CREATE TABLE meta(
@@ -102,6 +104,9 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         inflight INTEGER NOT NULL CHECK (inflight >= 0)
     ) STRICT;
     """,
+    # 3: the zstd dictionaries audit payloads are compressed with (issue 11; see .codec). Rows
+    #    written before stay as they are (canonical bytes) and read the same.
+    migrate_dictionaries,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -173,6 +178,7 @@ def connect(
                     f"{path} has schema version {version}, older than {SCHEMA_VERSION}: "
                     "open it once with a writer (e.g. `rensei init`) to migrate it"
                 )
+            Codec.load(conn).register(conn)
             return conn
         for setup in _SETUP:
             setup(conn)
@@ -182,6 +188,7 @@ def connect(
         conn.transaction_mode = "IMMEDIATE"
         if version < SCHEMA_VERSION:
             _migrate(conn, path)
+        Codec.load(conn).register(conn)
     except apsw.NotADBError as e:
         close_quietly(conn)
         raise SchemaVersionError(f"{path} is not a SQLite database") from e
@@ -356,7 +363,11 @@ def _migrate(conn: apsw.Connection, path: Path) -> None:
     with conn:  # the connection's transaction mode is IMMEDIATE
         version = _identify(conn, path)
         for step in range(version, SCHEMA_VERSION):
-            conn.execute(MIGRATIONS[step])
+            migration = MIGRATIONS[step]
+            if isinstance(migration, str):
+                conn.execute(migration)
+            else:
+                migration(conn)
         if version < SCHEMA_VERSION:
             conn.pragma("application_id", APPLICATION_ID)
             conn.pragma("user_version", SCHEMA_VERSION)

@@ -1,0 +1,119 @@
+"""The stored form of audit payloads: a zstd frame compressed with a dictionary kept in the
+database, or (records written before schema 3) the canonical bytes themselves. Owns the
+``audit_dictionaries`` table and the ``rensei_payload(payload)`` SQL function; must not touch
+the chain: every hash covers the canonical, uncompressed bytes, which is what every reader
+sees (``SELECT rensei_payload(payload)``), so ``verify``, ``show`` and ``tail`` read a
+compressed record exactly as an uncompressed one.
+
+The two forms cannot be confused: canonical JSON starts with ``{``, ``[``, ``"``, a digit,
+``-``, ``t``, ``f`` or ``n``, a zstd frame with its magic number ``28 b5 2f fd``. Each frame
+names its dictionary (its id, written in the frame header); the dictionaries live in the
+database, so a record stays readable whatever dictionary a later release ships. A frame that
+does not decompress (damaged, an unknown dictionary, a declared size over
+:data:`MAX_PAYLOAD_BYTES`) reads as its stored bytes, which are not JSON: the verifier then
+reports the record as ``unparseable-record``, as it would any other damage.
+
+The shipped dictionary (``data/audit-1.zdict``, 48 KiB) was trained by
+``python -m benchmarks.train_dictionary`` on decision payloads; schema migration 3 stores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, Final
+
+import apsw
+import zstandard
+
+__all__ = [
+    "FUNCTION",
+    "MAX_PAYLOAD_BYTES",
+    "ZSTD_MAGIC",
+    "Codec",
+    "migrate_dictionaries",
+    "shipped_dictionary",
+]
+
+ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+#: The SQL function every reader selects payloads through.
+FUNCTION: Final = "rensei_payload"
+#: The largest payload a frame may declare (a damaged or hostile frame must not allocate more).
+MAX_PAYLOAD_BYTES: Final = 64 * 1024 * 1024
+#: zstd level of new records: level 3 (zstd's default) is within a few percent of level 9 in
+#: size with a dictionary, at a fraction of the time.
+LEVEL: Final = 3
+_SHIPPED: Final = "audit-1.zdict"
+
+
+def shipped_dictionary() -> bytes:
+    """The dictionary this release stores in a new (or migrated) database."""
+    return (resources.files(__package__) / "data" / _SHIPPED).read_bytes()
+
+
+def migrate_dictionaries(conn: apsw.Connection) -> None:
+    """Schema step 3: the dictionaries table, holding the shipped dictionary under its id."""
+    conn.execute(
+        "CREATE TABLE audit_dictionaries(id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT"
+    )
+    body = shipped_dictionary()
+    dict_id = zstandard.ZstdCompressionDict(body).dict_id()
+    conn.execute("INSERT INTO audit_dictionaries(id, body) VALUES (?, ?)", (dict_id, body))
+
+
+class Codec:
+    """Compresses new payloads with the newest dictionary; reads any stored payload back."""
+
+    __slots__ = ("_compressor", "_decompressors")
+
+    def __init__(self, dictionaries: Mapping[int, bytes]) -> None:
+        self._decompressors = {
+            i: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(body))
+            for i, body in dictionaries.items()
+        }
+        self._compressor = (
+            zstandard.ZstdCompressor(
+                level=LEVEL,
+                dict_data=zstandard.ZstdCompressionDict(dictionaries[max(dictionaries)]),
+            )
+            if dictionaries
+            else None
+        )
+
+    @classmethod
+    def load(cls, conn: apsw.Connection) -> Codec:
+        """The dictionaries stored in this (schema 3 or later) database.
+
+        Raises:
+            apsw.Error: the table cannot be read.
+        """
+        out: dict[int, bytes] = {}
+        for dict_id, body in conn.execute("SELECT id, body FROM audit_dictionaries"):
+            assert isinstance(dict_id, int) and isinstance(body, bytes)  # STRICT table
+            out[dict_id] = body
+        return cls(out)
+
+    def register(self, conn: apsw.Connection) -> None:
+        """Make ``rensei_payload(payload)`` available on ``conn``."""
+        # apsw types the function as variadic; this one takes exactly its one argument.
+        conn.create_scalar_function(FUNCTION, self.inflate, 1, deterministic=True)  # type: ignore[arg-type]
+
+    def compress(self, data: bytes) -> bytes:
+        """The stored form of canonical payload bytes (themselves when there is no dictionary)."""
+        if self._compressor is None:
+            return data
+        return self._compressor.compress(data)
+
+    def inflate(self, stored: Any) -> Any:
+        """The canonical bytes of a stored payload; stored bytes that are not a readable frame
+        (see the module docstring) are returned as they are."""
+        if type(stored) is not bytes or not stored.startswith(ZSTD_MAGIC):
+            return stored
+        try:
+            params = zstandard.get_frame_parameters(stored)
+            size = params.content_size
+            if size > MAX_PAYLOAD_BYTES:  # also "unknown" (ZSTD_CONTENTSIZE_UNKNOWN is huge)
+                return stored
+            return self._decompressors[params.dict_id].decompress(stored)
+        except (zstandard.ZstdError, KeyError):
+            return stored
