@@ -19,9 +19,10 @@ from typing import Final
 
 import apsw
 
-from .core.chain import format_timestamp
+from .core.chain import encode_payload, format_timestamp
 from .core.context import RouteContext
 from .core.decision import STATE_ABSENT
+from .core.ids import ScanMemo
 from .core.policy import PolicySnapshot
 from .core.redact import DEFAULT_REDACTOR, Redactor
 from .core.resolver import Trace, explain, explain_batch
@@ -210,6 +211,7 @@ class ShadowRecorder:
             snapshot_state=state,
             vocabulary=self._vocabulary,
             trace=self._trace,
+            redactor=self._redactor,  # the log's own: a stored id is over what is stored
         )
         return [
             shadow_decision(
@@ -240,6 +242,7 @@ class ShadowRecorder:
             snapshot_state=state,
             vocabulary=self._vocabulary,
             trace=self._trace,
+            redactor=self._redactor,  # the log's own: a stored id is over what is stored
         )
         recorded_at = self._clock()
         record = shadow_decision(
@@ -268,8 +271,54 @@ class ShadowRecorder:
         snap, state = self.snapshot() if snapshot is None else snapshot
         recorded_at = self._clock()
         records = self.build_many(spawns, snap, state, recorded_at=recorded_at)
-        result = self._audit().append_many(records, recorded_at=recorded_at)
+        # Each distinct string checked once per batch: a record with nothing credential-shaped
+        # is stored as its canonical bytes (exactly what ``encode_payload`` would return).
+        scan = ScanMemo(self._redactor)
+        keys_suspect = self._redactor.might_match(" ".join(SHADOW_RECORD_KEYS))
+        encoded = [
+            encode_payload(r, self._redactor)
+            if keys_suspect or shadow_may_redact(scan, r)
+            else r.canonical()
+            for r in records
+        ]
+        result = self._audit().append_encoded(encoded, recorded_at=recorded_at)
         return records, result
+
+
+#: The object keys a shadow record adds to a decision record's (checked once per batch).
+SHADOW_RECORD_KEYS: Final = (
+    "record_type",
+    "schema_version",
+    "recorded_at",
+    "seam",
+    "actual",
+    "proposed",
+    "agreed",
+    "divergence",
+    "provider",
+    "transport",
+)
+
+
+def shadow_may_redact(scan: ScanMemo, record: ShadowDecision) -> bool:
+    """Whether the redactor might change any string of a shadow record."""
+    actual = record.actual
+    return scan.record_may_redact(record.proposed, None) or scan.may_redact(
+        (
+            record.recorded_at,
+            record.seam,
+            record.principal_id,
+            record.divergence,
+            actual.provider,
+            actual.provider_binding,
+            actual.account_id,
+            actual.model,
+            actual.mechanism,
+            actual.mechanism_detail,
+            actual.transport,
+            "shadow-decision",
+        )
+    )
 
 
 def record_route_shadow(

@@ -331,3 +331,40 @@ def test_a_corrupt_revision_is_recorded_as_held_not_skipped(tmp_path: Path) -> N
     )
     assert record.divergence == "not-selected" and not record.agreed
     assert _count(home) == 1
+
+
+# -- what is stored: redaction and the decision id -------------------------------------------
+
+
+def test_stored_records_equal_the_general_encoder_and_ids_recompute(tmp_path: Path) -> None:
+    """A batch stores clean records as their canonical bytes and redacts the others exactly as
+    ``encode_payload`` does, with the log's own redactor (here: the defaults plus a plugin's
+    pattern); every stored decision id recomputes from the stored record."""
+    import re
+
+    from rensei_routing.core.chain import encode_payload
+    from rensei_routing.core.ids import record_decision_id
+    from rensei_routing.core.redact import DEFAULT_PATTERNS, RedactionPattern, Redactor
+
+    acme = RedactionPattern(
+        label="acme-ticket", regex=re.compile(r"acmetkt-[0-9a-f]{8}"), triggers=("acmetkt-",)
+    )
+    redactor = Redactor((*DEFAULT_PATTERNS, acme))
+    home = home_with_policies(tmp_path)
+    spawns = [
+        Spawn.from_dict(spawn()),
+        Spawn.from_dict(spawn(principal_id="implementer acmetkt-0123abcd")),  # plugin pattern
+        Spawn.from_dict(spawn(principal_id="ghp_" + "a" * 36)),  # a built-in pattern
+        Spawn.from_dict(spawn(repo="acme/other")),
+    ]
+    with ShadowRecorder(home, registry(), clock=lambda: STAMP, redactor=redactor) as rec:
+        records, result = rec.record_many(spawns)
+    with AuditLog.open(home) as log:
+        stored = [log.get(seq) for seq in result.seqs]
+    for record, row in zip(records, stored, strict=True):
+        assert row.payload_bytes == encode_payload(record, redactor)
+        proposed = row.payload["proposed"]
+        assert proposed["decision_id"] == record_decision_id(proposed, redactor=redactor)
+    assert b"acmetkt-0123abcd" not in b"".join(r.payload_bytes for r in stored)
+    assert b"ghp_" + b"a" * 36 not in b"".join(r.payload_bytes for r in stored)
+    assert stored[0].payload_bytes == records[0].canonical()  # nothing to redact: as is

@@ -195,7 +195,14 @@ def explain_cmd(
     vocabulary = session().vocabulary()
     ctx = read_context(context, vocabulary=vocabulary)
     snapshot, state, stamp = _snapshot(policies, home, cached)
-    decision = explain(ctx, snapshot, snapshot_state=state, trace=trace, vocabulary=vocabulary)  # type: ignore[arg-type]
+    decision = explain(
+        ctx,
+        snapshot,
+        snapshot_state=state,
+        trace=trace,  # type: ignore[arg-type]
+        vocabulary=vocabulary,
+        redactor=session().redactor(),  # the audit log's own: a stored id is over what is stored
+    )
     stamped = StampedDecision(decision, stamp)
     if record:
         record_decisions(home, [stamped])
