@@ -68,7 +68,7 @@ def _json_escape(char: str) -> str:
 
 def json_text(value: Any, *, indent: int | None = 2) -> str:
     """``value`` as JSON (UTF-8 text, indented or compact) whose every character is printable
-    except the newlines of the indentation: the others are written as ``\\uXXXX`` escapes,
+    except the newlines of the indentation: the others are written as ``\\u001b``-style escapes,
     which every JSON reader decodes to the same string."""
     if indent is None:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -79,7 +79,8 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
 
 def printable_json(text: str) -> str:
     """JSON text (as ``json.dumps(..., ensure_ascii=False)`` writes it) with every
-    non-printable character but the newlines of indentation written as a ``\\uXXXX`` escape."""
+    non-printable character but the newlines of indentation written as a ``\\u001b``-style
+    escape."""
     if text.isprintable():
         return text
     # json.dumps escapes every newline inside a string, so a raw one is indentation.
