@@ -26,12 +26,19 @@ from .core.ids import ScanMemo
 from .core.policy import PolicySnapshot
 from .core.redact import DEFAULT_REDACTOR, Redactor
 from .core.resolver import Trace, explain, explain_batch
-from .core.shadow import ActualRoute, ShadowDecision, shadow_decision
+from .core.shadow import (
+    RECORD_KEYS,
+    ActualRoute,
+    ShadowDecision,
+    record_may_redact,
+    shadow_decision,
+)
 from .core.spawn import Spawn, spawn_route
 from .core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from .errors import StoreError
 from .plugins import SeamRegistry, safe_classify
 from .store.audit import AppendResult, AuditLog
+from .store.db import close_quietly
 from .store.home import Home
 from .store.policies import PolicyStore
 from .store.settings import SHADOW_ENABLED, read_flag, write_flag
@@ -143,7 +150,7 @@ class ShadowRecorder:
             self._log.close()
             self._log = None
         if self._conn is not None:
-            self._conn.close()
+            close_quietly(self._conn)
         self._conn = self._store = None
         self._loaded = self._head = None
 
@@ -274,51 +281,15 @@ class ShadowRecorder:
         # Each distinct string checked once per batch: a record with nothing credential-shaped
         # is stored as its canonical bytes (exactly what ``encode_payload`` would return).
         scan = ScanMemo(self._redactor)
-        keys_suspect = self._redactor.might_match(" ".join(SHADOW_RECORD_KEYS))
+        keys_suspect = self._redactor.might_match(" ".join(RECORD_KEYS))
         encoded = [
             encode_payload(r, self._redactor)
-            if keys_suspect or shadow_may_redact(scan, r)
+            if keys_suspect or record_may_redact(scan, r)
             else r.canonical()
             for r in records
         ]
         result = self._audit().append_encoded(encoded, recorded_at=recorded_at)
         return records, result
-
-
-#: The object keys a shadow record adds to a decision record's (checked once per batch).
-SHADOW_RECORD_KEYS: Final = (
-    "record_type",
-    "schema_version",
-    "recorded_at",
-    "seam",
-    "actual",
-    "proposed",
-    "agreed",
-    "divergence",
-    "provider",
-    "transport",
-)
-
-
-def shadow_may_redact(scan: ScanMemo, record: ShadowDecision) -> bool:
-    """Whether the redactor might change any string of a shadow record."""
-    actual = record.actual
-    return scan.record_may_redact(record.proposed, None) or scan.may_redact(
-        (
-            record.recorded_at,
-            record.seam,
-            record.principal_id,
-            record.divergence,
-            actual.provider,
-            actual.provider_binding,
-            actual.account_id,
-            actual.model,
-            actual.mechanism,
-            actual.mechanism_detail,
-            actual.transport,
-            "shadow-decision",
-        )
-    )
 
 
 def record_route_shadow(

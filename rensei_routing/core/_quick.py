@@ -17,18 +17,8 @@ from .vocabulary import CAPABILITY, CONCRETE_MODEL, LITERAL_FAMILY, REQUIREMENT_
 
 __all__ = ["MEMO_LIMIT", "Memo", "quick_context"]
 
-_CONTEXT_KEYS: Final = frozenset(
-    (
-        "repo",
-        "repo_class",
-        "principal_id",
-        "role",
-        "model_requirement",
-        "request_face",
-        "legacy_route",
-        "accounts",
-    )
-)
+#: The same fields as the general reader: a document with any other key takes that path.
+_CONTEXT_KEYS: Final = frozenset(c.CONTEXT_FIELDS)
 _ACCOUNT_KEYS: Final = frozenset(
     ("account_id", "provider_binding", "configured", "administrative_state")
 )

@@ -361,7 +361,7 @@ class LegacyRoute:
         )
 
 
-_CONTEXT_FIELDS: Final = (
+CONTEXT_FIELDS: Final[tuple[str, ...]] = (
     "repo",
     "repo_class",
     "principal_id",
@@ -452,7 +452,7 @@ class RouteContext:
             quick = quick_context(data, vocabulary)  # the common case, without field paths
             if quick is not None:
                 return quick
-        d: Mapping[str, Any] = p.obj(data, path, optional=_CONTEXT_FIELDS)
+        d: Mapping[str, Any] = p.obj(data, path, optional=CONTEXT_FIELDS)
         repo = d.get("repo")
         repo_class = d.get("repo_class")
         principal = p.opt_string(

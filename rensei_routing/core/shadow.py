@@ -19,10 +19,12 @@ from .canonical import canonical_bytes
 from .canonical import json_string as _s
 from .context import LegacyRoute
 from .decision import SELECTED, RouteDecision
+from .ids import ScanMemo
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [
     "DIVERGENCES",
+    "RECORD_KEYS",
     "SHADOW_RECORD_TYPE",
     "UNCLASSIFIED",
     "ActualRoute",
@@ -34,6 +36,7 @@ __all__ = [
     "compare",
     "is_shadow_payload",
     "provider_binding_for",
+    "record_may_redact",
     "shadow_decision",
     "transport_for",
 ]
@@ -340,16 +343,8 @@ class ShadowDecision:
         d = p.obj(
             data,
             path,
-            required=(
-                "record_type",
-                "recorded_at",
-                "seam",
-                "actual",
-                "proposed",
-                "agreed",
-                "divergence",
-            ),
-            optional=("schema_version", "principal_id"),
+            required=_REQUIRED,
+            optional=_OPTIONAL,
         )
         if d["record_type"] != SHADOW_RECORD_TYPE:
             raise p.fail(p.at(path, "record_type"), f"expected {SHADOW_RECORD_TYPE!r}")
@@ -414,3 +409,40 @@ def shadow_decision(
 def is_shadow_payload(payload: Any) -> bool:
     """Whether an audit payload is a shadow record (else a bare recorded decision)."""
     return isinstance(payload, dict) and payload.get("record_type") == SHADOW_RECORD_TYPE
+
+
+_REQUIRED: Final = (
+    "record_type",
+    "recorded_at",
+    "seam",
+    "actual",
+    "proposed",
+    "agreed",
+    "divergence",
+)
+_OPTIONAL: Final = ("schema_version", "principal_id")
+#: Every object key a shadow record adds to those of a decision record (its own and its actual
+#: route's): a redactor whose pre-check might match one scans every record whole.
+RECORD_KEYS: Final = (*_REQUIRED, *_OPTIONAL, "provider", "transport")
+
+
+def record_may_redact(scan: ScanMemo, record: ShadowDecision) -> bool:
+    """Whether the redactor behind ``scan`` might change any string value of ``record`` (when
+    not, and not its keys either, its stored form is its canonical bytes as they are)."""
+    actual = record.actual
+    return scan.record_may_redact(record.proposed, None) or scan.may_redact(
+        (
+            record.recorded_at,
+            record.seam,
+            record.principal_id,
+            record.divergence,
+            actual.provider,
+            actual.provider_binding,
+            actual.account_id,
+            actual.model,
+            actual.mechanism,
+            actual.mechanism_detail,
+            actual.transport,
+            SHADOW_RECORD_TYPE,
+        )
+    )
