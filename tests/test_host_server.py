@@ -194,3 +194,20 @@ def test_unknown_route_and_method() -> None:
         assert e2.value.code == 405
         e2.value.close()
         time.sleep(0)
+
+
+def test_stop_ends_the_server_even_when_the_wake_up_pipe_fails() -> None:
+    import errno
+
+    server = serve_in_thread(
+        make_app(now=_Clock(), host_status=lambda: {}), host="127.0.0.1", port=0
+    )
+
+    def broken() -> None:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    server._server.trigger._physical_pull = broken  # the wake-up write fails
+    server.stop(timeout=10)
+    assert not server._thread.is_alive()
+    with pytest.raises(FetchError):
+        fetch_snapshot(f"http://127.0.0.1:{server.port}", token="t", timeout_s=2)
