@@ -6,10 +6,9 @@ are those of SEMANTICS.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from json.encoder import encode_basestring as _e
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from . import _parse as p
 from .canonical import canonical_bytes
@@ -160,24 +159,24 @@ class RejectedAccount:
         return {"account_id": self.account_id, "reason": self.reason}
 
 
-class Explanation:
-    """Everything needed to re-check a decision without the resolver's process.
+class TraceSource(Protocol):
+    """Builds an explanation's ``considered`` list on first read, from what the resolver kept
+    of the decision (one source is shared by every decision of a call)."""
 
-    ``considered`` lists every policy in rank order under a full trace. Under a compact trace
-    (large snapshots) it is bounded: the winner and every policy tied with it, then the
-    nearest outranked rivals, at most ``COMPACT_RIVALS`` of them, best (most specific) first;
-    ``unlisted_outranked_count`` counts the outranked rivals beyond those (in the JSON only
-    when not zero, so a decision within the bound reads as before), and
-    ``unlisted_policy_count`` counts the rest, none of which matched.
+    def considered(
+        self, context: RouteContext, keys: tuple[Any, ...], matched: tuple[int, ...], last: int
+    ) -> tuple[ConsideredPolicy, ...]: ...
 
-    The resolver captures what the trace needs at decision time and builds ``considered`` on
-    first read, so a batch that only routes never pays for listing every policy; the value
-    read is the same either way. Immutable: attributes cannot be set after construction.
-    """
+
+class _ExplanationFields:
+    """An :class:`Explanation`'s storage, assignable: see :func:`explanation_of`."""
 
     __slots__ = (
         "_considered",
-        "_trace",
+        "_keys",
+        "_last",
+        "_matched",
+        "_source",
         "conflicting_policy_ids",
         "context",
         "eligible_account_ids",
@@ -193,26 +192,48 @@ class Explanation:
     unlisted_policy_count: int
     unlisted_outranked_count: int
     _considered: tuple[ConsideredPolicy, ...] | None
-    _trace: Callable[[], tuple[ConsideredPolicy, ...]] | None
+    _source: TraceSource | None
+    _keys: tuple[Any, ...]
+    _matched: tuple[int, ...]
+    _last: int
+
+
+class Explanation(_ExplanationFields):
+    """Everything needed to re-check a decision without the resolver's process.
+
+    ``considered`` lists every policy in rank order under a full trace. Under a compact trace
+    (large snapshots) it is bounded: the winner and every policy tied with it, then the
+    nearest outranked rivals, at most ``COMPACT_RIVALS`` of them, best (most specific) first;
+    ``unlisted_outranked_count`` counts the outranked rivals beyond those (in the JSON only
+    when not zero, so a decision within the bound reads as before), and
+    ``unlisted_policy_count`` counts the rest, none of which matched.
+
+    The resolver keeps what the trace needs at decision time (:func:`explanation_of`) and
+    ``considered`` is built on first read, so a batch that only routes never pays for listing
+    every policy; the value read is the same either way. Immutable: attributes cannot be set
+    after construction.
+    """
+
+    __slots__ = ()
 
     def __init__(
         self,
         *,
         context: RouteContext,
-        considered: tuple[ConsideredPolicy, ...] | None = (),
+        considered: tuple[ConsideredPolicy, ...] = (),
         eligible_account_ids: tuple[str, ...] = (),
         rejected_accounts: tuple[RejectedAccount, ...] = (),
         conflicting_policy_ids: tuple[str, ...] = (),
         unlisted_policy_count: int = 0,
         unlisted_outranked_count: int = 0,
-        trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None,
     ) -> None:
-        if considered is None and trace is None:
-            raise ValueError("an explanation needs considered policies or a trace to build them")
         init = object.__setattr__
         init(self, "context", context)
         init(self, "_considered", considered)
-        init(self, "_trace", trace if considered is None else None)
+        init(self, "_source", None)
+        init(self, "_keys", ())
+        init(self, "_matched", ())
+        init(self, "_last", -1)
         init(self, "eligible_account_ids", eligible_account_ids)
         init(self, "rejected_accounts", rejected_accounts)
         init(self, "conflicting_policy_ids", conflicting_policy_ids)
@@ -224,14 +245,22 @@ class Explanation:
         """The policies as the resolver saw them, best first."""
         considered = self._considered
         if considered is None:
-            assert self._trace is not None
-            considered = self._trace()
+            assert self._source is not None
+            considered = self._source.considered(
+                self.context, self._keys, self._matched, self._last
+            )
             object.__setattr__(self, "_considered", considered)
-            object.__setattr__(self, "_trace", None)
+            object.__setattr__(self, "_source", None)
         return considered
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Explanation is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Explanation is immutable; cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_explanation_from_fields, self._key())
 
     def _key(self) -> tuple[Any, ...]:
         return (
@@ -297,9 +326,42 @@ class Explanation:
         return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RouteDecision:
-    """Exactly one outcome for one context against one snapshot."""
+_DECISION_FIELDS: Final = (
+    "decision_id",
+    "outcome",
+    "reason",
+    "policy_source",
+    "policy_id",
+    "policy_revision",
+    "snapshot_hash",
+    "snapshot_state",
+    "precedence_level",
+    "precedence_priority",
+    "account_id",
+    "provider_binding",
+    "effective_model",
+    "explanation",
+)
+
+
+class _DecisionFields:
+    """A :class:`RouteDecision`'s storage, assignable: see :func:`decision_of`. Besides the
+    fields, it keeps what the explanation is made of until the explanation is first read."""
+
+    __slots__ = (
+        *_DECISION_FIELDS[:-1],
+        "_explanation",
+        "_context",
+        "_eligible",
+        "_rejected",
+        "_conflicting",
+        "_unlisted",
+        "_beyond",
+        "_source",
+        "_keys",
+        "_matched",
+        "_last",
+    )
 
     decision_id: str
     outcome: str
@@ -314,7 +376,133 @@ class RouteDecision:
     account_id: str | None
     provider_binding: str | None
     effective_model: str | None
-    explanation: Explanation
+    _explanation: Explanation | None
+    _context: RouteContext
+    _eligible: tuple[str, ...]
+    _rejected: tuple[RejectedAccount, ...]
+    _conflicting: tuple[str, ...]
+    _unlisted: int
+    _beyond: int
+    _source: TraceSource | None
+    _keys: tuple[Any, ...]
+    _matched: tuple[int, ...]
+    _last: int
+
+
+class RouteDecision(_DecisionFields):
+    """Exactly one outcome for one context against one snapshot. Immutable, compared and
+    hashed by value (as a frozen dataclass is).
+
+    A decision from the resolver builds its :class:`Explanation` on first read of
+    ``explanation``: a batch keeps one object per decision until then, which is what CPython's
+    cyclic collector has to walk (docs/performance.md).
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        *,
+        decision_id: str,
+        outcome: str,
+        reason: str,
+        policy_source: str,
+        policy_id: str | None,
+        policy_revision: int,
+        snapshot_hash: str,
+        snapshot_state: str,
+        precedence_level: int | None,
+        precedence_priority: int | None,
+        account_id: str | None,
+        provider_binding: str | None,
+        effective_model: str | None,
+        explanation: Explanation,
+    ) -> None:
+        values = (
+            decision_id,
+            outcome,
+            reason,
+            policy_source,
+            policy_id,
+            policy_revision,
+            snapshot_hash,
+            snapshot_state,
+            precedence_level,
+            precedence_priority,
+            account_id,
+            provider_binding,
+            effective_model,
+            explanation,
+        )
+        for name, value in zip(_DECISION_FIELDS, values, strict=True):
+            object.__setattr__(self, "_explanation" if name == "explanation" else name, value)
+
+    @property
+    def explanation(self) -> Explanation:
+        """Everything needed to re-check this decision (built on first read, then kept)."""
+        explanation = self._explanation
+        if explanation is None:
+            explanation = explanation_of(
+                self._context,
+                self._eligible,
+                self._rejected,
+                self._conflicting,
+                self._unlisted,
+                self._beyond,
+                None if self._source is not None else (),
+                self._source,
+                self._keys,
+                self._matched,
+                self._last,
+            )
+            object.__setattr__(self, "_explanation", explanation)
+            object.__setattr__(self, "_source", None)
+            object.__setattr__(self, "_keys", ())
+            object.__setattr__(self, "_matched", ())
+        return explanation
+
+    def _values(self) -> tuple[Any, ...]:
+        return (
+            self.decision_id,
+            self.outcome,
+            self.reason,
+            self.policy_source,
+            self.policy_id,
+            self.policy_revision,
+            self.snapshot_hash,
+            self.snapshot_state,
+            self.precedence_level,
+            self.precedence_priority,
+            self.account_id,
+            self.provider_binding,
+            self.effective_model,
+            self.explanation,
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, RouteDecision)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={value!r}"
+            for name, value in zip(_DECISION_FIELDS, self._values(), strict=True)
+        )
+        return f"RouteDecision({fields})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_decision_from_fields, self._values())
 
     def canonical(self) -> bytes:
         """RFC 8785 bytes of :meth:`to_dict`, written directly: what the audit log stores for a
@@ -523,3 +711,131 @@ class RouteDecision:
                 ),
             ),
         )
+
+
+# -- fast construction --------------------------------------------------------------------------
+#
+# The resolver makes one decision and one explanation per context, and their public
+# constructors pay one ``object.__setattr__`` call per field (the classes refuse assignment).
+# The builders below fill the assignable storage class with plain stores and then retype the
+# object to its immutable subclass, which adds no slots (CPython allows ``__class__`` to be
+# assigned between such layouts): the same object, about a sixth of the cost (see
+# docs/performance.md). Nothing else ever sees the storage class.
+
+
+def explanation_of(
+    context: RouteContext,
+    eligible_account_ids: tuple[str, ...],
+    rejected_accounts: tuple[RejectedAccount, ...],
+    conflicting_policy_ids: tuple[str, ...],
+    unlisted_policy_count: int,
+    unlisted_outranked_count: int,
+    considered: tuple[ConsideredPolicy, ...] | None,
+    source: TraceSource | None = None,
+    keys: tuple[Any, ...] = (),
+    matched: tuple[int, ...] = (),
+    last: int = -1,
+) -> Explanation:
+    """An explanation whose ``considered`` is given, or (``None``) built on first read by
+    ``source.considered(context, keys, matched, last)``."""
+    if considered is None and source is None:
+        raise ValueError("an explanation needs considered policies or a source to build them")
+    e = _ExplanationFields()
+    e.context = context
+    e.eligible_account_ids = eligible_account_ids
+    e.rejected_accounts = rejected_accounts
+    e.conflicting_policy_ids = conflicting_policy_ids
+    e.unlisted_policy_count = unlisted_policy_count
+    e.unlisted_outranked_count = unlisted_outranked_count
+    e._considered = considered
+    e._source = None if considered is not None else source
+    e._keys = keys
+    e._matched = matched
+    e._last = last
+    e.__class__ = Explanation
+    assert isinstance(e, Explanation)
+    return e
+
+
+def _explanation_from_fields(
+    context: RouteContext,
+    considered: tuple[ConsideredPolicy, ...],
+    eligible_account_ids: tuple[str, ...],
+    rejected_accounts: tuple[RejectedAccount, ...],
+    conflicting_policy_ids: tuple[str, ...],
+    unlisted_policy_count: int,
+    unlisted_outranked_count: int,
+) -> Explanation:
+    """Unpickling: the arguments in ``Explanation._key`` order."""
+    return Explanation(
+        context=context,
+        considered=considered,
+        eligible_account_ids=eligible_account_ids,
+        rejected_accounts=rejected_accounts,
+        conflicting_policy_ids=conflicting_policy_ids,
+        unlisted_policy_count=unlisted_policy_count,
+        unlisted_outranked_count=unlisted_outranked_count,
+    )
+
+
+def decision_of(
+    decision_id: str,
+    outcome: str,
+    reason: str,
+    policy_source: str,
+    policy_id: str | None,
+    policy_revision: int,
+    snapshot_hash: str,
+    snapshot_state: str,
+    precedence_level: int | None,
+    precedence_priority: int | None,
+    account_id: str | None,
+    provider_binding: str | None,
+    effective_model: str | None,
+    context: RouteContext,
+    eligible_account_ids: tuple[str, ...],
+    rejected_accounts: tuple[RejectedAccount, ...],
+    conflicting_policy_ids: tuple[str, ...],
+    unlisted_policy_count: int,
+    unlisted_outranked_count: int,
+    source: TraceSource | None,
+    keys: tuple[Any, ...] = (),
+    matched: tuple[int, ...] = (),
+    last: int = -1,
+) -> RouteDecision:
+    """A decision with the fields in declaration order, whose explanation (the arguments from
+    ``context`` on, as :func:`explanation_of` takes them; no ``source``: nothing considered)
+    is built when first read."""
+    d = _DecisionFields()
+    d.decision_id = decision_id
+    d.outcome = outcome
+    d.reason = reason
+    d.policy_source = policy_source
+    d.policy_id = policy_id
+    d.policy_revision = policy_revision
+    d.snapshot_hash = snapshot_hash
+    d.snapshot_state = snapshot_state
+    d.precedence_level = precedence_level
+    d.precedence_priority = precedence_priority
+    d.account_id = account_id
+    d.provider_binding = provider_binding
+    d.effective_model = effective_model
+    d._explanation = None
+    d._context = context
+    d._eligible = eligible_account_ids
+    d._rejected = rejected_accounts
+    d._conflicting = conflicting_policy_ids
+    d._unlisted = unlisted_policy_count
+    d._beyond = unlisted_outranked_count
+    d._source = source
+    d._keys = keys
+    d._matched = matched
+    d._last = last
+    d.__class__ = RouteDecision
+    assert isinstance(d, RouteDecision)
+    return d
+
+
+def _decision_from_fields(*values: Any) -> RouteDecision:
+    """Unpickling: the fields in declaration order."""
+    return RouteDecision(**dict(zip(_DECISION_FIELDS, values, strict=True)))

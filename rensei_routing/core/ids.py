@@ -75,15 +75,23 @@ class ScanMemo:
     redacted. Bounded: the memo is cleared when it reaches :data:`MEMO_LIMIT` strings.
     """
 
-    __slots__ = ("_keys_suspect", "_redactor", "_seen")
+    __slots__ = ("_clean", "_keys_suspect", "_redactor", "_seen")
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
         self._seen: dict[str, bool] = {}
+        # The strings found clean (and None, which holds nothing): a piece set made only of
+        # them is answered by one C-level subset test.
+        self._clean: set[str | None] = {None}
         self._keys_suspect: bool | None = None
 
     def may_redact(self, texts: Iterable[str | None]) -> bool:
         """Whether the redactor might change any of ``texts`` (``None`` holds nothing)."""
+        clean = self._clean
+        if not isinstance(texts, (tuple, list)):
+            texts = tuple(texts)
+        if clean.issuperset(texts):
+            return False
         seen, might_match = self._seen, self._redactor.might_match
         for text in texts:
             if text is None:
@@ -92,7 +100,11 @@ class ScanMemo:
             if hit is None:
                 if len(seen) >= MEMO_LIMIT:
                     seen.clear()
+                    clean.clear()
+                    clean.add(None)
                 hit = seen[text] = might_match(text)
+                if not hit:
+                    clean.add(text)
             if hit:
                 return True
         return False
@@ -102,7 +114,7 @@ class ScanMemo:
         legacy, repo, req = context.legacy_route, context.repo, context.model_requirement
         return self.may_redact(
             (
-                *(account.canonical_json() for account in context.accounts),
+                *[account.canonical_json() for account in context.accounts],
                 None if legacy is None else legacy.canonical_json(),
                 context.principal_id,
                 context.repo_class,
@@ -225,6 +237,35 @@ def decision_id(
         CanonicalEncodingError: ``policy_revision`` is outside 0..2**53 - 1 (a snapshot can
             never hold such a revision, so ``explain`` never gets here with one).
     """
+    return _decision_id(
+        context,
+        snapshot_hash,
+        snapshot_state,
+        policy_revision,
+        outcome,
+        reason,
+        policy_id,
+        account_id,
+        effective_model,
+        redactor,
+        memo,
+    )
+
+
+def _decision_id(
+    context: RouteContext,
+    snapshot_hash: str,
+    snapshot_state: str,
+    policy_revision: int,
+    outcome: str,
+    reason: str,
+    policy_id: str | None,
+    account_id: str | None,
+    effective_model: str | None,
+    redactor: Redactor,
+    memo: ScanMemo | None,
+) -> str:
+    """:func:`decision_id` with positional arguments (the resolver calls it per decision)."""
     if not 0 <= policy_revision <= _MAX_SAFE_INT:
         # Outside RFC 8785's integer domain: let the general encoder say so.
         canonical_bytes({"policy_revision": policy_revision})

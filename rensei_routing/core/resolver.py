@@ -13,7 +13,7 @@ and the cost of a decision grows with the policies that could match it, not with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 
 from .context import Account, ModelRequirement, RouteContext
@@ -55,14 +55,15 @@ from .decision import (
     SOURCE_NONE,
     STATE_CORRUPT,
     ConsideredPolicy,
-    Explanation,
     RejectedAccount,
     RouteDecision,
+    decision_of,
 )
-from .ids import ScanMemo, decision_id
+from .ids import MEMO_LIMIT, ScanMemo, _decision_id, decision_id
 from .policy import (
     MATCH_DIMENSIONS,
     PolicySnapshot,
+    RoutingAction,
     RoutingPolicy,
     account_key,
     dimension_index,
@@ -83,7 +84,7 @@ FULL_TRACE_LIMIT: Final = 256
 _ALL: Final = 1 << 62
 #: Candidates read first under a compact trace: the winners and their ties, then
 #: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
-_FIRST_LOOK: Final = 32
+_FIRST_LOOK: Final = COMPACT_RIVALS + 4
 
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
 
@@ -219,10 +220,28 @@ class _Compiled:
             self._considered[(pos, reason)] = entry
         return entry
 
-    def candidates(self, keys: tuple[Any, ...], limit: int = _ALL) -> tuple[list[int], int]:
+    def candidates(
+        self,
+        keys: tuple[Any, ...],
+        limit: int = _ALL,
+        memo: dict[tuple[Any, ...], tuple[Sequence[int], int]] | None = None,
+    ) -> tuple[Sequence[int], int]:
         """Rank positions, best first, of the first ``limit`` enabled policies matching on
-        every dimension, and how many match in all."""
-        found, count = self.open.matched(keys, limit)
+        every dimension, and how many match in all. ``memo`` (one per ``limit``) keeps the
+        open group's answers by the five dimensions it is indexed on, which repeat across a
+        batch far more than whole contexts do."""
+        found: Sequence[int]
+        if memo is None:
+            found, count = self.open.matched(keys, limit)
+        else:
+            rest = keys[1:]
+            hit = memo.get(rest)
+            if hit is None:
+                if len(memo) >= MEMO_LIMIT:
+                    memo.clear()
+                opened, total = self.open.matched(keys, limit)
+                hit = memo[rest] = (tuple(opened), total)
+            found, count = hit
         repo = keys[0]
         if repo is not None:
             group = self._groups.get(repo)
@@ -233,7 +252,7 @@ class _Compiled:
                 group = self._groups[repo] = _Group(members, self.policies)
             extra, more = group.matched(keys, limit)
             if extra:
-                found = sorted(found + extra)[:limit] if found else extra
+                found = sorted([*found, *extra])[:limit] if found else extra
                 count += more
         return found, count
 
@@ -245,39 +264,6 @@ def _compiled(snapshot: PolicySnapshot) -> _Compiled:
         object.__setattr__(snapshot, "_compiled", compiled)
     assert isinstance(compiled, _Compiled)
     return compiled
-
-
-class _Resolution:
-    """The mutable scratch of one decision; turned into a frozen RouteDecision at the end."""
-
-    __slots__ = (
-        "account_id",
-        "binding",
-        "conflicting",
-        "eligible",
-        "level",
-        "model",
-        "outcome",
-        "policy_id",
-        "priority",
-        "reason",
-        "rejected",
-        "source",
-    )
-
-    def __init__(self, outcome: str, reason: str, source: str) -> None:
-        self.outcome = outcome
-        self.reason = reason
-        self.source = source
-        self.policy_id: str | None = None
-        self.level: int | None = None
-        self.priority: int | None = None
-        self.account_id: str | None = None
-        self.binding: str | None = None
-        self.model: str | None = None
-        self.eligible: tuple[str, ...] = ()
-        self.rejected: tuple[RejectedAccount, ...] = ()
-        self.conflicting: tuple[str, ...] = ()
 
 
 def _lane(
@@ -309,18 +295,56 @@ class _Call:
     """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
-    __slots__ = ("full", "lanes", "memo", "redactor", "rejections", "state", "vocabulary")
+    __slots__ = (
+        "full",
+        "lanes",
+        "memo",
+        "model_steps",
+        "open_matches",
+        "redactor",
+        "rejected_sets",
+        "rejections",
+        "state",
+        "trace_source",
+        "vocabulary",
+    )
 
-    def __init__(self, state: str, vocabulary: Vocabulary, full: bool, redactor: Redactor) -> None:
+    def __init__(
+        self,
+        state: str,
+        vocabulary: Vocabulary,
+        full: bool,
+        redactor: Redactor,
+        compiled: _Compiled,
+    ) -> None:
         self.state = state
         self.vocabulary = vocabulary
         self.full = full
         self.redactor = redactor
         self.memo = ScanMemo(redactor)
+        self.trace_source = _TraceSource(compiled, full)
+        self.open_matches: dict[tuple[Any, ...], tuple[Sequence[int], int]] = {}
+        self.model_steps: dict[
+            tuple[int, str, str], tuple[str | None, tuple[str, str] | None, frozenset[str] | None]
+        ] = {}
         self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
         # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
-        # value each, so a decision carries no objects of its own for them.
+        # value each, so a decision carries no objects of its own for them; and so do whole
+        # lists of them, keyed by their entries' identities (each kept alive by its value).
         self.rejections: dict[tuple[str, str], RejectedAccount] = {}
+        self.rejected_sets: dict[tuple[int, ...], tuple[RejectedAccount, ...]] = {}
+
+    def rejected_tuple(self, rejected: list[RejectedAccount]) -> tuple[RejectedAccount, ...]:
+        """``tuple(rejected)``, shared with every earlier decision of the call that had it."""
+        if not rejected:
+            return ()
+        key = tuple([id(entry) for entry in rejected])
+        found = self.rejected_sets.get(key)
+        if found is None:
+            if len(self.rejected_sets) >= MEMO_LIMIT:
+                self.rejected_sets.clear()
+            found = self.rejected_sets[key] = tuple(rejected)
+        return found
 
     def rejected(self, account_id: str, reason: str) -> RejectedAccount:
         key = (account_id, reason)
@@ -342,36 +366,57 @@ class _Call:
             return lane
 
 
-def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, call: _Call) -> None:
-    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy.
+def _model_step(
+    action: RoutingAction, requirement: ModelRequirement, call: _Call
+) -> tuple[str | None, tuple[str, str] | None, frozenset[str] | None]:
+    """The model half of SEMANTICS step 5 for one winning action: ``(model, failure, lane)``,
+    the failure an ``(outcome, reason)`` pair, the lane the bindings that alone may serve."""
+    model: str | None = None
+    mapped = action.mapped_model(requirement.key)
+    failed: tuple[str, str] | None = None
+    if mapped is not None:
+        if requirement.kind == LITERAL_FAMILY and not call.vocabulary.satisfied_by(
+            requirement.kind, requirement.value, mapped
+        ):
+            failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
+        elif not action.allows(mapped):
+            failed = (REJECTED, MODEL_NOT_ALLOWED)
+        else:
+            model = mapped
+    elif requirement.kind == CONCRETE_MODEL:
+        if action.allows(requirement.value):
+            model = requirement.value
+        else:
+            failed = (REJECTED, MODEL_NOT_ALLOWED)
+    elif requirement.kind == CAPABILITY:
+        failed = (HELD, CAPABILITY_UNMAPPED)
+    return model, failed, call.lane(requirement, mapped)
+
+
+def _apply_policy(
+    policy: RoutingPolicy, ctx: RouteContext, call: _Call
+) -> tuple[
+    str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
+]:
+    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy:
+    ``(outcome, reason, account_id, provider_binding, model, eligible, rejected)``.
 
     The accounts are judged even when the model step failed, so the explanation says whether
     any account could have served; the outcome and reason are then the model step's.
     """
     action = policy.action
     requirement = ctx.model_requirement
-    model: str | None = None
-    mapped: str | None = None
-    failed: tuple[str, str] | None = None
-    if requirement is not None:
-        mapped = action.mapped_model(requirement.key)
-        if mapped is not None:
-            if requirement.kind == LITERAL_FAMILY and not call.vocabulary.satisfied_by(
-                requirement.kind, requirement.value, mapped
-            ):
-                failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
-            elif not action.allows(mapped):
-                failed = (REJECTED, MODEL_NOT_ALLOWED)
-            else:
-                model = mapped
-        elif requirement.kind == CONCRETE_MODEL:
-            if action.allows(requirement.value):
-                model = requirement.value
-            else:
-                failed = (REJECTED, MODEL_NOT_ALLOWED)
-        elif requirement.kind == CAPABILITY:
-            failed = (HELD, CAPABILITY_UNMAPPED)
-    lane = call.lane(requirement, mapped)
+    if requirement is None:
+        model = failed = lane = None
+    else:
+        # The model step depends only on the action and the requirement, which repeat.
+        step_key = (id(action), requirement.kind, requirement.value)
+        step = call.model_steps.get(step_key)
+        if step is None:
+            if len(call.model_steps) >= MEMO_LIMIT:
+                call.model_steps.clear()
+            step = call.model_steps[step_key] = _model_step(action, requirement, call)
+        model, failed, lane = step
     pool = action.pool_order() if action.account_pool else None
     lock = action.provider_lock
     eligible: list[Account] = []
@@ -405,155 +450,168 @@ def _apply_policy(res: _Resolution, policy: RoutingPolicy, ctx: RouteContext, ca
             eligible.sort(key=lambda a: a.account_id)
     if len(rejected) > 1:
         rejected.sort(key=lambda r: r.account_id)
-    res.eligible = tuple(a.account_id for a in eligible)
-    res.rejected = tuple(rejected)
+    eligible_ids = tuple([a.account_id for a in eligible])
+    rejections = call.rejected_tuple(rejected)
     if failed is not None:
-        res.outcome, res.reason = failed
-        return
+        return failed[0], failed[1], None, None, None, eligible_ids, rejections
     if not eligible:
-        res.outcome = REJECTED if action.on_unavailable == "reject" else HELD
+        outcome = REJECTED if action.on_unavailable == "reject" else HELD
         lane_excluded = any(r.reason == LITERAL_FAMILY_INCOMPATIBLE for r in rejected)
-        res.reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
-        return
+        reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
+        return outcome, reason, None, None, None, eligible_ids, rejections
     # The chosen *entry*: with duplicate ids, its own binding, not another entry's.
     chosen = eligible[0]
-    res.outcome, res.reason = SELECTED, MATCHED_POLICY
-    res.account_id = chosen.account_id
-    res.binding = chosen.provider_binding
-    res.model = model
+    return (
+        SELECTED,
+        MATCHED_POLICY,
+        chosen.account_id,
+        chosen.provider_binding,
+        model,
+        eligible_ids,
+        rejections,
+    )
 
 
 def _resolve(
     ctx: RouteContext, snapshot: PolicySnapshot, compiled: _Compiled, call: _Call
 ) -> RouteDecision:
-    state, full_trace = call.state, call.full
-    trace: Callable[[], tuple[ConsideredPolicy, ...]] | None = None
+    state = call.state
+    policy_id = account_id = binding = model = None
+    level: int | None = None
+    priority: int | None = None
+    eligible: tuple[str, ...] = ()
+    rejected: tuple[RejectedAccount, ...] = ()
+    conflicting: tuple[str, ...] = ()
     unlisted = beyond = 0
+    # What the explanation's trace is built from on first read (no source: nothing listed).
+    trace_source: _TraceSource | None = None
+    keys: tuple[Any, ...] = ()
+    listed: tuple[int, ...] = ()
+    last = -1
     if state == STATE_CORRUPT:
-        res = _Resolution(HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE)
-        winners: list[int] = []
+        outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
     else:
         keys = _context_keys(ctx)
         policies = compiled.policies
         levels = compiled.levels
+        full_trace = call.full
         # A compact trace reads only the first candidates (and counts the rest) unless ties
         # fill the first look; a full one reads them all.
-        limit = _ALL if full_trace else _FIRST_LOOK
+        limit = first_look = _ALL if full_trace else _FIRST_LOOK
         while True:
-            matched, total = compiled.candidates(keys, limit)
-            winners = []
-            for pos in matched:
-                if winners and levels[pos] != levels[winners[0]]:
-                    break
-                winners.append(pos)
-            if len(matched) == total or len(winners) + COMPACT_RIVALS < len(matched):
+            matched, total = compiled.candidates(
+                keys, limit, call.open_matches if limit == first_look else None
+            )
+            winners = 0
+            if matched:
+                best = levels[matched[0]]
+                for pos in matched:
+                    if levels[pos] != best:
+                        break
+                    winners += 1
+            if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
                 break
             limit = _ALL
         if not full_trace:
             unlisted = len(policies) - total
             # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
-            beyond = max(0, total - len(winners) - COMPACT_RIVALS)
-            matched = matched[: len(winners) + COMPACT_RIVALS]
-        trace = _Trace(
-            compiled, ctx, keys, tuple(matched), winners[-1] if winners else -1, full_trace
-        )
+            beyond = max(0, total - winners - COMPACT_RIVALS)
+            matched = matched[: winners + COMPACT_RIVALS]
+        trace_source = call.trace_source
+        listed = tuple(matched)
+        last = matched[winners - 1] if winners else -1
         if not winners:
             legacy = ctx.legacy_route
             if legacy is None:
-                res = _Resolution(HELD, NO_LEGACY_ROUTE, SOURCE_NONE)
+                outcome, reason, source = HELD, NO_LEGACY_ROUTE, SOURCE_NONE
             else:
-                res = _Resolution(SELECTED, NO_POLICY_APPLIES, SOURCE_LEGACY)
-                res.level = LEGACY_RUNG
-                res.account_id = legacy.account_id
-                res.binding = legacy.provider_binding
-                res.model = legacy.model
+                outcome, reason, source = SELECTED, NO_POLICY_APPLIES, SOURCE_LEGACY
+                level = LEGACY_RUNG
+                account_id = legacy.account_id
+                binding = legacy.provider_binding
+                model = legacy.model
         else:
-            res = _Resolution(SELECTED, MATCHED_POLICY, SOURCE_MANAGED)
-            res.level, res.priority = levels[winners[0]]
-            first = policies[winners[0]]
-            if len(winners) > 1 and len({policies[pos].action.canonical() for pos in winners}) > 1:
-                res.outcome, res.reason = REJECTED, POLICY_CONFLICT
-                res.conflicting = tuple(sorted({policies[pos].id for pos in winners}))
+            source = SOURCE_MANAGED
+            first = policies[matched[0]]
+            level, priority = levels[matched[0]]
+            if (
+                winners > 1
+                and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1
+            ):
+                outcome, reason = REJECTED, POLICY_CONFLICT
+                conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
             else:
-                res.policy_id = first.id
-                _apply_policy(res, first, ctx, call)
-    did = decision_id(
+                policy_id = first.id
+                outcome, reason, account_id, binding, model, eligible, rejected = _apply_policy(
+                    first, ctx, call
+                )
+    revision, snapshot_hash = snapshot.revision, snapshot.content_hash
+    did = _decision_id(
         ctx,
-        snapshot_hash=snapshot.content_hash,
-        snapshot_state=state,
-        policy_revision=snapshot.revision,
-        outcome=res.outcome,
-        reason=res.reason,
-        policy_id=res.policy_id,
-        account_id=res.account_id,
-        effective_model=res.model,
-        redactor=call.redactor,
-        memo=call.memo,
+        snapshot_hash,
+        state,
+        revision,
+        outcome,
+        reason,
+        policy_id,
+        account_id,
+        model,
+        call.redactor,
+        call.memo,
     )
-    return RouteDecision(
-        decision_id=did,
-        outcome=res.outcome,
-        reason=res.reason,
-        policy_source=res.source,
-        policy_id=res.policy_id,
-        policy_revision=snapshot.revision,
-        snapshot_hash=snapshot.content_hash,
-        snapshot_state=state,
-        precedence_level=res.level,
-        precedence_priority=res.priority,
-        account_id=res.account_id,
-        provider_binding=res.binding,
-        effective_model=res.model,
-        explanation=Explanation(
-            context=ctx,
-            considered=() if trace is None else None,
-            trace=trace,
-            eligible_account_ids=res.eligible,
-            rejected_accounts=res.rejected,
-            conflicting_policy_ids=res.conflicting,
-            unlisted_policy_count=unlisted,
-            unlisted_outranked_count=beyond,
-        ),
+    return decision_of(
+        did,
+        outcome,
+        reason,
+        source,
+        policy_id,
+        revision,
+        snapshot_hash,
+        state,
+        level,
+        priority,
+        account_id,
+        binding,
+        model,
+        ctx,
+        eligible,
+        rejected,
+        conflicting,
+        unlisted,
+        beyond,
+        trace_source,
+        keys,
+        listed,
+        last,
     )
 
 
-class _Trace:
-    """What an explanation's ``considered`` list is built from, on first read."""
+class _TraceSource:
+    """Builds the ``considered`` list of one call's explanations on first read."""
 
-    __slots__ = ("compiled", "ctx", "full", "keys", "last_winner", "matched")
+    __slots__ = ("compiled", "full")
 
-    def __init__(
-        self,
-        compiled: _Compiled,
-        ctx: RouteContext,
-        keys: tuple[Any, ...],
-        matched: tuple[int, ...],
-        last_winner: int,
-        full: bool,
-    ) -> None:
+    def __init__(self, compiled: _Compiled, full: bool) -> None:
         self.compiled = compiled
-        self.ctx = ctx
-        self.keys = keys
-        self.matched = matched
-        self.last_winner = last_winner
         self.full = full
 
-    def __call__(self) -> tuple[ConsideredPolicy, ...]:
-        compiled, last = self.compiled, self.last_winner
+    def considered(
+        self, context: RouteContext, keys: tuple[Any, ...], matched: tuple[int, ...], last: int
+    ) -> tuple[ConsideredPolicy, ...]:
+        compiled = self.compiled
         # Winners are the matched positions up to and including the last winner.
         if not self.full:
             return tuple(
-                compiled.considered(pos, MATCHED if pos <= last else OUTRANKED)
-                for pos in self.matched
+                compiled.considered(pos, MATCHED if pos <= last else OUTRANKED) for pos in matched
             )
-        matched = set(self.matched)
+        found = set(matched)
         out = []
         for pos, policy in enumerate(compiled.policies):
-            if pos in matched:
+            if pos in found:
                 reason = MATCHED if pos <= last else OUTRANKED
             else:
                 # The index said no: the first failing dimension says why.
-                reason = _mismatch(policy, self.ctx, self.keys) or POLICY_DISABLED
+                reason = _mismatch(policy, context, keys) or POLICY_DISABLED
             out.append(compiled.considered(pos, reason))
         return tuple(out)
 
@@ -586,7 +644,7 @@ def explain(
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return _resolve(context, snapshot, compiled, _Call(state, vocabulary, full, redactor))
+    return _resolve(context, snapshot, compiled, _Call(state, vocabulary, full, redactor, compiled))
 
 
 def explain_batch(
@@ -605,5 +663,5 @@ def explain_batch(
     state = _check_state(snapshot_state)
     compiled = _compiled(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    call = _Call(state, vocabulary, full, redactor)
+    call = _Call(state, vocabulary, full, redactor, compiled)
     return [_resolve(ctx, snapshot, compiled, call) for ctx in contexts]
