@@ -35,6 +35,7 @@ from . import _parse as p
 from .canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
 from .note import (
     NOTE_MAX_BYTES,
+    STRICT_PAYLOADS,
     Checkpoint,
     NoteSignature,
     checkpoint_origin,
@@ -49,6 +50,7 @@ __all__ = [
     "PROGRESS_EVERY",
     "REASONS",
     "ROW_COLUMNS",
+    "STRICT_PAYLOADS",
     "AuditRecord",
     "Checkpoint",
     "NoteSignature",
@@ -335,6 +337,7 @@ def verify_chain(
     progress: Callable[[int], None] | None = None,
     start_seq: int = 0,
     start_hash: str = GENESIS_HASH,
+    rows_again: Callable[[], Iterable[Sequence[Any]]] | None = None,
 ) -> VerifyResult:
     """Walk stored rows (``ROW_COLUMNS`` order, ascending seq) once, in constant memory.
 
@@ -350,6 +353,14 @@ def verify_chain(
     While walking, the record at each checkpoint's size must carry its head hash, and the log
     must reach every checkpoint's size, else ``truncated-below-checkpoint`` at the seq concerned.
     ``progress(records_checked)`` is called every 10,000 records and at the end.
+
+    ``rows_again()`` returns the same rows once more, from the start (the same snapshot). Given
+    it, the payloads and ``recorded_at`` of the records below the largest checkpoint carrying
+    :data:`STRICT_PAYLOADS` are not parsed: every other check still runs, and the record at
+    that size must carry the checkpoint's head hash, so (through SHA-256) they are the bytes its
+    signer parsed. A walk that then fails below that size is repeated over ``rows_again()``
+    parsing every record, so the verdict is exactly a full strict walk's. Without ``rows_again``
+    (a stream read once) every record is parsed.
 
     ``start_seq``/``start_hash`` resume after a trusted prefix (e.g. a verified checkpoint): the
     rows must then begin at ``start_seq`` and link to ``start_hash``; counts include the prefix,
@@ -386,113 +397,207 @@ def verify_chain(
                 "truncated-below-checkpoint",
                 "checkpoint of size 0 does not carry the genesis hash",
             )
+    # Every checkpoint has passed its signature check by now, so the largest one whose signer
+    # says it parsed what it signed may spare the parse below its size.
+    parsed_below = 0
+    if rows_again is not None:
+        parsed_below = max(
+            (c.size for c in checkpoints if STRICT_PAYLOADS in c.extensions), default=0
+        )
+    walk = _Walk(marks, progress, len(checkpoints))
+    result = walk.run(rows, start_seq, start_hash, parsed_below)
+    seq = result.first_broken_seq
+    if rows_again is not None and seq is not None and seq < parsed_below:
+        # Unparsed records may hide the first broken one: e.g. a record rewritten as non-JSON,
+        # hashes recomputed after it, shows here only as a mismatch with the checkpoint. The
+        # strict walk names it. (A failure at or above the size needs no second walk: the
+        # record below it matched the checkpoint, so every unparsed record is the signer's.)
+        result = walk.run(rows_again(), start_seq, start_hash, 0)
+    return result
 
-    expected = start_seq
-    prev = start_hash
-    hash_ok = _HASH.fullmatch
-    parse = p.STRICT_DECODER.decode
-    stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
-    for row in rows:
-        try:
-            seq, recorded_at, prev_hash, p_hash, r_hash, data = row
-        except (TypeError, ValueError):
-            return _broken(
-                expected, expected, "unparseable-record", "row has the wrong shape", prev
-            )
-        if not (
-            type(seq) is int
-            and type(recorded_at) is str
-            and type(prev_hash) is str
-            and type(p_hash) is str
-            and type(r_hash) is str
-            and type(data) is bytes
-            and hash_ok(prev_hash)
-            and hash_ok(p_hash)
-            and hash_ok(r_hash)
-        ):
-            return _broken(
-                expected,
-                expected,
-                "unparseable-record",
-                f"record {expected} has a field of the wrong type or form",
-                prev,
-            )
-        if recorded_at != stamp:
-            if not _is_timestamp(recorded_at):
+
+class _Walk:
+    """One verifier walk over rows, given the checkpoint marks (see :func:`verify_chain`)."""
+
+    __slots__ = ("count", "marks", "progress", "reported")
+
+    def __init__(
+        self, marks: dict[int, list[str]], progress: Callable[[int], None] | None, count: int
+    ) -> None:
+        self.marks = marks
+        self.progress = progress
+        self.count = count
+        self.reported = -1  # a second walk reports only progress beyond the first's
+
+    def report(self, checked: int) -> None:
+        if self.progress is not None and checked > self.reported:
+            self.reported = checked
+            self.progress(checked)
+
+    def run(
+        self, rows: Iterable[Sequence[Any]], expected: int, prev: str, parsed_below: int
+    ) -> VerifyResult:
+        """Records below ``parsed_below`` skip the payload parse and the ``recorded_at`` form:
+        a matching record hash proves ``recorded_at`` is the one the checkpoint's signer saw."""
+        marks = self.marks
+        report = self.report if self.progress is not None else None
+        parse = p.STRICT_DECODER.decode
+        sha256 = hashlib.sha256
+        escape = _e
+        stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
+        # The fast path below needs ``prev`` well formed: equal to it, ``prev_hash`` is too.
+        linked = _HASH.fullmatch(prev) is not None
+        for row in rows:
+            try:
+                seq, recorded_at, prev_hash, p_hash, r_hash, data = row
+            except (TypeError, ValueError):
                 return _broken(
-                    expected,
-                    expected,
-                    "unparseable-record",
-                    f"record {expected} recorded_at is not an RFC 3339 UTC timestamp",
-                    prev,
+                    expected, expected, "unparseable-record", "row has the wrong shape", prev
                 )
-            stamp = recorded_at
-        try:
-            parse(data.decode("utf-8"))
-        except (ValueError, RecursionError) as e:
-            return _broken(
-                expected,
-                expected,
-                "unparseable-record",
-                _one_line(f"record {expected} payload is not JSON: {e}"),
-                prev,
-            )
-        if seq != expected:
-            return _broken(
-                expected, expected, "seq-gap", f"expected seq {expected}, found {seq}", prev
-            )
-        if prev_hash != prev:
-            return _broken(
-                expected,
-                expected,
-                "prev-hash-mismatch",
-                f"record {seq} does not link to record {seq - 1}",
-                prev,
-            )
-        if SHA256_PREFIX + hashlib.sha256(data).hexdigest() != p_hash:
-            return _broken(
-                expected,
-                expected,
-                "payload-hash-mismatch",
-                f"record {seq} payload does not match its payload hash",
-                prev,
-            )
-        if record_hash(seq, prev_hash, recorded_at, p_hash) != r_hash:
-            return _broken(
-                expected,
-                expected,
-                "record-hash-mismatch",
-                f"record {seq} fields do not match its record hash",
-                prev,
-            )
-        prev = r_hash
-        expected += 1
-        if marks and expected in marks:
-            for want in marks[expected]:
-                if want != r_hash:
-                    return _broken(
-                        seq,
-                        seq,
-                        "truncated-below-checkpoint",
-                        f"record {seq} differs from the checkpoint of size {expected}",
-                        prev,
+            # Fast path: every equality holds. A hash equal to a well-formed one (``prev``, or a
+            # digest computed here) has the form the slow path checks, and ``recorded_at`` is
+            # escaped as record_hash escapes it, so passing here is passing every check of
+            # _check_row; anything else takes that slow path, which names the first failure in
+            # order. (A lone surrogate, which record_hash cannot encode, is no timestamp; below
+            # ``parsed_below`` its hash cannot lead to the checkpoint's head either.)
+            if (
+                type(seq) is int
+                and type(recorded_at) is str
+                and type(prev_hash) is str
+                and type(p_hash) is str
+                and type(r_hash) is str
+                and type(data) is bytes
+                and seq == expected <= _MAX_SAFE_INT
+                and prev_hash == prev
+                and linked
+                and SHA256_PREFIX + sha256(data).hexdigest() == p_hash
+                and SHA256_PREFIX
+                + sha256(
+                    f'{{"payload_hash":"{p_hash}","prev_hash":"{prev_hash}",'
+                    f'"recorded_at":{escape(recorded_at)},"seq":{seq}}}'.encode(
+                        "utf-8", "surrogatepass"
                     )
-        if progress is not None and expected % PROGRESS_EVERY == 0:
-            progress(expected)
-    if progress is not None:
-        progress(expected)
-    beyond = [size for size in marks if size > expected]
-    if beyond:
+                ).hexdigest()
+                == r_hash
+                and (
+                    seq < parsed_below
+                    or (
+                        (recorded_at == stamp or _is_timestamp(recorded_at))
+                        and _parses(parse, data)
+                    )
+                )
+            ):
+                if seq >= parsed_below:
+                    stamp = recorded_at
+            else:
+                broken = _check_row(row, expected, prev)
+                if broken is not None:
+                    return broken
+                linked = True
+            prev = r_hash
+            expected += 1
+            if marks and expected in marks:
+                for want in marks[expected]:
+                    if want != r_hash:
+                        return _broken(
+                            seq,
+                            seq,
+                            "truncated-below-checkpoint",
+                            f"record {seq} differs from the checkpoint of size {expected}",
+                            prev,
+                        )
+            if report is not None and expected % PROGRESS_EVERY == 0:
+                report(expected)
+        if report is not None:
+            report(expected)
+        beyond = [size for size in marks if size > expected]
+        if beyond:
+            return _broken(
+                expected,
+                expected,
+                "truncated-below-checkpoint",
+                f"log has {expected} records, a checkpoint vouches for {max(beyond)}",
+                prev,
+            )
+        return VerifyResult(
+            ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=self.count
+        )
+
+
+def _parses(parse: Callable[[str], Any], data: bytes) -> bool:
+    try:
+        parse(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _check_row(row: Sequence[Any], expected: int, prev: str) -> VerifyResult | None:
+    """Every check on one record, in the documented order: the first failure, or ``None``."""
+    seq, recorded_at, prev_hash, p_hash, r_hash, data = row
+    if not (
+        type(seq) is int
+        and type(recorded_at) is str
+        and type(prev_hash) is str
+        and type(p_hash) is str
+        and type(r_hash) is str
+        and type(data) is bytes
+        and _HASH.fullmatch(prev_hash)
+        and _HASH.fullmatch(p_hash)
+        and _HASH.fullmatch(r_hash)
+    ):
         return _broken(
             expected,
             expected,
-            "truncated-below-checkpoint",
-            f"log has {expected} records, a checkpoint vouches for {max(beyond)}",
+            "unparseable-record",
+            f"record {expected} has a field of the wrong type or form",
             prev,
         )
-    return VerifyResult(
-        ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=len(checkpoints)
-    )
+    if not _is_timestamp(recorded_at):
+        return _broken(
+            expected,
+            expected,
+            "unparseable-record",
+            f"record {expected} recorded_at is not an RFC 3339 UTC timestamp",
+            prev,
+        )
+    try:
+        p.STRICT_DECODER.decode(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        return _broken(
+            expected,
+            expected,
+            "unparseable-record",
+            _one_line(f"record {expected} payload is not JSON: {e}"),
+            prev,
+        )
+    if seq != expected:
+        return _broken(expected, expected, "seq-gap", f"expected seq {expected}, found {seq}", prev)
+    if prev_hash != prev:
+        return _broken(
+            expected,
+            expected,
+            "prev-hash-mismatch",
+            f"record {seq} does not link to record {seq - 1}",
+            prev,
+        )
+    if SHA256_PREFIX + hashlib.sha256(data).hexdigest() != p_hash:
+        return _broken(
+            expected,
+            expected,
+            "payload-hash-mismatch",
+            f"record {seq} payload does not match its payload hash",
+            prev,
+        )
+    if record_hash(seq, prev_hash, recorded_at, p_hash) != r_hash:
+        return _broken(
+            expected,
+            expected,
+            "record-hash-mismatch",
+            f"record {seq} fields do not match its record hash",
+            prev,
+        )
+    return None
 
 
 def _broken(
