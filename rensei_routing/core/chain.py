@@ -14,7 +14,9 @@ The chain (SEMANTICS.md "Audit chain", document 001 §D6):
 * A stored record is readable when ``recorded_at`` is RFC 3339 UTC (``...Z``) and the payload
   bytes are strict JSON: UTF-8, no duplicate object key, no ``NaN``/``Infinity`` (the rules the
   CLI applies to its input, and that the canonical encoder never breaks). Anything else is
-  ``unparseable-record``, whether or not its hashes were recomputed to match.
+  ``unparseable-record``, whether or not its hashes were recomputed to match. Below a verified
+  checkpoint carrying :data:`STRICT_PAYLOADS` its signer has established this already, and
+  :func:`verify_chain` may take its word (see there).
 
 Checkpoints (C2SP signed notes) are parsed and written by :mod:`.note`; the names are re-exported
 here.
@@ -404,124 +406,109 @@ def verify_chain(
         parsed_below = max(
             (c.size for c in checkpoints if STRICT_PAYLOADS in c.extensions), default=0
         )
-    walk = _Walk(marks, progress, len(checkpoints))
-    result = walk.run(rows, start_seq, start_hash, parsed_below)
+    count = len(checkpoints)
+    result = _walk(rows, marks, count, progress, start_seq, start_hash, parsed_below)
     seq = result.first_broken_seq
     if rows_again is not None and seq is not None and seq < parsed_below:
         # Unparsed records may hide the first broken one: e.g. a record rewritten as non-JSON,
         # hashes recomputed after it, shows here only as a mismatch with the checkpoint. The
         # strict walk names it. (A failure at or above the size needs no second walk: the
         # record below it matched the checkpoint, so every unparsed record is the signer's.)
-        result = walk.run(rows_again(), start_seq, start_hash, 0)
+        # It stops at or before ``seq``, so it has no progress to report beyond the first's.
+        result = _walk(rows_again(), marks, count, None, start_seq, start_hash, 0)
     return result
 
 
-class _Walk:
-    """One verifier walk over rows, given the checkpoint marks (see :func:`verify_chain`)."""
-
-    __slots__ = ("count", "marks", "progress", "reported")
-
-    def __init__(
-        self, marks: dict[int, list[str]], progress: Callable[[int], None] | None, count: int
-    ) -> None:
-        self.marks = marks
-        self.progress = progress
-        self.count = count
-        self.reported = -1  # a second walk reports only progress beyond the first's
-
-    def report(self, checked: int) -> None:
-        if self.progress is not None and checked > self.reported:
-            self.reported = checked
-            self.progress(checked)
-
-    def run(
-        self, rows: Iterable[Sequence[Any]], expected: int, prev: str, parsed_below: int
-    ) -> VerifyResult:
-        """Records below ``parsed_below`` skip the payload parse and the ``recorded_at`` form:
-        a matching record hash proves ``recorded_at`` is the one the checkpoint's signer saw."""
-        marks = self.marks
-        report = self.report if self.progress is not None else None
-        parse = p.STRICT_DECODER.decode
-        sha256 = hashlib.sha256
-        escape = _e
-        stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
-        # The fast path below needs ``prev`` well formed: equal to it, ``prev_hash`` is too.
-        linked = _HASH.fullmatch(prev) is not None
-        for row in rows:
-            try:
-                seq, recorded_at, prev_hash, p_hash, r_hash, data = row
-            except (TypeError, ValueError):
-                return _broken(
-                    expected, expected, "unparseable-record", "row has the wrong shape", prev
-                )
-            # Fast path: every equality holds. A hash equal to a well-formed one (``prev``, or a
-            # digest computed here) has the form the slow path checks, and ``recorded_at`` is
-            # escaped as record_hash escapes it, so passing here is passing every check of
-            # _check_row; anything else takes that slow path, which names the first failure in
-            # order. (A lone surrogate, which record_hash cannot encode, is no timestamp; below
-            # ``parsed_below`` its hash cannot lead to the checkpoint's head either.)
-            if (
-                type(seq) is int
-                and type(recorded_at) is str
-                and type(prev_hash) is str
-                and type(p_hash) is str
-                and type(r_hash) is str
-                and type(data) is bytes
-                and seq == expected <= _MAX_SAFE_INT
-                and prev_hash == prev
-                and linked
-                and SHA256_PREFIX + sha256(data).hexdigest() == p_hash
-                and SHA256_PREFIX
-                + sha256(
-                    f'{{"payload_hash":"{p_hash}","prev_hash":"{prev_hash}",'
-                    f'"recorded_at":{escape(recorded_at)},"seq":{seq}}}'.encode(
-                        "utf-8", "surrogatepass"
-                    )
-                ).hexdigest()
-                == r_hash
-                and (
-                    seq < parsed_below
-                    or (
-                        (recorded_at == stamp or _is_timestamp(recorded_at))
-                        and _parses(parse, data)
-                    )
-                )
-            ):
-                if seq >= parsed_below:
-                    stamp = recorded_at
-            else:
-                broken = _check_row(row, expected, prev)
-                if broken is not None:
-                    return broken
-                linked = True
-            prev = r_hash
-            expected += 1
-            if marks and expected in marks:
-                for want in marks[expected]:
-                    if want != r_hash:
-                        return _broken(
-                            seq,
-                            seq,
-                            "truncated-below-checkpoint",
-                            f"record {seq} differs from the checkpoint of size {expected}",
-                            prev,
-                        )
-            if report is not None and expected % PROGRESS_EVERY == 0:
-                report(expected)
-        if report is not None:
-            report(expected)
-        beyond = [size for size in marks if size > expected]
-        if beyond:
+def _walk(
+    rows: Iterable[Sequence[Any]],
+    marks: dict[int, list[str]],
+    count: int,
+    progress: Callable[[int], None] | None,
+    expected: int,
+    prev: str,
+    parsed_below: int,
+) -> VerifyResult:
+    """One walk of :func:`verify_chain`. Records below ``parsed_below`` skip the payload parse
+    and the ``recorded_at`` form: their record hash covers ``recorded_at``, so once the record
+    at that size matches the checkpoint, both are what its signer checked."""
+    parse = p.STRICT_DECODER.decode
+    sha256 = hashlib.sha256
+    escape = _e
+    stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
+    # The fast path below needs ``prev`` well formed: equal to it, ``prev_hash`` is too.
+    linked = _HASH.fullmatch(prev) is not None
+    for row in rows:
+        try:
+            seq, recorded_at, prev_hash, p_hash, r_hash, data = row
+        except (TypeError, ValueError):
             return _broken(
-                expected,
-                expected,
-                "truncated-below-checkpoint",
-                f"log has {expected} records, a checkpoint vouches for {max(beyond)}",
-                prev,
+                expected, expected, "unparseable-record", "row has the wrong shape", prev
             )
-        return VerifyResult(
-            ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=self.count
+        # Fast path: every equality holds. A hash equal to a well-formed one (``prev``, or a
+        # digest computed here) has the form the slow path checks, and ``recorded_at`` is
+        # escaped as record_hash escapes it, so passing here is passing every check of
+        # _check_row; anything else takes that slow path, which names the first failure in
+        # order. (A lone surrogate, which record_hash cannot encode, is no timestamp; below
+        # ``parsed_below`` its hash cannot lead to the checkpoint's head either.)
+        if (
+            type(seq) is int
+            and type(recorded_at) is str
+            and type(prev_hash) is str
+            and type(p_hash) is str
+            and type(r_hash) is str
+            and type(data) is bytes
+            and seq == expected <= _MAX_SAFE_INT
+            and prev_hash == prev
+            and linked
+            and SHA256_PREFIX + sha256(data).hexdigest() == p_hash
+            and SHA256_PREFIX
+            + sha256(
+                f'{{"payload_hash":"{p_hash}","prev_hash":"{prev_hash}",'
+                f'"recorded_at":{escape(recorded_at)},"seq":{seq}}}'.encode(
+                    "utf-8", "surrogatepass"
+                )
+            ).hexdigest()
+            == r_hash
+            and (
+                seq < parsed_below
+                or ((recorded_at == stamp or _is_timestamp(recorded_at)) and _parses(parse, data))
+            )
+        ):
+            if seq >= parsed_below:
+                stamp = recorded_at
+        else:
+            broken = _check_row(row, expected, prev)
+            if broken is not None:
+                return broken
+            linked = True
+        prev = r_hash
+        expected += 1
+        if marks and expected in marks:
+            for want in marks[expected]:
+                if want != r_hash:
+                    return _broken(
+                        seq,
+                        seq,
+                        "truncated-below-checkpoint",
+                        f"record {seq} differs from the checkpoint of size {expected}",
+                        prev,
+                    )
+        if progress is not None and expected % PROGRESS_EVERY == 0:
+            progress(expected)
+    if progress is not None:
+        progress(expected)
+    beyond = [size for size in marks if size > expected]
+    if beyond:
+        return _broken(
+            expected,
+            expected,
+            "truncated-below-checkpoint",
+            f"log has {expected} records, a checkpoint vouches for {max(beyond)}",
+            prev,
         )
+    return VerifyResult(
+        ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=count
+    )
 
 
 def _parses(parse: Callable[[str], Any], data: bytes) -> bool:
