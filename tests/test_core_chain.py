@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import tracemalloc
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from rensei_routing.core.canonical import digest
 from rensei_routing.core.chain import (
     GENESIS_HASH,
     REASONS,
+    STRICT_PAYLOADS,
     AuditRecord,
     Checkpoint,
     NoteSignature,
@@ -203,6 +205,199 @@ def test_valid_json_in_another_encoding_is_unparseable_not_a_hash_mismatch() -> 
     rows[6][5] = '{"i": 6}'.encode("utf-16")
     result = verify_chain(rows)
     assert (result.first_broken_seq, result.reason) == (6, "unparseable-record")
+
+
+class _StrSub(str):
+    __slots__ = ()
+
+
+def _relinked(rows: list[Any], seq: int, column: int, value: Any) -> list[Any]:
+    """Set one field of record ``seq`` and recompute every hash from it on, as an attacker who
+    can write the rows would (the record hash over the bytes the fast path would hash)."""
+    rows = [list(r) for r in rows]
+    rows[seq][column] = value
+    prev = rows[seq][2]
+    for r in rows[seq:]:
+        r[2] = prev
+        r[3] = payload_hash(r[5]) if type(r[5]) is bytes else r[3]
+        at = json.dumps(r[1], ensure_ascii=False)
+        text = f'{{"payload_hash":"{r[3]}","prev_hash":"{prev}","recorded_at":{at},"seq":{r[0]}}}'
+        r[4] = "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        prev = r[4]
+    return rows
+
+
+# Rows whose every hash was recomputed (or equals a well-formed value) but which a strict walk
+# refuses: the fast path must not take any of them for an intact record.
+_REHASHED = {
+    "seq-float": (0, 6.0),
+    "seq-bool": (0, True),
+    "quote-in-recorded-at": (1, 'x"y'),
+    "surrogate-in-recorded-at": (1, "2025-03-01T12:00:00\ud800Z"),
+    "bad-date": (1, "2025-02-30T12:00:00Z"),
+    "not-json": (5, b'{"i":6'),
+    "duplicate-key": (5, b'{"i":6,"i":6}'),
+    "bytearray": (5, bytearray(b'{"i":6}')),
+    "prev-hash-str-subclass": (2, None),
+}
+
+
+@pytest.mark.parametrize(("column", "value"), list(_REHASHED.values()), ids=list(_REHASHED))
+def test_a_rehashed_record_the_strict_rules_refuse_is_unparseable(column: int, value: Any) -> None:
+    rows = _rows(12)
+    if value is None:  # equal to the previous record hash, but not exactly a str
+        rows = [list(r) for r in rows]
+        rows[6][column] = _StrSub(rows[6][column])
+    else:
+        rows = _relinked(rows, 6, column, value)
+    result = verify_chain(rows)
+    assert (result.first_broken_seq, result.reason, result.records_checked) == (
+        6,
+        "unparseable-record",
+        6,
+    ), result
+    # below a strict checkpoint of the honest log, the same verdict (after a strict second walk)
+    cp = _strict_checkpoint_of(_rows(12), 10)
+    again = verify_chain(rows, checkpoints=[cp], signature_ok=_ok, rows_again=lambda: rows)
+    assert again == result
+
+
+def test_a_malformed_start_hash_is_unparseable_even_when_the_first_row_links_to_it() -> None:
+    rows = _relinked(_rows(3), 0, 2, "sha256:XYZ")
+    result = verify_chain(rows, start_hash="sha256:XYZ")
+    assert (result.first_broken_seq, result.reason) == (0, "unparseable-record")
+
+
+# -- sparing the parse below a strict checkpoint --------------------------------------------------
+
+
+def _strict_checkpoint_of(rows: list[Any], size: int, key: signing.PrivateKey = KEY) -> Checkpoint:
+    head = GENESIS_HASH if size == 0 else rows[size - 1][4]
+    cp = Checkpoint(origin=ORIGIN, size=size, head_hash=head, extensions=(STRICT_PAYLOADS,))
+    return _sign(cp, key=key)
+
+
+def _forged(n: int = 12, seq: int = 3) -> list[Any]:
+    """An n-record chain whose record ``seq`` is not JSON, every hash recomputed."""
+    return _relinked(_rows(n), seq, 5, b'{"outcome":"selected","outcome":"rejected"}')
+
+
+def test_a_strict_checkpoint_spares_the_parse_below_its_size() -> None:
+    """What a checkpoint carrying the line vouches for is taken on its signer's word: signed
+    over a log whose record 3 is not JSON (a signer that did not parse), the records below it
+    are not parsed again. This is what makes verify fast, so a verifier that parsed anyway
+    would fail here; the tests below show who may make that promise."""
+    rows = _forged()
+    cp = _strict_checkpoint_of(rows, 8)
+    result = verify_chain(rows, checkpoints=[cp], signature_ok=_ok, rows_again=lambda: rows)
+    assert result and result.records_checked == 12
+    # a stream read once is parsed in full
+    strict = verify_chain(rows, checkpoints=[cp], signature_ok=_ok)
+    assert (strict.first_broken_seq, strict.reason) == (3, "unparseable-record")
+    # the parse resumes at the checkpoint's size
+    low = _strict_checkpoint_of(rows, 3)
+    result = verify_chain(rows, checkpoints=[low], signature_ok=_ok, rows_again=lambda: rows)
+    assert (result.first_broken_seq, result.reason) == (3, "unparseable-record")
+
+
+def test_a_checkpoint_without_the_line_spares_nothing() -> None:
+    """An earlier release signed checkpoints without parsing: its notes vouch for hashes only."""
+    rows = _forged()
+    old = _checkpoint_of(rows, 8)
+    assert old.extensions == ()
+    result = verify_chain(rows, checkpoints=[old], signature_ok=_ok, rows_again=lambda: rows)
+    assert (result.first_broken_seq, result.reason, result.records_checked) == (
+        3,
+        "unparseable-record",
+        3,
+    )
+    # nor does another extension line
+    other = _sign(Checkpoint(origin=ORIGIN, size=8, head_hash=rows[7][4], extensions=("x: y",)))
+    result = verify_chain(rows, checkpoints=[other], signature_ok=_ok, rows_again=lambda: rows)
+    assert (result.first_broken_seq, result.reason) == (3, "unparseable-record")
+
+
+def test_a_strict_checkpoint_that_fails_its_signature_spares_nothing() -> None:
+    rows = _forged()
+    other = signing.PrivateKey(bytes(range(1, 33)))
+    forged = _strict_checkpoint_of(rows, 8, key=other)
+    result = verify_chain(rows, checkpoints=[forged], signature_ok=_ok, rows_again=lambda: rows)
+    assert (result.reason, result.first_broken_seq) == ("checkpoint-signature-invalid", None)
+    # the line is covered by the signature: added to a signed note, the note fails
+    old = _checkpoint_of(rows, 8)
+    added = Checkpoint(
+        origin=ORIGIN,
+        size=8,
+        head_hash=old.head_hash,
+        extensions=(STRICT_PAYLOADS,),
+        signatures=old.signatures,
+    )
+    assert parse_checkpoint(added.to_text()) == added
+    result = verify_chain(rows, checkpoints=[added], signature_ok=_ok, rows_again=lambda: rows)
+    assert (result.reason, result.first_broken_seq) == ("checkpoint-signature-invalid", None)
+
+
+def test_a_failure_below_a_strict_checkpoint_is_named_by_a_strict_second_walk() -> None:
+    honest = _rows(12)
+    cp = _strict_checkpoint_of(honest, 8)
+    rows = _forged()  # record 3 rewritten after cp was signed, hashes recomputed
+    walks: list[int] = []
+
+    def again() -> list[Any]:
+        walks.append(1)
+        return rows
+
+    seen: list[int] = []
+    result = verify_chain(
+        rows, checkpoints=[cp], signature_ok=_ok, rows_again=again, progress=seen.append
+    )
+    assert (result.first_broken_seq, result.reason, result.records_checked) == (
+        3,
+        "unparseable-record",
+        3,
+    )
+    assert result == verify_chain(rows, checkpoints=[cp], signature_ok=_ok)
+    assert walks == [1]
+    assert seen == sorted(seen)  # the second walk's progress never goes back
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "payload",
+        "recorded_at",
+        "record_hash",
+        "prev_hash",
+        "payload_hash",
+        "delete",
+        "swap",
+        "renumber",
+        "not-json",
+        "bad-hash-form",
+        "wrong-type",
+        "short-row",
+    ],
+)
+@pytest.mark.parametrize("size", [4, 10, 12])
+def test_every_tamper_reads_the_same_with_a_strict_checkpoint(how: str, size: int) -> None:
+    honest = _rows(12)
+    cp = _strict_checkpoint_of(honest, size)
+    rows = _tamper(honest, how)
+    strict = verify_chain(rows, checkpoints=[cp], signature_ok=_ok)
+    fast = verify_chain(rows, checkpoints=[cp], signature_ok=_ok, rows_again=lambda: rows)
+    assert fast == strict and not fast
+
+
+def test_a_failure_above_a_strict_checkpoint_needs_no_second_walk() -> None:
+    honest = _rows(12)
+    cp = _strict_checkpoint_of(honest, 6)
+    rows = _tamper(honest, "not-json")  # record 6: the first one the walk parses
+    walks: list[int] = []
+    result = verify_chain(
+        rows, checkpoints=[cp], signature_ok=_ok, rows_again=lambda: walks.append(1) or rows
+    )
+    assert (result.first_broken_seq, result.reason) == (6, "unparseable-record")
+    assert walks == []
 
 
 # -- records as displayed ------------------------------------------------------------------------

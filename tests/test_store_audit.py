@@ -10,9 +10,11 @@ import apsw
 import pytest
 
 from rensei_routing import signing
+from rensei_routing.core import _parse
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.chain import (
     GENESIS_HASH,
+    STRICT_PAYLOADS,
     Checkpoint,
     NoteSignature,
     VerifyResult,
@@ -285,8 +287,13 @@ def test_truncate_then_regrow_is_caught_at_the_checkpoint_size(
     assert (result.reason, result.first_broken_seq) == ("truncated-below-checkpoint", N - 1)
 
 
-def _forge(cp: Checkpoint, key: signing.PrivateKey, key_hash: bytes | None = None) -> Checkpoint:
-    bare = Checkpoint(origin=cp.origin, size=cp.size, head_hash=cp.head_hash)
+def _forge(
+    cp: Checkpoint,
+    key: signing.PrivateKey,
+    key_hash: bytes | None = None,
+    extensions: tuple[str, ...] = (),
+) -> Checkpoint:
+    bare = Checkpoint(origin=cp.origin, size=cp.size, head_hash=cp.head_hash, extensions=extensions)
     khash = key_hash or note_key_hash(cp.origin, key.public_key.raw)
     return bare.with_signature(
         NoteSignature(name=cp.origin, key_hash=khash, signature=key.sign(bare.body))
@@ -636,6 +643,133 @@ def test_a_rehashed_valid_edit_still_verifies(home: Home, log: AuditLog) -> None
     """The control: what the checks above refuse is the form, not the recomputed hashes."""
     _rewrite(home, 5, payload=b'{"a":1}', stamp="2030-01-01T00:00:00Z")
     assert _verify(home)
+
+
+# -- the parse is spared below a checkpoint made by checkpoint() ---------------------------------
+
+
+def _record_rows(home: Home) -> list[tuple[object, ...]]:
+    conn = _raw(home)
+    try:
+        return [tuple(r) for r in conn.execute("SELECT * FROM audit_records ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    "payload", list(UNPARSEABLE_PAYLOADS.values()), ids=list(UNPARSEABLE_PAYLOADS)
+)
+def test_a_rehashed_unparseable_payload_below_a_checkpoint_is_named(
+    home: Home, log: AuditLog, payload: bytes
+) -> None:
+    """Below a checkpoint the first walk does not parse: the rewritten record shows there only
+    as a mismatch with the checkpoint, and the strict second walk names it."""
+    cp = log.checkpoint()
+    assert cp.extensions == (STRICT_PAYLOADS,)
+    log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
+    _rewrite(home, 5, payload=payload)
+    before = _record_rows(home)
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq, result.records_checked) == (
+        "unparseable-record",
+        5,
+        5,
+    ), result
+    assert "payload is not JSON" in result.detail
+    assert _verify(home, stored=False) == result  # what a walk with nothing pinned reports
+    with (
+        AuditLog.open(home) as fresh,
+        pytest.raises(AuditError, match="seq 5: unparseable-record"),
+    ):
+        fresh.checkpoint()
+    assert _record_rows(home) == before  # verify and checkpoint only read
+    assert len(_checkpoint_rows(home)) == 1
+
+
+def test_a_rehashed_bad_timestamp_below_a_checkpoint_is_named(home: Home, log: AuditLog) -> None:
+    log.checkpoint()
+    _rewrite(home, 7, stamp="2025-03-01T12:00:00+00:00")
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq) == ("unparseable-record", 7), result
+    assert "recorded_at" in result.detail
+
+
+def test_a_checkpoint_without_the_strict_line_spares_no_parse(home: Home, log: AuditLog) -> None:
+    """A release before the line signed without parsing: its notes vouch for hashes only."""
+    _rewrite(home, 5, payload=b'{"outcome":"selected","outcome":"rejected"}')
+    size, head = log.head()
+    bare = Checkpoint(origin=log.origin, size=size, head_hash=head)
+    old = _forge(bare, home.private_key())
+    assert "payloads:" not in old.to_text()
+    result = _verify(home, old)
+    assert (result.reason, result.first_broken_seq) == ("unparseable-record", 5), result
+    _sql(
+        home,
+        "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)",
+        args=(size, head, old.to_text()),
+    )
+    result = _verify(home)
+    assert (result.reason, result.first_broken_seq) == ("unparseable-record", 5), result
+    # The same note with the line is its signer's word that it parsed them, and is taken: the
+    # parse is spared (which is what makes verify fast; who may say so is the key's holder).
+    strict = _forge(bare, home.private_key(), extensions=(STRICT_PAYLOADS,))
+    assert _verify(home, strict, stored=False).ok
+
+
+def test_a_strict_note_that_fails_its_signature_spares_no_parse(home: Home, log: AuditLog) -> None:
+    _rewrite(home, 5, payload=b'{"a":NaN}')
+    size, head = log.head()
+    bare = Checkpoint(origin=log.origin, size=size, head_hash=head)
+    ours = note_key_hash(log.origin, home.public_key().raw)
+    forged = _forge(bare, signing.generate(), key_hash=ours, extensions=(STRICT_PAYLOADS,))
+    result = _verify(home, forged)
+    assert (result.reason, result.first_broken_seq) == ("checkpoint-signature-invalid", None)
+    # the line is covered by the signature: added to a signed note, the note fails
+    old = _forge(bare, home.private_key())
+    added = Checkpoint(
+        origin=old.origin,
+        size=size,
+        head_hash=head,
+        extensions=(STRICT_PAYLOADS,),
+        signatures=old.signatures,
+    )
+    assert _verify(home, added).reason == "checkpoint-signature-invalid"
+    _sql(
+        home,
+        "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)",
+        args=(size, head, added.to_text()),
+    )
+    assert _verify(home).reason == "checkpoint-signature-invalid"
+
+
+def test_checkpoint_and_verify_parse_only_past_the_latest_checkpoint(
+    home: Home, log: AuditLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[str] = []
+    strict = _parse.STRICT_DECODER
+
+    class Counting:
+        def decode(self, text: str) -> object:
+            parsed.append(text)
+            return strict.decode(text)
+
+    monkeypatch.setattr(_parse, "STRICT_DECODER", Counting())
+    note = tmp_path / "cp.txt"
+    first = log.checkpoint(export_to=note)
+    assert len(parsed) == N
+    assert note.read_text("utf-8").split("\n")[3] == "payloads: strict-json"
+    assert read_checkpoint(note) == first
+    log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
+    parsed.clear()
+    assert _verify(home) and len(parsed) == 3
+    parsed.clear()
+    second = log.checkpoint()
+    assert second.size == N + 3 and len(parsed) == 3
+    parsed.clear()
+    assert _verify(home) and parsed == []
+    assert _verify(home, stored=False) and len(parsed) == N + 3  # nothing pinned: all parsed
+    parsed.clear()
+    assert _verify(home, first, stored=False) and len(parsed) == 3  # an exported note pins too
 
 
 def test_export_to_the_database_is_refused_by_the_library_too(home: Home, log: AuditLog) -> None:

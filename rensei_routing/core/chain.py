@@ -14,7 +14,9 @@ The chain (SEMANTICS.md "Audit chain", document 001 §D6):
 * A stored record is readable when ``recorded_at`` is RFC 3339 UTC (``...Z``) and the payload
   bytes are strict JSON: UTF-8, no duplicate object key, no ``NaN``/``Infinity`` (the rules the
   CLI applies to its input, and that the canonical encoder never breaks). Anything else is
-  ``unparseable-record``, whether or not its hashes were recomputed to match.
+  ``unparseable-record``, whether or not its hashes were recomputed to match. Below a verified
+  checkpoint carrying :data:`STRICT_PAYLOADS` its signer has established this already, and
+  :func:`verify_chain` may take its word (see there).
 
 Checkpoints (C2SP signed notes) are parsed and written by :mod:`.note`; the names are re-exported
 here.
@@ -35,6 +37,7 @@ from . import _parse as p
 from .canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
 from .note import (
     NOTE_MAX_BYTES,
+    STRICT_PAYLOADS,
     Checkpoint,
     NoteSignature,
     checkpoint_origin,
@@ -49,6 +52,7 @@ __all__ = [
     "PROGRESS_EVERY",
     "REASONS",
     "ROW_COLUMNS",
+    "STRICT_PAYLOADS",
     "AuditRecord",
     "Checkpoint",
     "NoteSignature",
@@ -335,6 +339,7 @@ def verify_chain(
     progress: Callable[[int], None] | None = None,
     start_seq: int = 0,
     start_hash: str = GENESIS_HASH,
+    rows_again: Callable[[], Iterable[Sequence[Any]]] | None = None,
 ) -> VerifyResult:
     """Walk stored rows (``ROW_COLUMNS`` order, ascending seq) once, in constant memory.
 
@@ -350,6 +355,14 @@ def verify_chain(
     While walking, the record at each checkpoint's size must carry its head hash, and the log
     must reach every checkpoint's size, else ``truncated-below-checkpoint`` at the seq concerned.
     ``progress(records_checked)`` is called every 10,000 records and at the end.
+
+    ``rows_again()`` returns the same rows once more, from the start (the same snapshot). Given
+    it, the payloads and ``recorded_at`` of the records below the largest checkpoint carrying
+    :data:`STRICT_PAYLOADS` are not parsed: every other check still runs, and the record at
+    that size must carry the checkpoint's head hash, so (through SHA-256) they are the bytes its
+    signer parsed. A walk that then fails below that size is repeated over ``rows_again()``
+    parsing every record, so the verdict is exactly a full strict walk's. Without ``rows_again``
+    (a stream read once) every record is parsed.
 
     ``start_seq``/``start_hash`` resume after a trusted prefix (e.g. a verified checkpoint): the
     rows must then begin at ``start_seq`` and link to ``start_hash``; counts include the prefix,
@@ -386,12 +399,44 @@ def verify_chain(
                 "truncated-below-checkpoint",
                 "checkpoint of size 0 does not carry the genesis hash",
             )
+    # Every checkpoint has passed its signature check by now, so the largest one whose signer
+    # says it parsed what it signed may spare the parse below its size.
+    parsed_below = 0
+    if rows_again is not None:
+        parsed_below = max(
+            (c.size for c in checkpoints if STRICT_PAYLOADS in c.extensions), default=0
+        )
+    count = len(checkpoints)
+    result = _walk(rows, marks, count, progress, start_seq, start_hash, parsed_below)
+    seq = result.first_broken_seq
+    if rows_again is not None and seq is not None and seq < parsed_below:
+        # Unparsed records may hide the first broken one: e.g. a record rewritten as non-JSON,
+        # hashes recomputed after it, shows here only as a mismatch with the checkpoint. The
+        # strict walk names it. (A failure at or above the size needs no second walk: the
+        # record below it matched the checkpoint, so every unparsed record is the signer's.)
+        # It stops at or before ``seq``, so it has no progress to report beyond the first's.
+        result = _walk(rows_again(), marks, count, None, start_seq, start_hash, 0)
+    return result
 
-    expected = start_seq
-    prev = start_hash
-    hash_ok = _HASH.fullmatch
+
+def _walk(
+    rows: Iterable[Sequence[Any]],
+    marks: dict[int, list[str]],
+    count: int,
+    progress: Callable[[int], None] | None,
+    expected: int,
+    prev: str,
+    parsed_below: int,
+) -> VerifyResult:
+    """One walk of :func:`verify_chain`. Records below ``parsed_below`` skip the payload parse
+    and the ``recorded_at`` form: their record hash covers ``recorded_at``, so once the record
+    at that size matches the checkpoint, both are what its signer checked."""
     parse = p.STRICT_DECODER.decode
+    sha256 = hashlib.sha256
+    escape = _e
     stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
+    # The fast path below needs ``prev`` well formed: equal to it, ``prev_hash`` is too.
+    linked = _HASH.fullmatch(prev) is not None
     for row in rows:
         try:
             seq, recorded_at, prev_hash, p_hash, r_hash, data = row
@@ -399,72 +444,43 @@ def verify_chain(
             return _broken(
                 expected, expected, "unparseable-record", "row has the wrong shape", prev
             )
-        if not (
+        # Fast path: every equality holds. A hash equal to a well-formed one (``prev``, or a
+        # digest computed here) has the form the slow path checks, and ``recorded_at`` is
+        # escaped as record_hash escapes it, so passing here is passing every check of
+        # _check_row; anything else takes that slow path, which names the first failure in
+        # order. (A lone surrogate, which record_hash cannot encode, is no timestamp; below
+        # ``parsed_below`` its hash cannot lead to the checkpoint's head either.)
+        if (
             type(seq) is int
             and type(recorded_at) is str
             and type(prev_hash) is str
             and type(p_hash) is str
             and type(r_hash) is str
             and type(data) is bytes
-            and hash_ok(prev_hash)
-            and hash_ok(p_hash)
-            and hash_ok(r_hash)
-        ):
-            return _broken(
-                expected,
-                expected,
-                "unparseable-record",
-                f"record {expected} has a field of the wrong type or form",
-                prev,
-            )
-        if recorded_at != stamp:
-            if not _is_timestamp(recorded_at):
-                return _broken(
-                    expected,
-                    expected,
-                    "unparseable-record",
-                    f"record {expected} recorded_at is not an RFC 3339 UTC timestamp",
-                    prev,
+            and seq == expected <= _MAX_SAFE_INT
+            and prev_hash == prev
+            and linked
+            and SHA256_PREFIX + sha256(data).hexdigest() == p_hash
+            and SHA256_PREFIX
+            + sha256(
+                f'{{"payload_hash":"{p_hash}","prev_hash":"{prev_hash}",'
+                f'"recorded_at":{escape(recorded_at)},"seq":{seq}}}'.encode(
+                    "utf-8", "surrogatepass"
                 )
-            stamp = recorded_at
-        try:
-            parse(data.decode("utf-8"))
-        except (ValueError, RecursionError) as e:
-            return _broken(
-                expected,
-                expected,
-                "unparseable-record",
-                _one_line(f"record {expected} payload is not JSON: {e}"),
-                prev,
+            ).hexdigest()
+            == r_hash
+            and (
+                seq < parsed_below
+                or ((recorded_at == stamp or _is_timestamp(recorded_at)) and _parses(parse, data))
             )
-        if seq != expected:
-            return _broken(
-                expected, expected, "seq-gap", f"expected seq {expected}, found {seq}", prev
-            )
-        if prev_hash != prev:
-            return _broken(
-                expected,
-                expected,
-                "prev-hash-mismatch",
-                f"record {seq} does not link to record {seq - 1}",
-                prev,
-            )
-        if SHA256_PREFIX + hashlib.sha256(data).hexdigest() != p_hash:
-            return _broken(
-                expected,
-                expected,
-                "payload-hash-mismatch",
-                f"record {seq} payload does not match its payload hash",
-                prev,
-            )
-        if record_hash(seq, prev_hash, recorded_at, p_hash) != r_hash:
-            return _broken(
-                expected,
-                expected,
-                "record-hash-mismatch",
-                f"record {seq} fields do not match its record hash",
-                prev,
-            )
+        ):
+            if seq >= parsed_below:
+                stamp = recorded_at
+        else:
+            broken = _check_row(row, expected, prev)
+            if broken is not None:
+                return broken
+            linked = True
         prev = r_hash
         expected += 1
         if marks and expected in marks:
@@ -491,8 +507,84 @@ def verify_chain(
             prev,
         )
     return VerifyResult(
-        ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=len(checkpoints)
+        ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=count
     )
+
+
+def _parses(parse: Callable[[str], Any], data: bytes) -> bool:
+    try:
+        parse(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _check_row(row: Sequence[Any], expected: int, prev: str) -> VerifyResult | None:
+    """Every check on one record, in the documented order: the first failure, or ``None``."""
+    seq, recorded_at, prev_hash, p_hash, r_hash, data = row
+    if not (
+        type(seq) is int
+        and type(recorded_at) is str
+        and type(prev_hash) is str
+        and type(p_hash) is str
+        and type(r_hash) is str
+        and type(data) is bytes
+        and _HASH.fullmatch(prev_hash)
+        and _HASH.fullmatch(p_hash)
+        and _HASH.fullmatch(r_hash)
+    ):
+        return _broken(
+            expected,
+            expected,
+            "unparseable-record",
+            f"record {expected} has a field of the wrong type or form",
+            prev,
+        )
+    if not _is_timestamp(recorded_at):
+        return _broken(
+            expected,
+            expected,
+            "unparseable-record",
+            f"record {expected} recorded_at is not an RFC 3339 UTC timestamp",
+            prev,
+        )
+    try:
+        p.STRICT_DECODER.decode(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        return _broken(
+            expected,
+            expected,
+            "unparseable-record",
+            _one_line(f"record {expected} payload is not JSON: {e}"),
+            prev,
+        )
+    if seq != expected:
+        return _broken(expected, expected, "seq-gap", f"expected seq {expected}, found {seq}", prev)
+    if prev_hash != prev:
+        return _broken(
+            expected,
+            expected,
+            "prev-hash-mismatch",
+            f"record {seq} does not link to record {seq - 1}",
+            prev,
+        )
+    if SHA256_PREFIX + hashlib.sha256(data).hexdigest() != p_hash:
+        return _broken(
+            expected,
+            expected,
+            "payload-hash-mismatch",
+            f"record {seq} payload does not match its payload hash",
+            prev,
+        )
+    if record_hash(seq, prev_hash, recorded_at, p_hash) != r_hash:
+        return _broken(
+            expected,
+            expected,
+            "record-hash-mismatch",
+            f"record {seq} fields do not match its record hash",
+            prev,
+        )
+    return None
 
 
 def _broken(

@@ -13,6 +13,15 @@ A note reads::
 where the head hash is the ``record_hash`` of record ``size - 1`` (the genesis hash for size 0),
 the key hash is the first 4 bytes of SHA-256(key name ‖ ``\\n`` ‖ 0x01 ‖ Ed25519 public key), and
 the Ed25519 signature covers the note body (everything before the blank line, newline included).
+
+Between the hash line and the blank line a note may carry C2SP extension lines, covered by the
+signature like the rest of the body. This package writes one: :data:`STRICT_PAYLOADS`
+(``payloads: strict-json``), the signer's statement that every payload below ``size`` was read as
+strict JSON (UTF-8, no duplicate key, no ``NaN``/``Infinity``) and every ``recorded_at`` as RFC
+3339 UTC before it signed. A verifier that trusts the key may then skip that parse below ``size``
+(:func:`.chain.verify_chain` says when); a note without the line (made by an earlier release,
+which did not always parse) vouches for the hashes only. Other extension lines are kept and
+ignored.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from .canonical import SHA256_PREFIX
 
 __all__ = [
     "NOTE_MAX_BYTES",
+    "STRICT_PAYLOADS",
     "Checkpoint",
     "NoteSignature",
     "checkpoint_origin",
@@ -37,6 +47,8 @@ __all__ = [
 ]
 
 NOTE_MAX_BYTES: Final = 16 * 1024
+#: The extension line of a checkpoint whose signer parsed every payload below its size strictly.
+STRICT_PAYLOADS: Final = "payloads: strict-json"
 _MAX_SIGNATURES: Final = 64
 _MAX_SIZE: Final = 2**63 - 1
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")

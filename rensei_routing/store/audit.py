@@ -26,6 +26,7 @@ from ..core.chain import (
     GENESIS_HASH,
     NOTE_MAX_BYTES,
     ROW_COLUMNS,
+    STRICT_PAYLOADS,
     AuditRecord,
     Checkpoint,
     NoteSignature,
@@ -376,7 +377,10 @@ class AuditLog:
 
         ``checkpoints`` (e.g. exported notes) and, with ``stored``, every checkpoint saved in the
         database are checked against the host public key and then against the log. A stored
-        note that no longer parses is reported as ``checkpoint-signature-invalid``.
+        note that no longer parses is reported as ``checkpoint-signature-invalid``. Payloads
+        below a verified checkpoint made by :meth:`checkpoint` are not parsed again; a walk that
+        fails below one is repeated with every payload parsed, so the first broken seq and its
+        reason are those a full strict walk reports.
 
         Raises:
             AuditError: checkpoints must be checked but this log has no public key.
@@ -418,17 +422,26 @@ class AuditLog:
             sig = cp.signature_by(self.origin, note_key_hash(self.origin, public.raw))
             return sig is not None and signing.check(public, cp.body, sig)
 
-        cursor = conn.execute(f"{_SELECT} ORDER BY seq")
+        cursors: list[apsw.Cursor] = []
+
+        def walk() -> apsw.Cursor:
+            """The rows from genesis, in the caller's read transaction (so the same snapshot:
+            ``verify_chain`` walks them a second time to name a failure below a checkpoint)."""
+            cursors.append(conn.execute(f"{_SELECT} ORDER BY seq"))
+            return cursors[-1]
+
         try:
             return verify_chain(
-                cursor,
+                walk(),
                 checkpoints=cps,
                 origin=self.origin,
                 signature_ok=signature_ok if cps else None,
                 progress=progress,
+                rows_again=walk,
             )
         finally:
-            cursor.close(True)
+            for cursor in cursors:
+                cursor.close(True)
 
     def _stored_checkpoints(self, conn: apsw.Connection) -> list[Checkpoint]:
         rows = conn.execute("SELECT id, note FROM audit_checkpoints ORDER BY size, id").fetchall()
@@ -452,11 +465,16 @@ class AuditLog:
         """Verify the whole log, then sign a checkpoint of it, export it (optionally) and store it.
 
         Verification is exactly :meth:`verify`'s: every record from genesis and every stored
-        checkpoint, in one read snapshot. That costs O(n) in the size of the log on every call (a
-        checkpoint is a signed promise that the log it names is intact, and a walk that starts at
-        an earlier checkpoint would vouch for records damaged below it); ``progress`` is called as
-        in :meth:`verify`. The checkpoint covers exactly the records verified; records appended
-        after the snapshot are left for the next checkpoint.
+        checkpoint, in one read snapshot. Every record's hashes and links are checked on every
+        call, O(n) in the size of the log (a checkpoint is a signed promise that the log it names
+        is intact, and a walk that starts at an earlier checkpoint would vouch for records
+        damaged below it); the strict parse of payloads and ``recorded_at``, most of the cost, is
+        incremental: it is spared below the largest stored checkpoint that carries
+        :data:`~rensei_routing.core.note.STRICT_PAYLOADS` (see :func:`.chain.verify_chain`).
+        ``progress`` is called as in :meth:`verify`. The checkpoint covers exactly the records
+        verified, and carries that line: every payload below its size was parsed, here or
+        before the earlier checkpoint was signed. Records appended after the snapshot are left
+        for the next checkpoint.
 
         With ``export_to`` the note is written to a temporary file in the same directory and
         fsynced before anything is stored, then renamed over ``export_to`` inside the
@@ -499,7 +517,12 @@ class AuditLog:
             raise AuditError(
                 f"refusing to checkpoint a broken log: {where}: {result.reason} ({result.detail})"
             )
-        cp = Checkpoint(origin=self.origin, size=result.records_checked, head_hash=result.head_hash)
+        cp = Checkpoint(
+            origin=self.origin,
+            size=result.records_checked,
+            head_hash=result.head_hash,
+            extensions=(STRICT_PAYLOADS,),
+        )
         key_hash = note_key_hash(self.origin, public.raw)
         cp = cp.with_signature(
             NoteSignature(name=self.origin, key_hash=key_hash, signature=key.sign(cp.body))
