@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         hash_policies,
         precedence_level,
     )
-    from .core.resolver import decision_id, explain, explain_batch
+    from .core.resolver import decision_id, explain, explain_batch, explain_iter
     from .core.validation import ValidationIssue, validate_policies
     from .core.vocabulary import (
         DEFAULT_VOCABULARY,
@@ -69,6 +69,7 @@ _LAZY: dict[str, str] = {
     "digest": ".core.canonical",
     "explain": ".core.resolver",
     "explain_batch": ".core.resolver",
+    "explain_iter": ".core.resolver",
     "hash_policies": ".core.policy",
     "hookimpl": ".hookspecs",
     "precedence_level": ".core.policy",
@@ -104,6 +105,7 @@ __all__ = [
     "digest",
     "explain",
     "explain_batch",
+    "explain_iter",
     "hash_policies",
     "hookimpl",
     "precedence_level",

@@ -13,7 +13,7 @@ and the cost of a decision grows with the policies that could match it, not with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal
 
 from .context import Account, ModelRequirement, RouteContext
@@ -73,7 +73,14 @@ from .policy import (
 from .redact import DEFAULT_REDACTOR, Redactor
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 
-__all__ = ["FULL_TRACE_LIMIT", "Trace", "decision_id", "explain", "explain_batch"]
+__all__ = [
+    "FULL_TRACE_LIMIT",
+    "Trace",
+    "decision_id",
+    "explain",
+    "explain_batch",
+    "explain_iter",
+]
 
 Trace = Literal["auto", "full", "compact"]
 
@@ -350,6 +357,8 @@ class _Call:
         key = (account_id, reason)
         entry = self.rejections.get(key)
         if entry is None:
+            if len(self.rejections) >= MEMO_LIMIT:
+                self.rejections.clear()
             entry = self.rejections[key] = RejectedAccount(account_id=account_id, reason=reason)
         return entry
 
@@ -362,6 +371,8 @@ class _Call:
         try:
             return self.lanes[key]
         except KeyError:
+            if len(self.lanes) >= MEMO_LIMIT:
+                self.lanes.clear()
             lane = self.lanes[key] = _lane(requirement, mapped, self.vocabulary)
             return lane
 
@@ -616,9 +627,19 @@ class _TraceSource:
         return tuple(out)
 
 
-def _check_state(snapshot_state: str) -> str:
+def _start(
+    snapshot: PolicySnapshot,
+    snapshot_state: str,
+    vocabulary: Vocabulary,
+    trace: Trace,
+    redactor: Redactor,
+) -> tuple[_Compiled, _Call]:
+    """The snapshot's index and what one call fixes for all its decisions."""
     # Totality: an unknown state string is treated as the worst case, never as "ok".
-    return snapshot_state if snapshot_state in SNAPSHOT_STATES else STATE_CORRUPT
+    state = snapshot_state if snapshot_state in SNAPSHOT_STATES else STATE_CORRUPT
+    compiled = _compiled(snapshot)
+    full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
+    return compiled, _Call(state, vocabulary, full, redactor, compiled)
 
 
 def explain(
@@ -641,10 +662,8 @@ def explain(
     :mod:`rensei_routing.core.ids`), so it can be recomputed from a stored record and never
     depends on a redacted secret.
     """
-    state = _check_state(snapshot_state)
-    compiled = _compiled(snapshot)
-    full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return _resolve(context, snapshot, compiled, _Call(state, vocabulary, full, redactor, compiled))
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
+    return _resolve(context, snapshot, compiled, call)
 
 
 def explain_batch(
@@ -660,8 +679,23 @@ def explain_batch(
 
     Equal to ``[explain(c, snapshot, ...) for c in contexts]``; the snapshot is indexed once.
     """
-    state = _check_state(snapshot_state)
-    compiled = _compiled(snapshot)
-    full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    call = _Call(state, vocabulary, full, redactor, compiled)
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
     return [_resolve(ctx, snapshot, compiled, call) for ctx in contexts]
+
+
+def explain_iter(
+    contexts: Iterable[RouteContext],
+    snapshot: PolicySnapshot,
+    *,
+    snapshot_state: str = "ok",
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
+) -> Iterator[RouteDecision]:
+    """:func:`explain_batch` one decision at a time, as ``contexts`` yields them: a stream of
+    any length in constant memory (the call's memos are bounded), with what repeats across it
+    (candidate lookups, model steps, redaction checks) worked out once for the whole stream.
+    """
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
+    for ctx in contexts:
+        yield _resolve(ctx, snapshot, compiled, call)
