@@ -28,7 +28,7 @@ from ..core.ids import ScanMemo
 from ..core.jsonl import decision_line
 from ..core.policy import PolicySnapshot
 from ..core.redact import Redactor
-from ..core.resolver import Trace, explain_batch
+from ..core.resolver import Trace, explain_batch, explain_iter
 from ..core.vocabulary import Vocabulary
 from ..errors import OutputError
 from ..plugins import has_observers
@@ -116,16 +116,17 @@ def _run(
     with ExitStack() as stack:
         out = stack.enter_context(_spool())
         records = None if home is None else stack.enter_context(_spool())
-        contexts = iter_context_lines(source, vocabulary=vocabulary)
-        while chunk := list(islice(contexts, CHUNK)):
-            decisions = explain_batch(
-                chunk,
-                snapshot,
-                snapshot_state=state,
-                trace=trace,
-                vocabulary=vocabulary,
-                redactor=redactor,
-            )
+        # One resolver stream for the whole input, so what repeats across it (candidate
+        # lookups, model steps, redaction checks) is worked out once, not once a chunk.
+        stream = explain_iter(
+            iter_context_lines(source, vocabulary=vocabulary),
+            snapshot,
+            snapshot_state=state,
+            trace=trace,
+            vocabulary=vocabulary,
+            redactor=redactor,
+        )
+        while decisions := list(islice(stream, CHUNK)):
             lines = "\n".join(printable_json(decision_line(d, stamp)) for d in decisions)
             _write(out, lines.encode("utf-8") + b"\n")
             if records is not None:

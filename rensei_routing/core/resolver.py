@@ -304,12 +304,12 @@ class _Call:
 
     __slots__ = (
         "full",
+        "judged",
         "lanes",
         "memo",
         "model_steps",
         "open_matches",
         "redactor",
-        "rejected_sets",
         "rejections",
         "state",
         "trace_source",
@@ -336,22 +336,13 @@ class _Call:
         ] = {}
         self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
         # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
-        # value each, so a decision carries no objects of its own for them; and so do whole
-        # lists of them, keyed by their entries' identities (each kept alive by its value).
+        # value each, and whole judgements of a list of accounts are shared too: a decision
+        # carries no objects of its own for them.
         self.rejections: dict[tuple[str, str], RejectedAccount] = {}
-        self.rejected_sets: dict[tuple[int, ...], tuple[RejectedAccount, ...]] = {}
-
-    def rejected_tuple(self, rejected: list[RejectedAccount]) -> tuple[RejectedAccount, ...]:
-        """``tuple(rejected)``, shared with every earlier decision of the call that had it."""
-        if not rejected:
-            return ()
-        key = tuple([id(entry) for entry in rejected])
-        found = self.rejected_sets.get(key)
-        if found is None:
-            if len(self.rejected_sets) >= MEMO_LIMIT:
-                self.rejected_sets.clear()
-            found = self.rejected_sets[key] = tuple(rejected)
-        return found
+        self.judged: dict[
+            tuple[Any, ...],
+            tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
+        ] = {}
 
     def rejected(self, account_id: str, reason: str) -> RejectedAccount:
         key = (account_id, reason)
@@ -428,13 +419,40 @@ def _apply_policy(
                 call.model_steps.clear()
             step = call.model_steps[step_key] = _model_step(action, requirement, call)
         model, failed, lane = step
-    pool = action.pool_order() if action.account_pool else None
+    # The accounts step depends only on the lock, the pool, the lane and the account entries
+    # (their canonical text is their whole value), which repeat across a batch.
     lock = action.provider_lock
+    judged_key = (lock, action.account_pool, lane, *[a.canonical_json() for a in ctx.accounts])
+    judged = call.judged.get(judged_key)
+    if judged is None:
+        if len(call.judged) >= MEMO_LIMIT:
+            call.judged.clear()
+        judged = call.judged[judged_key] = _judge_accounts(ctx.accounts, action, lock, lane, call)
+    eligible, rejected, chosen, binding, lane_excluded = judged
+    if failed is not None:
+        return failed[0], failed[1], None, None, None, eligible, rejected
+    if chosen is None:
+        outcome = REJECTED if action.on_unavailable == "reject" else HELD
+        reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
+        return outcome, reason, None, None, None, eligible, rejected
+    return SELECTED, MATCHED_POLICY, chosen, binding, model, eligible, rejected
+
+
+def _judge_accounts(
+    accounts: tuple[Account, ...],
+    action: RoutingAction,
+    lock: str | None,
+    lane: frozenset[str] | None,
+    call: _Call,
+) -> tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool]:
+    """The accounts half of step 5: ``(eligible ids, rejected entries, chosen id, chosen
+    binding, whether the lane excluded any)``, the chosen entry ``None`` when none is
+    eligible."""
+    pool = action.pool_order() if action.account_pool else None
     eligible: list[Account] = []
-    shared = call.rejections
     rejected: list[RejectedAccount] = []
-    for account in ctx.accounts:
-        # Each entry on its own, in SEMANTICS order (inlined: this loop is the hot path).
+    for account in accounts:
+        # Each entry on its own, in SEMANTICS order.
         why: str | None
         if not account.configured:
             why = NOT_CONFIGURED
@@ -451,8 +469,7 @@ def _apply_policy(
         if why is None:
             eligible.append(account)
         else:
-            entry = shared.get((account.account_id, why))
-            rejected.append(call.rejected(account.account_id, why) if entry is None else entry)
+            rejected.append(call.rejected(account.account_id, why))
     # Stable sorts: entries that share an id keep their context order.
     if len(eligible) > 1:
         if pool is not None:
@@ -461,25 +478,14 @@ def _apply_policy(
             eligible.sort(key=lambda a: a.account_id)
     if len(rejected) > 1:
         rejected.sort(key=lambda r: r.account_id)
-    eligible_ids = tuple([a.account_id for a in eligible])
-    rejections = call.rejected_tuple(rejected)
-    if failed is not None:
-        return failed[0], failed[1], None, None, None, eligible_ids, rejections
-    if not eligible:
-        outcome = REJECTED if action.on_unavailable == "reject" else HELD
-        lane_excluded = any(r.reason == LITERAL_FAMILY_INCOMPATIBLE for r in rejected)
-        reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
-        return outcome, reason, None, None, None, eligible_ids, rejections
     # The chosen *entry*: with duplicate ids, its own binding, not another entry's.
-    chosen = eligible[0]
+    chosen = eligible[0] if eligible else None
     return (
-        SELECTED,
-        MATCHED_POLICY,
-        chosen.account_id,
-        chosen.provider_binding,
-        model,
-        eligible_ids,
-        rejections,
+        tuple([a.account_id for a in eligible]),
+        tuple(rejected),
+        None if chosen is None else chosen.account_id,
+        None if chosen is None else chosen.provider_binding,
+        any(r.reason == LITERAL_FAMILY_INCOMPATIBLE for r in rejected),
     )
 
 
