@@ -13,7 +13,6 @@ from __future__ import annotations
 from json.encoder import encode_basestring as _e
 from typing import Final
 
-from .context import Account, LegacyRoute, RouteContext
 from .decision import ConsideredPolicy, RouteDecision
 from .freshness import Freshness
 
@@ -30,19 +29,6 @@ def _n(value: int | None) -> str:
     return "null" if value is None else str(value)
 
 
-def _account(account: Account) -> str:
-    text = account._display
-    if text is None:
-        text = (
-            f'{{"account_id":{_e(account.account_id)},'
-            f'"provider_binding":{_e(account.provider_binding)},'
-            f'"configured":{"true" if account.configured else "false"},'
-            f'"administrative_state":{_e(account.administrative_state)}}}'
-        )
-        object.__setattr__(account, "_display", text)
-    return text
-
-
 def _considered(entry: ConsideredPolicy) -> str:
     text = entry._display
     if text is None:
@@ -53,32 +39,6 @@ def _considered(entry: ConsideredPolicy) -> str:
         )
         object.__setattr__(entry, "_display", text)
     return text
-
-
-def _legacy(legacy: LegacyRoute) -> str:
-    text = (
-        f'{{"account_id":{_s(legacy.account_id)},'
-        f'"provider_binding":{_e(legacy.provider_binding)},"model":{_s(legacy.model)},'
-        f'"mechanism":{_s(legacy.mechanism)},'
-        f'"mechanism_detail":{_s(legacy.mechanism_detail)}}}'
-    )
-    object.__setattr__(legacy, "_display", text)
-    return text
-
-
-def context_text(ctx: RouteContext) -> str:
-    """The compact JSON of ``ctx.to_dict()``."""
-    repo, req, legacy = ctx.repo, ctx.model_requirement, ctx.legacy_route
-    legacy_text = "null" if legacy is None else (legacy._display or _legacy(legacy))
-    return (
-        '{"repo":'
-        + ("null" if repo is None else f'{{"value":{_e(repo.value)},"version":{_e(repo.version)}}}')
-        + f',"repo_class":{_s(ctx.repo_class)},"principal_id":{_s(ctx.principal_id)},'
-        f'"role":{_s(ctx.role)},"model_requirement":'
-        + ("null" if req is None else f'{{"kind":{_e(req.kind)},"value":{_e(req.value)}}}')
-        + f',"request_face":{_e(ctx.request_face)},"legacy_route":{legacy_text},'
-        f'"accounts":[{",".join(_account(a) for a in ctx.accounts)}]}}'
-    )
 
 
 def decision_line(decision: RouteDecision, stamp: Freshness | None = None) -> str:
@@ -98,7 +58,7 @@ def decision_line(decision: RouteDecision, stamp: Freshness | None = None) -> st
         f'"precedence_priority":{_n(d.precedence_priority)},'
         f'"account_id":{_s(d.account_id)},"provider_binding":{_s(d.provider_binding)},'
         f'"effective_model":{_s(d.effective_model)},'
-        f'"explanation":{{"context":{context_text(ex.context)},'
+        f'"explanation":{{"context":{ex.context.display_text()},'
         f'"considered":[{",".join(_considered(c) for c in ex.considered)}],'
         f'"eligible_account_ids":[{",".join(_e(i) for i in ex.eligible_account_ids)}],'
         f'"rejected_accounts":[{rejected}],'
