@@ -29,7 +29,7 @@ from typing import IO, Final
 from ..core.chain import encode_payload
 from ..core.freshness import Freshness, StampedDecision
 from ..core.ids import ScanMemo
-from ..core.jsonl import decision_line
+from ..core.jsonl import LineMemo, decision_line
 from ..core.policy import PolicySnapshot
 from ..core.redact import Redactor
 from ..core.resolver import Trace, explain_batch
@@ -189,6 +189,7 @@ def _run(
     redactor: Redactor,
 ) -> None:
     scan = ScanMemo(redactor)
+    written: LineMemo = {}
     with ExitStack() as stack:
         out = stack.enter_context(_OutputSpool())
         records = None if home is None else stack.enter_context(_spool())
@@ -202,7 +203,7 @@ def _run(
                 vocabulary=vocabulary,
                 redactor=redactor,
             )
-            out.write_lines([decision_line(d, stamp) for d in decisions])
+            out.write_lines([decision_line(d, stamp, written) for d in decisions])
             if records is not None:
                 rev = stamp.ruleset_rev
                 for d in decisions:
