@@ -174,3 +174,26 @@ def test_explain_batch_prints_the_same_bytes_to_any_stdout(tmp_path: Path, targe
     with open(out, "ab" if target == "append" else "wb") as f:  # O_APPEND: no sendfile
         _run(args, f)
     assert out.read_bytes() == (b"before\n" if target == "append" else b"") + want
+
+
+def test_only_the_last_spool_file_keeps_a_write_buffer(tmp_path: Path) -> None:
+    """A batch of any size holds one spool buffer, not one per file (memory stays flat)."""
+    lines = [f'{{"n":{i}}}' for i in range(100)]
+    sink = open(tmp_path / "out", "w+b")  # noqa: SIM115
+    saved = sys.stdout
+    sys.stdout = _Stdout(sink)
+    try:
+        with batch._OutputSpool(segment=1) as spool:
+            for start in range(0, 100, 10):
+                spool.write_lines(lines[start : start + 10])
+            files = list(spool._files)
+            assert len(files) == 10
+            assert not any(isinstance(f, io.BufferedIOBase) for f in files[:-1])
+            assert isinstance(files[-1], io.BufferedIOBase)
+            spool.publish()
+            assert all(f.closed for f in files)
+    finally:
+        sys.stdout = saved
+    sink.seek(0)
+    assert sink.read() == "".join(line + "\n" for line in lines).encode()
+    sink.close()

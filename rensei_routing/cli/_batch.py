@@ -18,13 +18,14 @@ not twice the output.
 from __future__ import annotations
 
 import gc
+import io
 import struct
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, cast
 
 from ..core.chain import encode_payload
 from ..core.freshness import Freshness, StampedDecision
@@ -99,6 +100,8 @@ class _OutputSpool:
             OutputError: a temporary file cannot be created or written.
         """
         if self._size >= max(self._segment, self._total >> 3) or not self._files:
+            if self._files:  # keep the full file without its write buffer
+                self._files[-1] = _unbuffered(self._files[-1])
             self._files.append(_spool())
             self._total += self._size
             self._size = 0
@@ -133,6 +136,20 @@ class _OutputSpool:
         """Drop whatever is still spooled (nothing is printed)."""
         while self._files:
             self._files.pop().close()
+
+
+def _unbuffered(f: IO[bytes]) -> IO[bytes]:
+    """The file under a buffered spool, what it held written out and its buffer freed.
+
+    Raises:
+        OutputError: the buffer cannot be written.
+    """
+    if not isinstance(f, io.BufferedRandom):  # a wrapper, where TemporaryFile returns one
+        return f
+    try:
+        return cast(IO[bytes], f.detach())
+    except OSError as e:
+        raise OutputError(f"cannot write a temporary file: {e.strerror or e}") from e
 
 
 def _spooled(f: IO[bytes]) -> Iterator[bytes]:
