@@ -61,6 +61,10 @@ def _line(doc: dict[str, Any], compact: bool) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=separators)
 
 
+def _to_dict_line(doc: dict[str, Any]) -> str:
+    return _line(RouteContext.from_dict(doc).to_dict(), compact=True)
+
+
 @settings(max_examples=300, deadline=None)
 @given(context_dicts(), st.booleans())
 def test_a_line_as_to_dict_writes_it_is_read_quickly_and_alike(
@@ -69,7 +73,7 @@ def test_a_line_as_to_dict_writes_it_is_read_quickly_and_alike(
     ctx = RouteContext.from_dict(doc)
     line = _line(ctx.to_dict(), compact) + "\n"
     memo: Memo = {}
-    pieces: Pieces = {}
+    pieces = Pieces()
     for _ in range(2):  # the second read goes through both memos
         assert _check(line, memo, pieces)
 
@@ -101,12 +105,22 @@ def _raw_lines(draw: st.DrawFn) -> str:
 @given(_raw_lines())
 def test_a_raw_line_reads_as_the_general_path_reads_it(line: str) -> None:
     memo: Memo = {}
-    pieces: Pieces = {}
+    pieces = Pieces()
     for _ in range(2):
         _check(line, memo, pieces)
 
 
 #: Text an edit inserts: JSON's punctuation, escapes, literals, a raw control and separator.
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_raw_lines() | context_dicts().map(_to_dict_line), min_size=2, max_size=25))
+def test_one_memo_reads_a_whole_batch_alike(lines: list[str]) -> None:
+    """A memo keyed on too little would hand one line another's piece."""
+    memo: Memo = {}
+    pieces = Pieces()
+    for line in lines + lines:
+        _check(line, memo, pieces)
+
+
 _EDITS = st.sampled_from([*'{}[]",: \n\x00a\u2028', "\\", "null", "1", "true", "\\u0041"])
 
 
@@ -119,7 +133,7 @@ def test_no_edit_of_a_line_makes_the_readers_disagree(
     for where, drop, text in edits:
         at = where % (len(line) + 1)
         line = line[:at] + text + line[at + drop :]
-    _check(line, {}, {})
+    _check(line, {}, Pieces())
 
 
 _DUPLICATES = [
@@ -146,7 +160,7 @@ def test_a_duplicate_key_anywhere_in_a_line_is_refused_with_its_line_number(
     good = _line(ctx.to_dict(), compact=True)
     assert old in good
     bad = good.replace(old, new, 1)
-    assert quick_line(bad, DEFAULT_VOCABULARY, {}, {}) is None
+    assert quick_line(bad, DEFAULT_VOCABULARY, {}, Pieces()) is None
     path = tmp_path / "b.jsonl"
     path.write_text(f"{good}\n{good}\n{bad}\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"b\.jsonl:3: not valid JSON: duplicate key"):
@@ -157,18 +171,19 @@ def test_a_long_account_list_is_read_every_time_and_alike() -> None:
     accounts = [{"account_id": f"acct-{i:03d}", "provider_binding": "anthropic"} for i in range(40)]
     ctx = RouteContext.from_dict({"repo": "acme/widgets", "accounts": accounts})
     line = _line(ctx.to_dict(), compact=True)
-    pieces: Pieces = {}
+    pieces = Pieces()
     for _ in range(2):
         assert _check(line, {}, pieces)
-    assert not any(key[0] == "accounts" for key in pieces)  # too long to remember
+    assert not pieces.accounts  # too long to remember
 
 
 def test_the_piece_memo_starts_again_when_full() -> None:
-    pieces: Pieces = {}
+    pieces = Pieces()
     for i in range(quick.PIECES_LIMIT + 10):
         ctx = RouteContext.from_dict({"repo": f"acme/r{i}"})
         assert _check(_line(ctx.to_dict(), compact=True), {}, pieces)
-        assert len(pieces) <= quick.PIECES_LIMIT
+        assert len(pieces.repo) <= quick.PIECES_LIMIT
+    assert len(pieces.repo) < 20  # cleared once, then filled again
 
 
 @pytest.mark.parametrize(
@@ -186,7 +201,7 @@ def test_the_piece_memo_starts_again_when_full() -> None:
     ids=["escape", "order", "leading-space", "crlf"],
 )
 def test_other_forms_are_left_to_the_general_path(line: str) -> None:
-    assert quick_line(line, DEFAULT_VOCABULARY, {}, {}) is None
+    assert quick_line(line, DEFAULT_VOCABULARY, {}, Pieces()) is None
     assert isinstance(_reference(line.strip()), RouteContext)
 
 

@@ -146,7 +146,7 @@ def iter_context_lines(
         raise InputError(f"cannot read {label}: {e.strerror or e}") from e
     offset = 0
     memo: Memo = {}
-    pieces: Pieces = {}
+    pieces = Pieces()
     try:
         for number, raw in enumerate(f, start=1):
             try:

@@ -323,12 +323,25 @@ _LINE_HEAD: Final = re.compile(
     + ', ?"accounts": ?'
 )
 
-#: The line reader's memo (one per reader of one vocabulary, beside a :data:`Memo`): the raw
-#: text of a piece of a line (an object's JSON text, a string's) under a tag -> its value and
-#: the JSON text the encoders write for it. Keyed by exact text, so equal keys read alike.
-Pieces = dict[tuple[str, str | None, str | None], tuple[Any, ...]]
 
-#: Entries a piece memo holds before it starts again.
+class Pieces:
+    """The line reader's memo (one per reader of one vocabulary, beside a :data:`Memo`): the
+    raw text of a piece of a line (an object's JSON text; the four short strings together) ->
+    its value and the JSON text the encoders write for it, one table per kind of piece. Keyed
+    by exact text, so equal keys read alike. Bounded: a table is cleared when it reaches
+    :data:`PIECES_LIMIT` entries, and a text longer than a few kilobytes is not remembered."""
+
+    __slots__ = ("accounts", "legacy", "repo", "requirement", "strings")
+
+    def __init__(self) -> None:
+        self.repo: dict[str, tuple[Any, ...]] = {}
+        self.requirement: dict[str, tuple[Any, ...]] = {}
+        self.legacy: dict[str, tuple[Any, ...]] = {}
+        self.accounts: dict[str, tuple[Any, ...]] = {}
+        self.strings: dict[tuple[str | None, ...], tuple[Any, ...]] = {}
+
+
+#: Entries a table of a piece memo holds before it starts again.
 PIECES_LIMIT: Final = 4_096
 #: The longest piece text remembered (a longer one, a long account list, is read every time),
 #: which bounds the memo at a few tens of megabytes.
@@ -344,11 +357,11 @@ def _json(text: str) -> Any:
         raise _No from None
 
 
-def _keep(pieces: Pieces, key: tuple[str, str | None, str | None], value: tuple[Any, ...]) -> Any:
-    if len(key[1] or "") + len(key[2] or "") <= _PIECE_TEXT_LIMIT:
-        if len(pieces) >= PIECES_LIMIT:
-            pieces.clear()
-        pieces[key] = value
+def _keep(table: dict[Any, tuple[Any, ...]], key: Any, value: tuple[Any, ...]) -> Any:
+    if type(key) is not str or len(key) <= _PIECE_TEXT_LIMIT:
+        if len(table) >= PIECES_LIMIT:
+            table.clear()
+        table[key] = value
     return value
 
 
@@ -380,19 +393,21 @@ def _accounts_piece(raw: str, vocabulary: Vocabulary, memo: Memo) -> tuple[Any, 
     return (accounts, *c.accounts_texts(accounts))
 
 
-def _who_piece(
-    principal_raw: str | None, role_raw: str | None, vocabulary: Vocabulary
+def _strings_piece(
+    principal_raw: str | None,
+    role_raw: str | None,
+    class_raw: str | None,
+    face_raw: str,
+    vocabulary: Vocabulary,
 ) -> tuple[Any, ...]:
+    """``quick_context``'s principal, role, repo class and request face, and their texts."""
     principal = None if principal_raw is None else _text(principal_raw, _MAX_ID)
     role = vocabulary.canonical_worker_role(
         principal if role_raw is None else _text(role_raw, _MAX_ID)
     )
-    return (principal, role, _s(principal), _s(role))
-
-
-def _choice_piece(raw: str | None, allowed: Any) -> tuple[Any, ...]:
-    value = None if raw is None else _choice(raw, allowed)
-    return (value, _s(value))
+    repo_class = None if class_raw is None else _choice(class_raw, vocabulary.repo_classes)
+    face = _choice(face_raw, vocabulary.request_faces)
+    return (principal, role, repo_class, face, _s(principal), _s(role), _s(repo_class), _s(face))
 
 
 def quick_line(
@@ -421,40 +436,57 @@ def quick_line(
         head.groups()
     )
     accounts_raw = line[head.end() : end]
-    get = pieces.get
     try:
-        key: tuple[str, str | None, str | None] = ("repo", repo_raw, None)
-        repo = get(key) or _keep(pieces, key, _repo_piece(repo_raw, memo))
-        key = ("requirement", requirement_raw, None)
-        requirement = get(key) or _keep(
-            pieces, key, _requirement_piece(requirement_raw, vocabulary, memo)
+        table = pieces.repo
+        repo = table.get(repo_raw) or _keep(table, repo_raw, _repo_piece(repo_raw, memo))
+        table = pieces.requirement
+        requirement = table.get(requirement_raw) or _keep(
+            table, requirement_raw, _requirement_piece(requirement_raw, vocabulary, memo)
         )
-        key = ("legacy", legacy_raw, None)
-        legacy = get(key) or _keep(pieces, key, _legacy_piece(legacy_raw, vocabulary, memo))
-        key = ("accounts", accounts_raw, None)
-        accounts = get(key) or _keep(pieces, key, _accounts_piece(accounts_raw, vocabulary, memo))
-        key = ("who", principal_raw, role_raw)
-        who = get(key) or _keep(pieces, key, _who_piece(principal_raw, role_raw, vocabulary))
-        key = ("class", class_raw, None)
-        cls = get(key) or _keep(pieces, key, _choice_piece(class_raw, vocabulary.repo_classes))
-        key = ("face", face_raw, None)
-        face = get(key) or _keep(pieces, key, _choice_piece(face_raw, vocabulary.request_faces))
+        table = pieces.legacy
+        legacy = table.get(legacy_raw) or _keep(
+            table, legacy_raw, _legacy_piece(legacy_raw, vocabulary, memo)
+        )
+        table = pieces.accounts
+        accounts = table.get(accounts_raw) or _keep(
+            table, accounts_raw, _accounts_piece(accounts_raw, vocabulary, memo)
+        )
+        key = (principal_raw, role_raw, class_raw, face_raw)
+        strings = pieces.strings.get(key) or _keep(
+            pieces.strings,
+            key,
+            _strings_piece(principal_raw, role_raw, class_raw, face_raw, vocabulary),
+        )
     except _No:
         return None
-    return c.RouteContext(
-        repo=repo[0],
-        repo_class=cls[0],
-        principal_id=who[0],
-        role=who[1],
-        model_requirement=requirement[0],
-        request_face=face[0],
-        legacy_route=legacy[0],
-        accounts=accounts[0],
-    )._with_texts(
+    principal, role, repo_class, face, principal_text, role_text, class_text, face_text = strings
+    return c.context_with_texts(
+        repo[0],
+        repo_class,
+        principal,
+        role,
+        requirement[0],
+        face,
+        legacy[0],
+        accounts[0],
         c.context_canonical(
-            accounts[1], legacy[1], requirement[1], who[2], repo[1], cls[1], face[1], who[3]
+            accounts[1],
+            legacy[1],
+            requirement[1],
+            principal_text,
+            repo[1],
+            class_text,
+            face_text,
+            role_text,
         ),
         c.context_display(
-            repo[1], cls[1], who[2], who[3], requirement[1], face[1], legacy[2], accounts[2]
+            repo[1],
+            class_text,
+            principal_text,
+            role_text,
+            requirement[1],
+            face_text,
+            legacy[2],
+            accounts[2],
         ),
     )
