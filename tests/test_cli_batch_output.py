@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ from rensei_routing.core.context import RouteContext
 from rensei_routing.core.freshness import Freshness, StampedDecision
 from rensei_routing.core.jsonl import decision_line
 from rensei_routing.core.resolver import explain_batch
+from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.home import Home
+from rensei_routing.store.policies import PolicyStore
 
 from .strategies import context_dicts
 
@@ -197,3 +201,47 @@ def test_only_the_last_spool_file_keeps_a_write_buffer(tmp_path: Path) -> None:
     sink.seek(0)
     assert sink.read() == "".join(line + "\n" for line in lines).encode()
     sink.close()
+
+
+def test_a_bad_line_among_quick_lines_prints_and_records_nothing(tmp_path: Path) -> None:
+    """Lines in the form to_dict writes take the line reader; a duplicate key deep in one of
+    them, chunks in, still stops the batch before anything is printed or recorded."""
+    base = (EXAMPLES / "contexts.jsonl").read_text(encoding="utf-8").splitlines()
+    quick = [
+        json.dumps(RouteContext.from_dict(json.loads(x)).to_dict(), separators=(",", ":"))
+        for x in base
+    ]
+    lines = [quick[i % len(quick)] for i in range(2 * batch.CHUNK + 10)]
+    bad = 2 * batch.CHUNK + 3
+    lines[bad] = lines[bad].replace('{"account_id":', '{"account_id":"x","account_id":', 1)
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    home = tmp_path / "h"
+    env = {**os.environ, "RENSEI_ROUTING_LOAD_PLUGINS": ""}
+    for args in (["init"], ["policy", "save", str(POLICIES)]):
+        subprocess.run(
+            [sys.executable, "-c", _CLI, *args, "--home", str(home)], env=env, check=True
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI, "explain-batch", str(path), "--record", "--home", str(home)],
+        capture_output=True,
+        env=env,
+    )
+    assert done.returncode == 1 and done.stdout == b""
+    assert f"b.jsonl:{bad + 1}: not valid JSON: duplicate key 'account_id'" in done.stderr.decode()
+    with AuditLog.open(Home(home)) as log:
+        assert log.count() == 0
+    lines[bad] = quick[0]  # and without the bad line, every decision is printed and recorded
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI, "explain-batch", str(path), "--record", "--home", str(home)],
+        capture_output=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    with AuditLog.open(Home(home)) as log:
+        assert log.count() == len(lines)
+    with closing(Home(home).connect()) as conn:
+        snapshot = PolicyStore(conn).load().snapshot
+    decisions = explain_batch([RouteContext.from_dict(json.loads(x)) for x in lines], snapshot)
+    assert done.stdout == _want(decisions, Freshness.live())
