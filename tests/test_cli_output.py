@@ -108,8 +108,14 @@ def test_checkpoint_to_an_unwritable_stdout_stores_nothing(home: Path, broken_st
         ("audit", "tail"),
         ("audit", "show", "0", "--json"),
         ("policy", "history"),
+        (
+            "explain-batch",
+            str(EXAMPLES / "contexts.jsonl"),
+            "--policies",
+            str(EXAMPLES / "policies.json"),
+        ),
     ],
-    ids=["explain", "policy-show", "tail", "show", "history"],
+    ids=["explain", "policy-show", "tail", "show", "history", "explain-batch"],
 )
 def test_every_command_reports_an_unwritable_stdout_in_one_line(
     home: Path, broken_stdout: int, args: tuple[str, ...]

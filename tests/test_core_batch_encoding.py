@@ -19,7 +19,7 @@ from rensei_routing.core.context import RouteContext
 from rensei_routing.core.decision import COMPACT_RIVALS, RouteDecision
 from rensei_routing.core.freshness import Freshness, StampedDecision
 from rensei_routing.core.ids import ScanMemo
-from rensei_routing.core.jsonl import decision_line
+from rensei_routing.core.jsonl import LineMemo, decision_line
 from rensei_routing.core.policy import PolicySnapshot, RoutingPolicy
 from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.resolver import explain, explain_batch
@@ -140,7 +140,7 @@ _POLICY_SETS = st.lists(policy_dicts(ids=[f"p{i}" for i in range(12)]), max_size
 @settings(max_examples=150, deadline=None)
 @given(
     _POLICY_SETS,
-    st.lists(context_dicts(), min_size=1, max_size=4),
+    st.lists(context_dicts(), min_size=1, max_size=12),
     st.sampled_from(["full", "compact"]),
 )
 def test_a_decision_line_is_the_json_of_to_dict(
@@ -152,6 +152,7 @@ def test_a_decision_line_is_the_json_of_to_dict(
         Freshness.live(),
         Freshness(ruleset_rev="org_\u00e9@3", age_ms=12, degraded=True),
     )
+    memo: LineMemo = {}  # shared by every decision and stamp, as a batch shares it
     for decision in explain_batch(
         [RouteContext.from_dict(c) for c in contexts],
         snapshot,
@@ -163,6 +164,7 @@ def test_a_decision_line_is_the_json_of_to_dict(
             )
             want = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
             assert decision_line(decision, stamp) == want
+            assert decision_line(decision, stamp, memo) == want
 
 
 def _ladder(count: int) -> PolicySnapshot:
@@ -267,3 +269,28 @@ def test_a_record_the_scan_clears_is_stored_as_its_canonical_bytes(
             assert suspect  # the credential is in the context
         if not suspect:
             assert stamped.canonical() == encode_payload(stamped, DEFAULT_REDACTOR)
+
+
+def test_a_line_memo_tells_decisions_apart_by_every_list() -> None:
+    """Decisions alike but for their conflicting policies get their own lines from one memo."""
+    docs = [
+        {"id": f"{role}-{lock}", "priority": 7, "match": {"roles": [role]}, "action": action}
+        for role in ("implementer", "reviewer")
+        for lock, action in (("a", {"provider_lock": "anthropic"}), ("z", {"account_pool": []}))
+    ]
+    snapshot = PolicySnapshot.of(tuple(RoutingPolicy.from_dict(d) for d in docs), revision=1)
+    accounts = [{"account_id": "acct", "provider_binding": "anthropic"}]
+    contexts = [
+        RouteContext.from_dict({"principal_id": role, "accounts": accounts})
+        for role in ("implementer", "reviewer", "implementer")
+    ]
+    memo: LineMemo = {}
+    lines = [decision_line(d, None, memo) for d in explain_batch(contexts, snapshot)]
+    conflicts = [json.loads(line)["explanation"]["conflicting_policy_ids"] for line in lines]
+    assert conflicts == [
+        ["implementer-a", "implementer-z"],
+        ["reviewer-a", "reviewer-z"],
+        ["implementer-a", "implementer-z"],
+    ]
+    for decision, line in zip(explain_batch(contexts, snapshot), lines, strict=True):
+        assert line == json.dumps(decision.to_dict(), ensure_ascii=False, separators=(",", ":"))

@@ -2,30 +2,35 @@
 publish, in constant memory.
 
 The promise is that a bad line anywhere prints and records nothing. The contexts are read and
-resolved a chunk at a time as the file streams in; each decision's output line goes to an
-anonymous temporary file (and, with ``--record``, its stored form, redacted and canonical, to
+resolved a chunk at a time as the file streams in; each decision's output line goes to
+anonymous temporary files (and, with ``--record``, its stored form, redacted and canonical, to
 another). Only once the last line has been read and resolved are the records appended, in one
 transaction streamed from their spool, and then the output copied to stdout. A bad line (or any
-error) before that leaves both spools to vanish with their file handles: nothing printed,
+error) before that leaves the spools to vanish with their file handles: nothing printed,
 nothing recorded. The temporary files need as much free space in ``$TMPDIR`` as the output
 (and the records) take; memory stays flat whatever the input's size.
+
+The output spool is a series of files (:class:`_OutputSpool`), each closed as soon as it has
+been copied: publishing then needs the pages of about one of them beyond the output's own,
+not twice the output.
 """
 
 from __future__ import annotations
 
 import gc
+import io
 import struct
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from itertools import islice
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, cast
 
 from ..core.chain import encode_payload
 from ..core.freshness import Freshness, StampedDecision
 from ..core.ids import ScanMemo
-from ..core.jsonl import decision_line
+from ..core.jsonl import LineMemo, decision_line
 from ..core.policy import PolicySnapshot
 from ..core.redact import Redactor
 from ..core.resolver import Trace, explain_batch, explain_iter
@@ -43,11 +48,20 @@ __all__ = ["CHUNK", "run_batch"]
 #: that the decisions alive at once stay a few megabytes.
 CHUNK: Final = 2_000
 _LEN: Final = struct.Struct("<I")
+#: A spool's write buffer: few system calls, and one buffer reused rather than a fresh
+#: multi-megabyte string (and its page faults) per chunk.
+_BUFFER: Final = 1 << 20
+#: An output spool file's size before the next one starts: at least this, and at least an
+#: eighth of what is already spooled (so a batch of any size needs a few dozen files at most).
+SEGMENT: Final = 16 << 20
+#: Lines joined, checked and encoded at a time: tens of kilobytes, which the allocator reuses
+#: (a chunk's few megabytes at once would be fresh pages, and page faults, every time).
+_GROUP: Final = 32
 
 
 def _spool() -> IO[bytes]:
     try:
-        return tempfile.TemporaryFile(prefix="rensei-batch-")
+        return tempfile.TemporaryFile(prefix="rensei-batch-", buffering=_BUFFER)
     except OSError as e:
         raise OutputError(f"cannot create a temporary file: {e.strerror or e}") from e
 
@@ -55,6 +69,85 @@ def _spool() -> IO[bytes]:
 def _write(f: IO[bytes], data: bytes) -> None:
     try:
         f.write(data)
+    except OSError as e:
+        raise OutputError(f"cannot write a temporary file: {e.strerror or e}") from e
+
+
+class _OutputSpool:
+    """The printable output lines, in order, in a series of anonymous temporary files.
+
+    Every file but the last holds at least ``segment`` bytes; :meth:`publish` copies each to
+    stdout and closes it (the system then frees its pages) before copying the next.
+    """
+
+    def __init__(self, segment: int = SEGMENT) -> None:
+        self._segment = segment
+        self._files: list[IO[bytes]] = []
+        self._size = 0  # of the last file
+        self._total = 0  # of the earlier ones
+
+    def __enter__(self) -> _OutputSpool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write_lines(self, lines: list[str]) -> None:
+        """Spool ``lines`` (JSON text without control characters below U+0020, such as
+        :func:`~rensei_routing.core.jsonl.decision_line` writes), one a line, made printable.
+
+        Raises:
+            OutputError: a temporary file cannot be created or written.
+        """
+        if self._size >= max(self._segment, self._total >> 3) or not self._files:
+            if self._files:  # keep the full file without its write buffer
+                self._files[-1] = _unbuffered(self._files[-1])
+            self._files.append(_spool())
+            self._total += self._size
+            self._size = 0
+        f = self._files[-1]
+        for start in range(0, len(lines), _GROUP):
+            group = lines[start : start + _GROUP]
+            text = "\n".join(group)
+            text += "\n"
+            # Without a control character below U+0020, ASCII text is printable unless it
+            # holds DEL, which JSON leaves raw; anything else is checked a character at a time.
+            if not text.isascii() or "\x7f" in text:
+                text = "".join(printable_json(line) + "\n" for line in group)
+            data = text.encode("utf-8")
+            _write(f, data)
+            self._size += len(data)
+
+    def publish(self) -> None:
+        """Copy the spooled lines to stdout, closing each file once it is copied.
+
+        Raises:
+            OutputError: stdout cannot be written.
+        """
+        while self._files:
+            f = self._files.pop(0)
+            try:
+                f.seek(0)
+                emit_file(f)
+            finally:
+                f.close()
+
+    def close(self) -> None:
+        """Drop whatever is still spooled (nothing is printed)."""
+        while self._files:
+            self._files.pop().close()
+
+
+def _unbuffered(f: IO[bytes]) -> IO[bytes]:
+    """The file under a buffered spool, what it held written out and its buffer freed.
+
+    Raises:
+        OutputError: the buffer cannot be written.
+    """
+    if not isinstance(f, io.BufferedRandom):  # a wrapper, where TemporaryFile returns one
+        return f
+    try:
+        return cast(IO[bytes], f.detach())
     except OSError as e:
         raise OutputError(f"cannot write a temporary file: {e.strerror or e}") from e
 
@@ -113,8 +206,9 @@ def _run(
     redactor: Redactor,
 ) -> None:
     scan = ScanMemo(redactor)
+    written: LineMemo = {}
     with ExitStack() as stack:
-        out = stack.enter_context(_spool())
+        out = stack.enter_context(_OutputSpool())
         records = None if home is None else stack.enter_context(_spool())
         # One resolver stream for the whole input, so what repeats across it (candidate
         # lookups, model steps, redaction checks) is worked out once, not once a chunk.
@@ -127,8 +221,7 @@ def _run(
             redactor=redactor,
         )
         while decisions := list(islice(stream, CHUNK)):
-            lines = "\n".join(printable_json(decision_line(d, stamp)) for d in decisions)
-            _write(out, lines.encode("utf-8") + b"\n")
+            out.write_lines([decision_line(d, stamp, written) for d in decisions])
             if records is not None:
                 rev = stamp.ruleset_rev
                 for d in decisions:
@@ -142,8 +235,7 @@ def _run(
                     _write(records, _LEN.pack(len(data)) + data)
         if home is not None and records is not None:
             _record(home, _spooled(records))
-        out.seek(0)
-        emit_file(out)
+        out.publish()
 
 
 def _record(home: Path, payloads: Iterator[bytes]) -> None:

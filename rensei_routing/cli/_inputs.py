@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core._parse import STRICT_DECODER
-from ..core._quick import Memo, quick_context
+from ..core._quick import Memo, Pieces, quick_context, quick_line
 from ..core.context import RouteContext
 from ..core.policy import PolicySnapshot, hash_policies
 from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
@@ -146,6 +146,7 @@ def iter_context_lines(
         raise InputError(f"cannot read {label}: {e.strerror or e}") from e
     offset = 0
     memo: Memo = {}
+    pieces = Pieces()
     try:
         for number, raw in enumerate(f, start=1):
             try:
@@ -154,12 +155,16 @@ def iter_context_lines(
                 bad = f"byte 0x{raw[e.start]:02x} at offset {offset + e.start}"
                 raise InputError(f"cannot read {label}: not UTF-8 ({bad})") from e
             offset += len(raw)
-            if line.strip(_JSON_WHITESPACE):
+            # A line as to_dict writes it is read without its dicts; any other (or anything
+            # that reader is unsure of) is parsed, then read by the quick reader, sharing
+            # repeated pieces across the batch, or by the general one, which names the field.
+            ctx = quick_line(line, vocabulary, memo, pieces)
+            if ctx is None and line.strip(_JSON_WHITESPACE):
                 where = f"{label}:{number}"
                 doc = parse_json(line, where)
-                # The quick reader, sharing repeated pieces across the batch; anything it is
-                # unsure of goes to the general reader, which names the bad field.
-                yield quick_context(doc, vocabulary, memo) or _named(where, build, doc)
+                ctx = quick_context(doc, vocabulary, memo) or _named(where, build, doc)
+            if ctx is not None:
+                yield ctx
     except OSError as e:
         raise InputError(f"cannot read {label}: {e.strerror or e}") from e
     finally:

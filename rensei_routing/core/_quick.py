@@ -1,21 +1,25 @@
-"""The quick reader of well-formed context documents: :meth:`RouteContext.from_dict`'s common
-case without building a field path per value. Pure: no I/O.
+"""The quick readers of well-formed context documents: :meth:`RouteContext.from_dict`'s common
+case without building a field path per value, and (:func:`quick_line`) a JSON Lines line in
+the form ``to_dict`` writes, without building its dicts. Pure: no I/O.
 
-It accepts only what the general reader accepts and builds the equal value; anything it is not
-sure of (a wrong type, a bound crossed, an unknown name, a redacted read) returns ``None``, and
-the caller takes the general path, which raises the exact error naming the field path. So an
-error reads the same whichever path saw it first; the tests compare the two readers on
-generated documents, valid and not.
+They accept only what the general reader accepts and build the equal value; anything they are
+not sure of (a wrong type, a bound crossed, an unknown name, a redacted read, a line in another
+form) returns ``None``, and the caller takes the general path, which raises the exact error
+naming the field path. So an error reads the same whichever path saw it first; the tests
+compare the readers on generated documents and lines, valid and not.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from . import context as c
+from ._parse import STRICT_DECODER
+from .canonical import json_string as _s
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, LITERAL_FAMILY, REQUIREMENT_KINDS, Vocabulary
 
-__all__ = ["MEMO_LIMIT", "Memo", "quick_context"]
+__all__ = ["MEMO_LIMIT", "PIECES_LIMIT", "Memo", "Pieces", "quick_context", "quick_line"]
 
 #: The same fields as the general reader: a document with any other key takes that path.
 _CONTEXT_KEYS: Final = frozenset(c.CONTEXT_FIELDS)
@@ -288,3 +292,201 @@ def quick_context(
         )
     except _No:
         return None
+
+
+# -- whole lines -------------------------------------------------------------------------------
+
+#: A JSON string holding no escape, quote or control character: its text is its value.
+_STRING: Final = r'"([^"\\\x00-\x1f]*)"'
+#: ``null`` (the group is ``None``) or such a string.
+_OPTIONAL_STRING: Final = rf"(?:null|{_STRING})"
+#: ``null``, or an object with no brace inside it (so it ends at the first ``}``), whose text
+#: the strict decoder reads on first sight (duplicate keys and all).
+_FLAT_OBJECT: Final = r"(null|\{[^{}]*\})"
+_HEAD_FIELDS: Final = {
+    "repo": _FLAT_OBJECT,
+    "repo_class": _OPTIONAL_STRING,
+    "principal_id": _OPTIONAL_STRING,
+    "role": _OPTIONAL_STRING,
+    "model_requirement": _FLAT_OBJECT,
+    "request_face": _STRING,
+    "legacy_route": _FLAT_OBJECT,
+}
+if (*_HEAD_FIELDS, "accounts") != c.CONTEXT_FIELDS:  # pragma: no cover - a guard at import
+    raise ImportError("the line reader's fields are not RouteContext.to_dict's")
+#: A line as ``json.dumps(ctx.to_dict())`` writes it (every field, in ``to_dict``'s order,
+#: compact or with the default separators), up to the accounts array, which runs to the
+#: line's last ``}``. Every other line is read by the general path.
+_LINE_HEAD: Final = re.compile(
+    r"\{"
+    + ", ?".join(f'"{name}": ?{pattern}' for name, pattern in _HEAD_FIELDS.items())
+    + ', ?"accounts": ?'
+)
+
+
+class Pieces:
+    """The line reader's memo (one per reader of one vocabulary, beside a :data:`Memo`): the
+    raw text of a piece of a line (an object's JSON text; the four short strings together) ->
+    its value and the JSON text the encoders write for it, one table per kind of piece. Keyed
+    by exact text, so equal keys read alike. Bounded: a table is cleared when it reaches
+    :data:`PIECES_LIMIT` entries, and a text longer than a few kilobytes is not remembered."""
+
+    __slots__ = ("accounts", "legacy", "repo", "requirement", "strings")
+
+    def __init__(self) -> None:
+        self.repo: dict[str, tuple[Any, ...]] = {}
+        self.requirement: dict[str, tuple[Any, ...]] = {}
+        self.legacy: dict[str, tuple[Any, ...]] = {}
+        self.accounts: dict[str, tuple[Any, ...]] = {}
+        self.strings: dict[tuple[str | None, ...], tuple[Any, ...]] = {}
+
+
+#: Entries a table of a piece memo holds before it starts again.
+PIECES_LIMIT: Final = 4_096
+#: The longest piece text remembered (a longer one, a long account list, is read every time),
+#: which bounds the memo at a few tens of megabytes.
+_PIECE_TEXT_LIMIT: Final = 2_048
+_NULL_PIECE: Final = (None, "null", "null")
+
+
+def _json(text: str) -> Any:
+    """The strict decoder's value of ``text`` (one whole JSON value), else :class:`_No`."""
+    try:
+        return STRICT_DECODER.decode(text)
+    except (ValueError, RecursionError):  # not JSON, a duplicate key, nested too deeply
+        raise _No from None
+
+
+def _keep(table: dict[Any, tuple[Any, ...]], key: Any, value: tuple[Any, ...]) -> Any:
+    if type(key) is not str or len(key) <= _PIECE_TEXT_LIMIT:
+        if len(table) >= PIECES_LIMIT:
+            table.clear()
+        table[key] = value
+    return value
+
+
+def _repo_piece(raw: str, memo: Memo) -> tuple[Any, ...]:
+    if raw == "null":
+        return _NULL_PIECE
+    repo = _repo_memo(_json(raw), memo)
+    text = c.repo_json(repo)
+    return (repo, text, text)
+
+
+def _requirement_piece(raw: str, vocabulary: Vocabulary, memo: Memo) -> tuple[Any, ...]:
+    if raw == "null":
+        return _NULL_PIECE
+    requirement = _requirement_memo(_json(raw), vocabulary, memo)
+    text = c.requirement_json(requirement)
+    return (requirement, text, text)
+
+
+def _legacy_piece(raw: str, vocabulary: Vocabulary, memo: Memo) -> tuple[Any, ...]:
+    if raw == "null":
+        return _NULL_PIECE
+    legacy = _legacy(_json(raw), vocabulary, memo)
+    return (legacy, *c.legacy_texts(legacy))
+
+
+def _accounts_piece(raw: str, vocabulary: Vocabulary, memo: Memo) -> tuple[Any, ...]:
+    accounts = _accounts(_json(raw), vocabulary, memo)
+    return (accounts, *c.accounts_texts(accounts))
+
+
+def _strings_piece(
+    principal_raw: str | None,
+    role_raw: str | None,
+    class_raw: str | None,
+    face_raw: str,
+    vocabulary: Vocabulary,
+) -> tuple[Any, ...]:
+    """``quick_context``'s principal, role, repo class and request face, and their texts."""
+    principal = None if principal_raw is None else _text(principal_raw, _MAX_ID)
+    role = vocabulary.canonical_worker_role(
+        principal if role_raw is None else _text(role_raw, _MAX_ID)
+    )
+    repo_class = None if class_raw is None else _choice(class_raw, vocabulary.repo_classes)
+    face = _choice(face_raw, vocabulary.request_faces)
+    return (principal, role, repo_class, face, _s(principal), _s(role), _s(repo_class), _s(face))
+
+
+def quick_line(
+    line: str, vocabulary: Vocabulary, memo: Memo, pieces: Pieces
+) -> c.RouteContext | None:
+    """The context the general reader reads from ``line`` (one JSON Lines line, its ``\\n``
+    included or not), when the line is in the form ``json.dumps(ctx.to_dict())`` writes and
+    plain and valid; ``None`` otherwise (the caller parses the line and takes the other paths).
+
+    Only the line's head is matched, by a pattern whose every string is its own text; each
+    object in it, and the accounts array after it, is looked up by its exact text, and read
+    by the strict decoder and the quick reader's pieces the first time it is seen. So the
+    value is the one ``quick_context(json.loads(line))`` reads, and duplicate keys are refused
+    as the strict decoder refuses them. The context comes with its canonical and compact
+    texts, built from its pieces' (which the memo keeps).
+    """
+    head = _LINE_HEAD.match(line)
+    if head is None:
+        return None
+    end = len(line) - 1
+    if line[end:] == "\n":
+        end -= 1
+    if end < 0 or line[end] != "}":
+        return None
+    repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw = (
+        head.groups()
+    )
+    accounts_raw = line[head.end() : end]
+    try:
+        table = pieces.repo
+        repo = table.get(repo_raw) or _keep(table, repo_raw, _repo_piece(repo_raw, memo))
+        table = pieces.requirement
+        requirement = table.get(requirement_raw) or _keep(
+            table, requirement_raw, _requirement_piece(requirement_raw, vocabulary, memo)
+        )
+        table = pieces.legacy
+        legacy = table.get(legacy_raw) or _keep(
+            table, legacy_raw, _legacy_piece(legacy_raw, vocabulary, memo)
+        )
+        table = pieces.accounts
+        accounts = table.get(accounts_raw) or _keep(
+            table, accounts_raw, _accounts_piece(accounts_raw, vocabulary, memo)
+        )
+        key = (principal_raw, role_raw, class_raw, face_raw)
+        strings = pieces.strings.get(key) or _keep(
+            pieces.strings,
+            key,
+            _strings_piece(principal_raw, role_raw, class_raw, face_raw, vocabulary),
+        )
+    except _No:
+        return None
+    principal, role, repo_class, face, principal_text, role_text, class_text, face_text = strings
+    return c.context_with_texts(
+        repo[0],
+        repo_class,
+        principal,
+        role,
+        requirement[0],
+        face,
+        legacy[0],
+        accounts[0],
+        c.context_canonical(
+            accounts[1],
+            legacy[1],
+            requirement[1],
+            principal_text,
+            repo[1],
+            class_text,
+            face_text,
+            role_text,
+        ),
+        c.context_display(
+            repo[1],
+            class_text,
+            principal_text,
+            role_text,
+            requirement[1],
+            face_text,
+            legacy[2],
+            accounts[2],
+        ),
+    )

@@ -4,22 +4,26 @@
 
 ``explain-batch`` prints one such line per context; building the nested dicts and walking them
 with the generic encoder cost more than resolving the decision. Pieces shared across a batch
-(trace entries, account entries) keep their text. The tests check the text equals the generic
-encoder's on generated decisions.
+(trace entries, account entries, the context's text) keep their text, and a per-batch
+:data:`LineMemo` keeps that of the fields that repeat (outcome, policy, route, account lists).
+The tests check the text equals the generic encoder's on generated decisions.
+
+Every string goes through the JSON encoder, which escapes each character below U+0020, so a
+line holds none (what the batch's printable check relies on).
 """
 
 from __future__ import annotations
 
 from json.encoder import encode_basestring as _e
-from typing import Final
+from typing import Any, Final
 
-from .context import Account, LegacyRoute, RouteContext
-from .decision import ConsideredPolicy, RouteDecision
+from .decision import ConsideredPolicy, Explanation, RouteDecision
 from .freshness import Freshness
 
-__all__ = ["decision_line"]
+__all__ = ["LINE_MEMO_LIMIT", "LineMemo", "decision_line"]
 
 _LIVE: Final = ',"rulesetRev":null,"snapshotAgeMs":null,"degraded":false}'
+_OUTRANKED: Final = '"unlisted_outranked_count":'
 
 
 def _s(value: str | None) -> str:
@@ -28,19 +32,6 @@ def _s(value: str | None) -> str:
 
 def _n(value: int | None) -> str:
     return "null" if value is None else str(value)
-
-
-def _account(account: Account) -> str:
-    text = account._display
-    if text is None:
-        text = (
-            f'{{"account_id":{_e(account.account_id)},'
-            f'"provider_binding":{_e(account.provider_binding)},'
-            f'"configured":{"true" if account.configured else "false"},'
-            f'"administrative_state":{_e(account.administrative_state)}}}'
-        )
-        object.__setattr__(account, "_display", text)
-    return text
 
 
 def _considered(entry: ConsideredPolicy) -> str:
@@ -55,66 +46,96 @@ def _considered(entry: ConsideredPolicy) -> str:
     return text
 
 
-def _legacy(legacy: LegacyRoute) -> str:
-    text = (
-        f'{{"account_id":{_s(legacy.account_id)},'
-        f'"provider_binding":{_e(legacy.provider_binding)},"model":{_s(legacy.model)},'
-        f'"mechanism":{_s(legacy.mechanism)},'
-        f'"mechanism_detail":{_s(legacy.mechanism_detail)}}}'
+#: A writer's memo (one per batch): the text of a decision's fields that repeat across a
+#: batch (its outcome, policy and route; its account lists), keyed by their values.
+#: Only strings, integers and ``None`` are keys (the types ``RouteDecision`` holds), so equal
+#: keys write alike.
+LineMemo = dict[tuple[Any, ...], str]
+
+#: Entries a line memo holds before it starts again.
+LINE_MEMO_LIMIT: Final = 16_384
+
+
+def _head(d: RouteDecision) -> str:
+    return (
+        f'"outcome":{_e(d.outcome)},"reason":{_e(d.reason)},'
+        f'"policy_source":{_e(d.policy_source)},"policy_id":{_s(d.policy_id)},'
+        f'"policy_revision":{d.policy_revision},"snapshot_hash":{_e(d.snapshot_hash)},'
+        f'"snapshot_state":{_e(d.snapshot_state)},"precedence_level":{_n(d.precedence_level)},'
+        f'"precedence_priority":{_n(d.precedence_priority)},"account_id":{_s(d.account_id)},'
+        f'"provider_binding":{_s(d.provider_binding)},"effective_model":{_s(d.effective_model)},'
     )
-    object.__setattr__(legacy, "_display", text)
+
+
+def _lists(ex: Explanation) -> str:
+    rejected = ",".join(
+        [
+            f'{{"account_id":{_e(r.account_id)},"reason":{_e(r.reason)}}}'
+            for r in ex.rejected_accounts
+        ]
+    )
+    return (
+        f'"eligible_account_ids":[{",".join([_e(i) for i in ex.eligible_account_ids])}],'
+        f'"rejected_accounts":[{rejected}],'
+        f'"conflicting_policy_ids":[{",".join([_e(i) for i in ex.conflicting_policy_ids])}],'
+    )
+
+
+def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
+    if len(memo) >= LINE_MEMO_LIMIT:
+        memo.clear()
+    memo[key] = text
     return text
 
 
-def context_text(ctx: RouteContext) -> str:
-    """The compact JSON of ``ctx.to_dict()``."""
-    repo, req, legacy = ctx.repo, ctx.model_requirement, ctx.legacy_route
-    legacy_text = "null" if legacy is None else (legacy._display or _legacy(legacy))
-    return (
-        '{"repo":'
-        + ("null" if repo is None else f'{{"value":{_e(repo.value)},"version":{_e(repo.version)}}}')
-        + f',"repo_class":{_s(ctx.repo_class)},"principal_id":{_s(ctx.principal_id)},'
-        f'"role":{_s(ctx.role)},"model_requirement":'
-        + ("null" if req is None else f'{{"kind":{_e(req.kind)},"value":{_e(req.value)}}}')
-        + f',"request_face":{_e(ctx.request_face)},"legacy_route":{legacy_text},'
-        f'"accounts":[{",".join(_account(a) for a in ctx.accounts)}]}}'
-    )
-
-
-def decision_line(decision: RouteDecision, stamp: Freshness | None = None) -> str:
+def decision_line(
+    decision: RouteDecision, stamp: Freshness | None = None, memo: LineMemo | None = None
+) -> str:
     """The compact JSON of ``decision.to_dict()``, or with ``stamp`` of
-    ``StampedDecision(decision, stamp).to_dict()`` (the stamp's three members last)."""
+    ``StampedDecision(decision, stamp).to_dict()`` (the stamp's three members last).
+
+    ``memo`` (one per batch) keeps the text of the parts that repeat across decisions.
+    """
     d = decision
     ex = d.explanation
-    rejected = ",".join(
-        f'{{"account_id":{_e(r.account_id)},"reason":{_e(r.reason)}}}' for r in ex.rejected_accounts
-    )
-    text = (
-        f'{{"decision_id":{_e(d.decision_id)},"outcome":{_e(d.outcome)},'
-        f'"reason":{_e(d.reason)},"policy_source":{_e(d.policy_source)},'
-        f'"policy_id":{_s(d.policy_id)},"policy_revision":{d.policy_revision},'
-        f'"snapshot_hash":{_e(d.snapshot_hash)},"snapshot_state":{_e(d.snapshot_state)},'
-        f'"precedence_level":{_n(d.precedence_level)},'
-        f'"precedence_priority":{_n(d.precedence_priority)},'
-        f'"account_id":{_s(d.account_id)},"provider_binding":{_s(d.provider_binding)},'
-        f'"effective_model":{_s(d.effective_model)},'
-        f'"explanation":{{"context":{context_text(ex.context)},'
-        f'"considered":[{",".join(_considered(c) for c in ex.considered)}],'
-        f'"eligible_account_ids":[{",".join(_e(i) for i in ex.eligible_account_ids)}],'
-        f'"rejected_accounts":[{rejected}],'
-        f'"conflicting_policy_ids":[{",".join(_e(i) for i in ex.conflicting_policy_ids)}],'
-        f'"unlisted_policy_count":{ex.unlisted_policy_count}'
-        + (
-            f',"unlisted_outranked_count":{ex.unlisted_outranked_count}}}'
-            if ex.unlisted_outranked_count
-            else "}"
+    if memo is None:
+        head, lists = _head(d), _lists(ex)
+    else:
+        key: tuple[Any, ...] = (
+            d.outcome,
+            d.reason,
+            d.policy_source,
+            d.policy_id,
+            d.policy_revision,
+            d.snapshot_hash,
+            d.snapshot_state,
+            d.precedence_level,
+            d.precedence_priority,
+            d.account_id,
+            d.provider_binding,
+            d.effective_model,
         )
-    )
+        head = memo.get(key) or _remember(memo, key, _head(d))
+        key = (
+            ex.eligible_account_ids,
+            ex.conflicting_policy_ids,
+            *[(r.account_id, r.reason) for r in ex.rejected_accounts],
+        )
+        lists = memo.get(key) or _remember(memo, key, _lists(ex))
+    considered = ",".join([c._display or _considered(c) for c in ex.considered])
     if stamp is None:
-        return text + "}"
-    if stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:
-        return text + _LIVE
+        end = "}"
+    elif stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:
+        end = _LIVE
+    else:
+        end = (
+            f',"rulesetRev":{_s(stamp.ruleset_rev)},"snapshotAgeMs":{_n(stamp.age_ms)},'
+            f'"degraded":{"true" if stamp.degraded else "false"}}}'
+        )
+    outranked = ex.unlisted_outranked_count
     return (
-        f'{text},"rulesetRev":{_s(stamp.ruleset_rev)},"snapshotAgeMs":{_n(stamp.age_ms)},'
-        f'"degraded":{"true" if stamp.degraded else "false"}}}'
+        f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{{"context":'
+        f'{ex.context.display_text()},"considered":[{considered}],{lists}'
+        f'"unlisted_policy_count":{ex.unlisted_policy_count}'
+        f"{f',{_OUTRANKED}{outranked}}}' if outranked else '}'}{end}"
     )
