@@ -172,6 +172,43 @@ def test_eight_parallel_inits_of_a_fresh_home_all_succeed(tmp_path: Path) -> Non
         assert {o.decode().strip() for o, _ in outs} == {Home(path).info().key_id}
 
 
+def test_the_wal_switch_is_retried_when_sqlite_refuses_to_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite answers BUSY at once, without the busy handler, when waiting for the exclusive
+    # lock that leaves rollback mode could deadlock (two first opens, each with a shared lock):
+    # the cause of the parallel-init failures above. The switch is retried instead.
+    calls = []
+    real = db.apsw.bestpractice.connection_wal
+
+    def refuse_twice(conn: object) -> None:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise db.apsw.BusyError("database is locked")
+        real(conn)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(db.apsw.bestpractice, "connection_wal", refuse_twice)
+    conn = db.connect(tmp_path / "w.db", write=True)
+    try:
+        assert len(calls) == 3
+        assert conn.pragma("journal_mode") == "wal"
+    finally:
+        conn.close()
+
+
+def test_a_wal_switch_refused_past_the_busy_timeout_is_a_busy_timeout_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(conn: object) -> None:
+        raise db.apsw.BusyError("database is locked")
+
+    monkeypatch.setattr(db.apsw.bestpractice, "connection_wal", refuse)
+    start = time.monotonic()
+    with pytest.raises(BusyTimeoutError):
+        db.connect(tmp_path / "w.db", write=True, busy_timeout_ms=200)
+    assert time.monotonic() - start >= 0.2
+
+
 # -- the busy timeout is the home's one setting ---------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -125,21 +126,40 @@ WAL_SIZE_LIMIT: Final = 4 * 1024 * 1024
 #: The home's configuration file, beside the database.
 CONFIG_FILE: Final = "config.toml"
 
+
+def _switch_to_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
+    """``PRAGMA journal_mode=wal`` (apsw's ``connection_wal``), retried while the busy timeout
+    lasts. Switching a fresh file out of rollback mode takes an exclusive lock, and when two
+    connections each hold a shared lock and want it, SQLite answers one of them BUSY at once,
+    without the busy handler, because waiting would deadlock (seen as 1 failure in ~200
+    parallel first opens). Each failed attempt has released its locks, so the other finishes
+    and the retry finds the file in WAL mode already."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            apsw.bestpractice.connection_wal(conn)
+            return
+        except apsw.BusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+
 #: apsw's recommended per-connection settings, except its 100 ms busy timeout (ours is longer and
-#: must already hold while ``PRAGMA optimize`` and the WAL switch wait for a lock).
+#: must already hold while ``PRAGMA optimize`` waits for a lock) and its WAL switch (a writer
+#: makes it with :func:`_switch_to_wal` first).
 _SETUP: Final[tuple[Callable[[apsw.Connection], None], ...]] = tuple(
     f
     for f in apsw.bestpractice.recommended
-    if f.__name__.startswith("connection_") and f is not apsw.bestpractice.connection_busy_timeout
+    if f.__name__.startswith("connection_")
+    and f not in (apsw.bestpractice.connection_busy_timeout, apsw.bestpractice.connection_wal)
 )
 
-#: What a read-only connection applies: everything above except the settings that write to the
-#: file (switching to WAL, which a writer already made persistent, and ``PRAGMA optimize``).
-_READ_SETUP: Final = tuple(
-    f
-    for f in _SETUP
-    if f not in (apsw.bestpractice.connection_wal, apsw.bestpractice.connection_optimize)
-)
+#: What a read-only connection applies: everything above except ``PRAGMA optimize``, which
+#: writes (and the WAL switch, which a writer already made persistent).
+_READ_SETUP: Final = tuple(f for f in _SETUP if f is not apsw.bestpractice.connection_optimize)
 
 
 def connect(
@@ -180,6 +200,7 @@ def connect(
                 )
             Codec.load(conn).register(conn)
             return conn
+        _switch_to_wal(conn, busy_timeout_ms)
         for setup in _SETUP:
             setup(conn)
         conn.pragma("synchronous", "FULL")
