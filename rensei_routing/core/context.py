@@ -555,7 +555,7 @@ class RouteContext:
             MalformedError: naming the first offending field path.
         """
         if not redacted:
-            quick = quick_context(data, vocabulary)  # the common case, without field paths
+            quick = _quick.quick_context(data, vocabulary)  # the common case, without field paths
             if quick is not None:
                 return quick
         d: Mapping[str, Any] = p.obj(data, path, optional=CONTEXT_FIELDS)
@@ -659,4 +659,6 @@ def context_with_texts(
     return ctx
 
 
-from ._quick import quick_context  # noqa: E402  (it reads this module's classes)
+# A module import, not a name: whichever of the two modules is imported first, the other finds
+# it in sys.modules, and the name is looked up only when a context is read.
+from . import _quick  # noqa: E402  (it reads this module's classes)
