@@ -17,12 +17,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from .core._parse import STRICT_DECODER
 from .core.chain import AuditRecord
 from .core.context import RouteContext
 from .core.policy import PolicySnapshot
 from .core.resolver import explain_batch
 from .core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from .core.whatif import Verdict, WhatIf, WhatIfSummary, stored_context
+from .core.whatif import Verdict, WhatIf, WhatIfSummary, stored_context_text
 from .errors import InputError
 from .store.audit import AuditLog
 
@@ -58,7 +59,9 @@ def context_of(payload: Any) -> Any | None:
 
 
 def _keyed_context(record: AuditRecord) -> tuple[str, Any] | None:
-    """``(cache key, context document)`` of a record, or ``None``.
+    """``(cache key, context document or None)`` of a record, or ``None``. The key is the
+    context's canonical text, its document left for the caller to parse if the key is new
+    (``None``); a payload not in canonical form gives the key ``""`` and the parsed document.
 
     Raises:
         MalformedError: the payload is not JSON.
@@ -67,9 +70,9 @@ def _keyed_context(record: AuditRecord) -> tuple[str, Any] | None:
         text = record.payload_bytes.decode("utf-8")
     except UnicodeDecodeError:
         text = ""
-    fast = stored_context(text)
-    if fast is not None:
-        return fast
+    key = stored_context_text(text)
+    if key is not None:
+        return key, None
     doc = context_of(record.payload)
     return None if doc is None else ("", doc)
 
@@ -146,6 +149,15 @@ def _contexts(
             key, doc = found
             context = parsed.get(key) if key else None
             if context is None:
+                if doc is None:
+                    try:
+                        doc = STRICT_DECODER.decode(key)
+                    except (ValueError, RecursionError):
+                        # Not one JSON value (see core.whatif.stored_context_text): read the
+                        # whole payload, and key the context by its own canonical text.
+                        doc, key = context_of(record.payload), ""
+                        if doc is None:
+                            raise InputError("no context") from None
                 context = RouteContext.from_dict(
                     doc, path=f"audit[{record.seq}].context", vocabulary=vocabulary
                 )

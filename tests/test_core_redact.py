@@ -518,3 +518,27 @@ def test_the_precheck_never_skips_a_match(text: str) -> None:
 def test_nested_redaction_is_idempotent(value: object) -> None:
     once = redact(value)
     assert redact(once) == once
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(sorted(DEFAULT_REDACTOR.triggers or ())),
+            st.text(
+                alphabet="abcdeghkmnoprstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-/.:",
+                max_size=40,
+            ),
+        ),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_the_pre_check_is_a_trigger_search_at_every_length(pieces: list[str], upper: bool) -> None:
+    # Short texts are searched with one alternation, long ones with the per-letter gates: both
+    # must say exactly whether some trigger occurs (case-insensitively).
+    text = "".join(pieces)
+    text = text.upper() if upper else text
+    for candidate in (text, text * 20):
+        want = any(t in candidate.lower() for t in DEFAULT_REDACTOR.triggers or ())
+        assert DEFAULT_REDACTOR.might_match(candidate) is want

@@ -14,7 +14,13 @@ from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.chain import encode_payload
 from rensei_routing.core.report import ShadowReport, group_key
 from rensei_routing.core.shadow import ActualRoute, ShadowDecision, shadow_decision
-from rensei_routing.core.whatif import Verdict, WhatIf, changed, stored_context
+from rensei_routing.core.whatif import (
+    Verdict,
+    WhatIf,
+    changed,
+    stored_context,
+    stored_context_text,
+)
 from rensei_routing.whatif import context_of
 
 from .strategies import context_dicts
@@ -142,3 +148,32 @@ def test_the_report_groups_and_rates() -> None:
     assert group_key(_record(agreed_ctx), "repo") == "a/b"
     with pytest.raises(ValueError, match="unknown grouping"):
         ShadowReport("colour")
+
+
+def test_the_next_key_inside_a_string_does_not_end_the_context() -> None:
+    tricky = ',"eligible_account_ids":["x"]}'
+    ctx = RouteContext.from_dict({"principal_id": tricky, "repo": "a/b"})
+    text = encode_payload(explain(ctx, PolicySnapshot.empty())).decode("utf-8")
+    assert stored_context_text(text) == ctx.canonical().decode("utf-8")
+
+
+def test_a_context_holding_the_next_key_is_a_prefix_that_does_not_parse() -> None:
+    # No context holds such a key; a crafted payload may. The text found is then a proper
+    # prefix of the value, never JSON on its own, and the reader parses the whole payload.
+    context = {"accounts": [], "nested": {"a": 1, "eligible_account_ids": []}, "role": None}
+    payload = {"decision_id": "d", "explanation": {"context": context, "eligible_account_ids": []}}
+    text = canonical_bytes(payload).decode("utf-8")
+    found = stored_context_text(text)
+    assert found is not None
+    assert canonical_bytes(context).decode("utf-8").startswith(found)
+    assert found != canonical_bytes(context).decode("utf-8")
+    assert stored_context(text) is None
+
+
+def test_a_duplicate_key_in_a_stored_context_is_not_read() -> None:
+    text = (
+        '{"decision_id":"d","explanation":{"conflicting_policy_ids":[],"considered":[],'
+        '"context":{"role":"a","role":"b"},"eligible_account_ids":[]}}'
+    )
+    assert stored_context_text(text) == '{"role":"a","role":"b"}'
+    assert stored_context(text) is None

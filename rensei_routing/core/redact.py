@@ -289,6 +289,12 @@ _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 SECRET_FIELD_LABEL: Final = "secret-field"
 
 
+#: Up to this length, :meth:`Redactor.might_match` searches one alternation of every trigger
+#: (3.5x faster on a 16-character id); beyond it, the per-first-character gates (6x faster on
+#: 2 KB of JSON).
+_SHORT_TEXT: Final = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
     """Patterns compiled for repeated use; immutable. ``Redactor()`` uses the defaults.
@@ -304,6 +310,9 @@ class Redactor:
     #: The triggers as a few literal alternations, one per first character: ``re`` factors the
     #: shared prefix out and scans for it, far cheaper than one substring search per trigger.
     gates: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    #: Every trigger in one alternation: one search beats a search per gate on a short text
+    #: (an id, a name), where the gates' prefix scans have nothing to skip.
+    gate: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         out: list[str] | None = list(_SECRET_KEY_TRIGGERS) if self.secret_keys is not None else []
@@ -320,6 +329,8 @@ class Redactor:
             gates.append(re.compile("|".join(re.escape(t) for t in group)))
         object.__setattr__(self, "triggers", triggers)
         object.__setattr__(self, "gates", tuple(gates))
+        one = None if not triggers else re.compile("|".join(re.escape(t) for t in triggers))
+        object.__setattr__(self, "gate", one)
 
     def might_match(self, text: str) -> bool:
         """Cheap pre-check: ``False`` means no pattern and no secret key can match in ``text``.
@@ -330,6 +341,8 @@ class Redactor:
         if self.triggers is None:
             return True
         low = text.lower()
+        if len(low) <= _SHORT_TEXT and self.gate is not None:
+            return self.gate.search(low) is not None
         return any(gate.search(low) is not None for gate in self.gates)
 
     def redact_text(self, text: str) -> str:

@@ -16,10 +16,10 @@ held or rejected instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ._parse import STRICT_DECODER
 from .decision import HELD, REJECTED, SELECTED, RouteDecision
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "changed",
     "label",
     "stored_context",
+    "stored_context_text",
 ]
 
 #: Example decisions kept per cell and per counter.
@@ -102,19 +103,25 @@ def label(decision: RouteDecision | Verdict) -> str:
 _EXPLANATION: Final = '"explanation":{'
 _CONTEXT: Final = '"context":'
 _DECISION_ID: Final = '"decision_id":'
-_DECODER: Final = json.JSONDecoder()
+#: The key after ``context`` in a canonical explanation (keys sorted).
+_AFTER_CONTEXT: Final = ',"eligible_account_ids":'
 
 
-def stored_context(text: str) -> tuple[str, Any] | None:
-    """The context a stored audit payload carries, read straight from its canonical text:
-    ``(the context's own canonical text, its JSON value)``, or ``None`` when the text does not
-    look like a stored decision (the caller then parses the whole payload).
+def stored_context_text(text: str) -> str | None:
+    """The canonical text of the context a stored audit payload carries, found without parsing
+    it, or ``None`` when the text does not look like a stored decision (the caller then parses
+    the whole payload).
 
     A stored payload is RFC 8785 text: keys are sorted and every quote inside a string is
     escaped, so ``"context":`` can only be a key, and the first one after a decision's
     ``"explanation":{`` (whose earlier keys are ``conflicting_policy_ids`` and ``considered``)
     is that decision's context, in a shadow record (``proposed``) and in a plain decision
-    alike. Skipping the rest is what makes replaying a long chain affordable.
+    alike; the context runs to the explanation's next key, ``eligible_account_ids``, whose
+    ``,"`` cannot occur inside a string either. Only a context nested in a way no context is
+    (the key again inside it) could end elsewhere; then the text returned is a proper prefix of
+    the value, which is never JSON on its own, so parsing it (as :func:`stored_context` does,
+    and a reader must before trusting it) tells. Skipping the rest is what makes replaying a
+    long chain affordable; a replay that has seen a context's text already need not parse it.
     """
     i = text.find(_EXPLANATION)
     if i < 0 or text.rfind(_DECISION_ID, 0, i) < 0:
@@ -123,11 +130,20 @@ def stored_context(text: str) -> tuple[str, Any] | None:
     if j < 0:
         return None
     start = j + len(_CONTEXT)
+    end = text.find(_AFTER_CONTEXT, start)
+    return None if end < 0 else text[start:end]
+
+
+def stored_context(text: str) -> tuple[str, Any] | None:
+    """:func:`stored_context_text` and its JSON value (read strictly: no duplicate keys), or
+    ``None`` when either is missing."""
+    found = stored_context_text(text)
+    if found is None:
+        return None
     try:
-        doc, end = _DECODER.raw_decode(text, start)
+        return found, STRICT_DECODER.decode(found)
     except (ValueError, RecursionError):
         return None
-    return text[start:end], doc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
