@@ -245,3 +245,48 @@ def test_a_bad_line_among_quick_lines_prints_and_records_nothing(tmp_path: Path)
         snapshot = PolicyStore(conn).load().snapshot
     decisions = explain_batch([RouteContext.from_dict(json.loads(x)) for x in lines], snapshot)
     assert done.stdout == _want(decisions, Freshness.live())
+
+
+class _FullDisk(io.FileIO):
+    def write(self, b: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("failing", ["records", "output"])
+def test_a_spool_on_a_full_disk_records_nothing_and_prints_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    # The spools buffer a megabyte: a small batch reaches the disk only when they are flushed.
+    # That has to happen before the records are committed, so a full disk under either spool
+    # fails the batch with one line, nothing recorded, nothing printed (the review's case).
+    from click.testing import CliRunner
+
+    from rensei_routing.cli import cli
+
+    home = tmp_path / "h"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["init", "--home", str(home)]).exit_code == 0
+    saved = runner.invoke(cli, ["policy", "save", str(POLICIES), "--home", str(home)])
+    assert saved.exit_code == 0
+    lines = (EXAMPLES / "contexts.jsonl").read_text(encoding="utf-8").splitlines() * 20
+    source = tmp_path / "b.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    real, made = batch._spool, []
+
+    def spool() -> Any:
+        made.append(1)
+        # The records spool is made first; the output's first segment with the first lines.
+        if len(made) == (1 if failing == "records" else 2):
+            fd, name = tempfile.mkstemp(dir=tmp_path)
+            os.unlink(name)
+            return io.BufferedRandom(_FullDisk(fd, "r+b"), batch._BUFFER)
+        return real()
+
+    monkeypatch.setattr(batch, "_spool", spool)
+    out = runner.invoke(cli, ["explain-batch", str(source), "--record", "--home", str(home)])
+    assert out.exit_code == 3, out.output
+    assert out.stdout == ""
+    assert "No space left on device" in out.stderr
+    assert "Traceback" not in out.stderr
+    with AuditLog.open(Home(home)) as log:
+        assert log.count() == 0

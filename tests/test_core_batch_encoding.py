@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rensei_routing.core.context as context_module
+import rensei_routing.core._quick as quick_module
 from rensei_routing.core._quick import quick_context
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.chain import encode_payload
@@ -31,12 +31,12 @@ from .strategies import context_dicts, policy_dicts
 
 def _general(doc: Any) -> RouteContext:
     """``from_dict`` with the quick reader switched off."""
-    saved = context_module.quick_context
-    context_module.quick_context = lambda data, vocabulary: None  # type: ignore[assignment]
+    saved = quick_module.quick_context
+    quick_module.quick_context = lambda data, vocabulary: None  # type: ignore[assignment]
     try:
         return RouteContext.from_dict(doc)
     finally:
-        context_module.quick_context = saved
+        quick_module.quick_context = saved
 
 
 _JSON = st.recursive(

@@ -262,6 +262,17 @@ def test_a_rehashed_record_the_strict_rules_refuse_is_unparseable(column: int, v
     assert again == result
 
 
+def test_an_empty_recorded_at_is_no_timestamp_on_the_first_record_either() -> None:
+    # The walk checks a batch's shared timestamp once; before any timestamp had been seen, an
+    # empty one passed for "the same as the last" (found in review).
+    for start in (0, 3):
+        rows = _relinked(_rows(6), start, 1, "")
+        result = verify_chain(
+            rows[start:] if start else rows, start_seq=start, start_hash=rows[start][2]
+        )
+        assert (result.first_broken_seq, result.reason) == (start, "unparseable-record"), result
+
+
 def test_a_malformed_start_hash_is_unparseable_even_when_the_first_row_links_to_it() -> None:
     rows = _relinked(_rows(3), 0, 2, "sha256:XYZ")
     result = verify_chain(rows, start_hash="sha256:XYZ")

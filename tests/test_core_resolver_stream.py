@@ -277,3 +277,46 @@ def test_a_stream_over_every_combination_decides_as_each_alone() -> None:
         alone = [explain(c, snapshot, trace=trace) for c in contexts]
         assert explain_batch(contexts, snapshot, trace=trace) == alone
         assert len({(d.policy_id, d.effective_model, d.reason) for d in alone}) > 10
+
+
+def test_threads_reading_fresh_decisions_at_once_all_see_the_whole_explanation() -> None:
+    import sys
+    import threading
+
+    snapshot = _snapshot(
+        [
+            {"id": f"p{i}", "priority": i, "match": {"repo_ids": ["acme/app"]}, "action": {}}
+            for i in range(6)
+        ]
+        + [{"id": "other", "match": {"roles": ["reviewer"]}, "action": {}}]
+    )
+    ctx = RouteContext.from_dict({"repo": "acme/app", "principal_id": "implementer"})
+    want = [c.to_dict() for c in explain(ctx, snapshot, trace="full").explanation.considered]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(30):
+            decisions = explain_batch([ctx] * 20, snapshot, trace="full")
+            seen: list[Any] = []
+            errors: list[BaseException] = []
+
+            def read(
+                decisions: list[RouteDecision], seen: list[Any], errors: list[BaseException]
+            ) -> None:
+                try:
+                    for d in decisions:
+                        seen.append([c.to_dict() for c in d.explanation.considered])
+                except BaseException as e:
+                    errors.append(e)
+
+            threads = [
+                threading.Thread(target=read, args=(decisions, seen, errors)) for _ in range(4)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            assert len(seen) == 80 and all(s == want for s in seen)
+    finally:
+        sys.setswitchinterval(interval)

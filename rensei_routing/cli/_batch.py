@@ -17,6 +17,7 @@ not twice the output.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import struct
@@ -73,6 +74,21 @@ def _write(f: IO[bytes], data: bytes) -> None:
         raise OutputError(f"cannot write a temporary file: {e.strerror or e}") from e
 
 
+def _discard(f: IO[bytes]) -> None:
+    """Close a spool whose content is no longer needed: a buffer it could not write out (the
+    error that ended the batch) is dropped with it, not raised a second time."""
+    with contextlib.suppress(OSError):
+        f.close()
+
+
+def _flush(f: IO[bytes]) -> None:
+    """Write out what ``f``'s buffer holds (a full disk shows here, not later)."""
+    try:
+        f.flush()
+    except OSError as e:
+        raise OutputError(f"cannot write a temporary file: {e.strerror or e}") from e
+
+
 class _OutputSpool:
     """The printable output lines, in order, in a series of anonymous temporary files.
 
@@ -118,6 +134,16 @@ class _OutputSpool:
             _write(f, data)
             self._size += len(data)
 
+    def flush(self) -> None:
+        """Write out the last file's buffer, so every line is on disk before anything is
+        recorded: a temporary file that cannot take them fails the batch here.
+
+        Raises:
+            OutputError: a temporary file cannot be written.
+        """
+        if self._files:
+            _flush(self._files[-1])
+
     def publish(self) -> None:
         """Copy the spooled lines to stdout, closing each file once it is copied.
 
@@ -130,12 +156,12 @@ class _OutputSpool:
                 f.seek(0)
                 emit_file(f)
             finally:
-                f.close()
+                _discard(f)
 
     def close(self) -> None:
         """Drop whatever is still spooled (nothing is printed)."""
         while self._files:
-            self._files.pop().close()
+            _discard(self._files.pop())
 
 
 def _unbuffered(f: IO[bytes]) -> IO[bytes]:
@@ -209,7 +235,9 @@ def _run(
     written: LineMemo = {}
     with ExitStack() as stack:
         out = stack.enter_context(_OutputSpool())
-        records = None if home is None else stack.enter_context(_spool())
+        records = None if home is None else _spool()
+        if records is not None:
+            stack.callback(_discard, records)
         # One resolver stream for the whole input, so what repeats across it (candidate
         # lookups, model steps, redaction checks) is worked out once, not once a chunk.
         stream = explain_iter(
@@ -233,6 +261,10 @@ def _run(
                     else:
                         data = stamped.canonical()
                     _write(records, _LEN.pack(len(data)) + data)
+        # Both spools wholly written before the one step that cannot be undone (the commit).
+        out.flush()
+        if records is not None:
+            _flush(records)
         if home is not None and records is not None:
             _record(home, _spooled(records))
         out.publish()

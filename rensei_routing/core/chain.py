@@ -434,7 +434,7 @@ def _walk(
     parse = p.STRICT_DECODER.decode
     sha256 = hashlib.sha256
     escape = _e
-    stamp = ""  # the last recorded_at found valid: a batch shares one, checked once
+    stamp: str | None = None  # the last recorded_at found valid: a batch shares one
     # The fast path below needs ``prev`` well formed: equal to it, ``prev_hash`` is too.
     linked = _HASH.fullmatch(prev) is not None
     for row in rows:

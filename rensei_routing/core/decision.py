@@ -245,10 +245,13 @@ class Explanation(_ExplanationFields):
         """The policies as the resolver saw them, best first."""
         considered = self._considered
         if considered is None:
-            assert self._source is not None
-            considered = self._source.considered(
-                self.context, self._keys, self._matched, self._last
-            )
+            source = self._source
+            if source is None:  # another thread built it between the two reads
+                considered = self._considered
+                assert considered is not None
+                return considered
+            considered = source.considered(self.context, self._keys, self._matched, self._last)
+            # ``_considered`` first: a reader that then finds no source finds the list.
             object.__setattr__(self, "_considered", considered)
             object.__setattr__(self, "_source", None)
         return considered
@@ -455,10 +458,9 @@ class RouteDecision(_DecisionFields):
                 self._matched,
                 self._last,
             )
+            # The parts stay: a thread reading them while another builds must see them whole
+            # (both build the same value; the last store wins, and either is correct).
             object.__setattr__(self, "_explanation", explanation)
-            object.__setattr__(self, "_source", None)
-            object.__setattr__(self, "_keys", ())
-            object.__setattr__(self, "_matched", ())
         return explanation
 
     def _values(self) -> tuple[Any, ...]:
