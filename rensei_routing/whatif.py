@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from .core._parse import STRICT_DECODER
+from .core._quick import Memo, quick_context
 from .core.chain import AuditRecord
 from .core.context import RouteContext
 from .core.policy import PolicySnapshot
@@ -137,6 +138,7 @@ def _contexts(
     (a payload that was not canonical) is replaced by the parsed context's canonical text."""
     taken = 0
     parsed: OrderedDict[str, RouteContext] = OrderedDict()
+    memo: Memo = {}
     for record in log.records(newest_first=limit is not None):
         if limit is not None and taken >= limit:
             return
@@ -158,7 +160,9 @@ def _contexts(
                         doc, key = context_of(record.payload), ""
                         if doc is None:
                             raise InputError("no context") from None
-                context = RouteContext.from_dict(
+                # The quick reader with a memo shares the pieces that repeat across the chain
+                # (accounts, routes); the general reader names the field of a bad context.
+                context = quick_context(doc, vocabulary, memo) or RouteContext.from_dict(
                     doc, path=f"audit[{record.seq}].context", vocabulary=vocabulary
                 )
                 key = key or context.canonical().decode("utf-8")
