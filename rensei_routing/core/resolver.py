@@ -5,10 +5,10 @@ the immutable snapshot). Total: for any context and snapshot built by ``from_dic
 outcome, including a corrupt snapshot and a tie between policies, is a typed decision with a
 reason code, never an exception.
 
-Candidate policies are found through a per-snapshot index: for each match dimension, a bitmask
-of the policies whose set is empty (matches anything) and one per value. Bits are numbered in
-rank order ``(rung, -priority, id)``, so the lowest set bit of the intersection is the winner,
-and the cost of a decision grows with the policies that could match it, not with the snapshot.
+Candidate policies are found through a per-snapshot bitmask index (:mod:`.index`), so the cost
+of a decision grows with the policies that could match it, not with the snapshot. What repeats
+across one call (candidates, model steps, account judgements, redaction checks) is kept in the
+call's bounded memos (:class:`_Call`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from .decision import (
     LEGACY_RUNG,
     LITERAL_FAMILY_INCOMPATIBLE,
     LITERAL_FAMILY_UNSATISFIABLE,
-    MATCHED,
     MATCHED_POLICY,
     MODEL_NOT_ALLOWED,
     NO_ELIGIBLE_ACCOUNT,
@@ -34,19 +33,9 @@ from .decision import (
     NO_POLICY_APPLIES,
     NOT_CONFIGURED,
     NOT_IN_POOL,
-    OUTRANKED,
     POLICY_CONFLICT,
-    POLICY_DISABLED,
-    PRINCIPAL_NOT_IN_SET,
     PROVIDER_LOCK_MISMATCH,
     REJECTED,
-    REPO_CLASS_NOT_IN_SET,
-    REPO_IDENTITY_NOT_CANONICAL,
-    REPO_NOT_IN_SET,
-    REQUEST_FACE_NOT_IN_SET,
-    REQUIREMENT_NOT_IN_SET,
-    ROLE_NOT_CANONICAL,
-    ROLE_NOT_IN_SET,
     SELECTED,
     SNAPSHOT_STATES,
     SNAPSHOT_UNAVAILABLE,
@@ -54,21 +43,17 @@ from .decision import (
     SOURCE_MANAGED,
     SOURCE_NONE,
     STATE_CORRUPT,
-    ConsideredPolicy,
     RejectedAccount,
     RouteDecision,
     decision_of,
 )
 from .ids import MEMO_LIMIT, ScanMemo, _decision_id, decision_id
+from .index import ALL, Compiled, TraceSource, compile_index, context_keys
 from .policy import (
-    MATCH_DIMENSIONS,
     PolicySnapshot,
     RoutingAction,
     RoutingPolicy,
     account_key,
-    dimension_index,
-    policy_canonical,
-    rank_key,
 )
 from .redact import DEFAULT_REDACTOR, Redactor
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
@@ -87,190 +72,11 @@ Trace = Literal["auto", "full", "compact"]
 #: Under ``trace="auto"``, snapshots with at most this many policies get a full per-policy trace.
 FULL_TRACE_LIMIT: Final = 256
 
-#: "No limit" for candidate lookups (more than any snapshot holds).
-_ALL: Final = 1 << 62
 #: Candidates read first under a compact trace: the winners and their ties, then
 #: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
 _FIRST_LOOK: Final = COMPACT_RIVALS + 4
 
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
-
-
-def _context_keys(ctx: RouteContext) -> tuple[Any, ...]:
-    """The value a context presents on each match dimension (``None`` = nothing to join)."""
-    repo = ctx.repo
-    requirement = ctx.model_requirement
-    return (
-        repo.value if repo is not None and repo.canonical else None,
-        ctx.repo_class,
-        ctx.role,
-        None if ctx.principal_id is None else ctx.principal_id.lower(),
-        None if requirement is None else requirement.key,
-        ctx.request_face,
-    )
-
-
-def _mismatch(policy: RoutingPolicy, ctx: RouteContext, keys: tuple[Any, ...]) -> str | None:
-    """The first dimension on which ``policy`` fails ``ctx`` (SEMANTICS order), or ``None``."""
-    if not policy.enabled:
-        return POLICY_DISABLED
-    m = policy.match
-    repo, repo_class, role, principal, requirement, face = keys
-    if m.repo_ids:
-        if repo is None:
-            return REPO_IDENTITY_NOT_CANONICAL
-        if repo not in m.repo_ids:
-            return REPO_NOT_IN_SET
-    if m.repo_classes and repo_class not in m.repo_classes:
-        return REPO_CLASS_NOT_IN_SET
-    if m.roles:
-        if role is None:
-            return ROLE_NOT_CANONICAL
-        if role not in m.roles:
-            return ROLE_NOT_IN_SET
-    if m.principal_ids and principal not in m.principal_ids:
-        return PRINCIPAL_NOT_IN_SET
-    if m.model_requirements and requirement not in m.match_keys():
-        return REQUIREMENT_NOT_IN_SET
-    if m.request_faces and face not in m.request_faces:
-        return REQUEST_FACE_NOT_IN_SET
-    return None
-
-
-class _Group:
-    """Policies sharing one repo id (or naming none), bit-indexed on the other five dimensions.
-
-    Local bit ``i`` stands for global rank position ``members[i]``; members are in rank order,
-    so local bit order is rank order too.
-    """
-
-    __slots__ = ("enabled", "lookup", "members", "wild")
-
-    def __init__(self, members: Sequence[int], policies: Sequence[RoutingPolicy]) -> None:
-        self.members = tuple(members)
-        self.enabled = 0
-        group = [policies[pos] for pos in self.members]
-        for bit, policy in enumerate(group):
-            if policy.enabled:
-                self.enabled |= 1 << bit
-        self.wild, self.lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
-
-    def matched(self, keys: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
-        """Global positions of the first ``limit`` (best) enabled members matching ``keys`` on
-        dimensions 2..6, and how many match in all."""
-        mask = self.enabled
-        wild, lookup = self.wild, self.lookup
-        for dim in range(5):
-            key = keys[dim + 1]
-            mask &= wild[dim] if key is None else lookup[dim].get(key, wild[dim])
-            if not mask:
-                return [], 0
-        members = self.members
-        out = []
-        count = mask.bit_count()
-        for _ in range(min(count, limit)):
-            low = mask & -mask
-            out.append(members[low.bit_length() - 1])
-            mask ^= low
-        return out, count
-
-
-class _Compiled:
-    """A snapshot's policies in rank order, indexed for candidate lookup.
-
-    Policies naming no repo form one group; the policies naming each repo id form another,
-    built on first use. A context consults at most two small groups, so the cost of a
-    decision follows the policies that could match it, not the size of the snapshot.
-    """
-
-    __slots__ = ("_considered", "_groups", "by_repo", "levels", "open", "policies")
-
-    def __init__(self, snapshot: PolicySnapshot) -> None:
-        ranked = sorted(snapshot.policies, key=rank_key)
-        # Equal rank keys only happen with duplicate ids (an invalid set that still reached
-        # us); order those by their bytes so the snapshot's own order never matters.
-        i = 0
-        while i < len(ranked):
-            j = i + 1
-            while j < len(ranked) and rank_key(ranked[j]) == rank_key(ranked[i]):
-                j += 1
-            if j - i > 1:
-                ranked[i:j] = sorted(ranked[i:j], key=policy_canonical)
-            i = j
-        self.policies: tuple[RoutingPolicy, ...] = tuple(ranked)
-        self.levels: tuple[tuple[int, int], ...] = tuple(
-            (rank_key(pol)[0], pol.priority) for pol in ranked
-        )
-        self.by_repo: dict[str, list[int]] = {}
-        open_members = []
-        for pos, pol in enumerate(ranked):
-            if not pol.match.repo_ids:
-                open_members.append(pos)
-            for repo in pol.match.repo_ids:
-                self.by_repo.setdefault(repo, []).append(pos)
-        self.open = _Group(open_members, self.policies)
-        self._groups: dict[str, _Group] = {}
-        self._considered: dict[tuple[int, str], ConsideredPolicy] = {}
-
-    def considered(self, pos: int, reason: str) -> ConsideredPolicy:
-        """The (shared, immutable) trace entry for policy ``pos`` with ``reason``."""
-        entry = self._considered.get((pos, reason))
-        if entry is None:
-            rung, priority = self.levels[pos]
-            entry = ConsideredPolicy(
-                policy_id=self.policies[pos].id,
-                precedence_level=rung,
-                priority=priority,
-                matched=reason in (MATCHED, OUTRANKED),
-                reason=reason,
-            )
-            self._considered[(pos, reason)] = entry
-        return entry
-
-    def candidates(
-        self,
-        keys: tuple[Any, ...],
-        limit: int = _ALL,
-        memo: dict[tuple[Any, ...], tuple[Sequence[int], int]] | None = None,
-    ) -> tuple[Sequence[int], int]:
-        """Rank positions, best first, of the first ``limit`` enabled policies matching on
-        every dimension, and how many match in all. ``memo`` (one per ``limit``) keeps the
-        open group's answers by the five dimensions it is indexed on, which repeat across a
-        batch far more than whole contexts do."""
-        found: Sequence[int]
-        if memo is None:
-            found, count = self.open.matched(keys, limit)
-        else:
-            rest = keys[1:]
-            hit = memo.get(rest)
-            if hit is None:
-                if len(memo) >= MEMO_LIMIT:
-                    memo.clear()
-                opened, total = self.open.matched(keys, limit)
-                hit = memo[rest] = (tuple(opened), total)
-            found, count = hit
-        repo = keys[0]
-        if repo is not None:
-            group = self._groups.get(repo)
-            if group is None:
-                members = self.by_repo.get(repo)
-                if members is None:
-                    return found, count
-                group = self._groups[repo] = _Group(members, self.policies)
-            extra, more = group.matched(keys, limit)
-            if extra:
-                found = sorted([*found, *extra])[:limit] if found else extra
-                count += more
-        return found, count
-
-
-def _compiled(snapshot: PolicySnapshot) -> _Compiled:
-    compiled = snapshot._compiled
-    if compiled is None:
-        compiled = _Compiled(snapshot)
-        object.__setattr__(snapshot, "_compiled", compiled)
-    assert isinstance(compiled, _Compiled)
-    return compiled
 
 
 def _lane(
@@ -322,14 +128,14 @@ class _Call:
         vocabulary: Vocabulary,
         full: bool,
         redactor: Redactor,
-        compiled: _Compiled,
+        compiled: Compiled,
     ) -> None:
         self.state = state
         self.vocabulary = vocabulary
         self.full = full
         self.redactor = redactor
         self.memo = ScanMemo(redactor)
-        self.trace_source = _TraceSource(compiled, full)
+        self.trace_source = TraceSource(compiled, full)
         self.open_matches: dict[tuple[Any, ...], tuple[Sequence[int], int]] = {}
         self.model_steps: dict[
             tuple[int, str, str], tuple[str | None, tuple[str, str] | None, frozenset[str] | None]
@@ -490,7 +296,7 @@ def _judge_accounts(
 
 
 def _resolve(
-    ctx: RouteContext, snapshot: PolicySnapshot, compiled: _Compiled, call: _Call
+    ctx: RouteContext, snapshot: PolicySnapshot, compiled: Compiled, call: _Call
 ) -> RouteDecision:
     state = call.state
     policy_id = account_id = binding = model = None
@@ -501,20 +307,20 @@ def _resolve(
     conflicting: tuple[str, ...] = ()
     unlisted = beyond = 0
     # What the explanation's trace is built from on first read (no source: nothing listed).
-    trace_source: _TraceSource | None = None
+    trace_source: TraceSource | None = None
     keys: tuple[Any, ...] = ()
     listed: tuple[int, ...] = ()
     last = -1
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
     else:
-        keys = _context_keys(ctx)
+        keys = context_keys(ctx)
         policies = compiled.policies
         levels = compiled.levels
         full_trace = call.full
         # A compact trace reads only the first candidates (and counts the rest) unless ties
         # fill the first look; a full one reads them all.
-        limit = first_look = _ALL if full_trace else _FIRST_LOOK
+        limit = first_look = ALL if full_trace else _FIRST_LOOK
         while True:
             matched, total = compiled.candidates(
                 keys, limit, call.open_matches if limit == first_look else None
@@ -528,7 +334,7 @@ def _resolve(
                     winners += 1
             if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
                 break
-            limit = _ALL
+            limit = ALL
         if not full_trace:
             unlisted = len(policies) - total
             # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
@@ -603,47 +409,17 @@ def _resolve(
     )
 
 
-class _TraceSource:
-    """Builds the ``considered`` list of one call's explanations on first read."""
-
-    __slots__ = ("compiled", "full")
-
-    def __init__(self, compiled: _Compiled, full: bool) -> None:
-        self.compiled = compiled
-        self.full = full
-
-    def considered(
-        self, context: RouteContext, keys: tuple[Any, ...], matched: tuple[int, ...], last: int
-    ) -> tuple[ConsideredPolicy, ...]:
-        compiled = self.compiled
-        # Winners are the matched positions up to and including the last winner.
-        if not self.full:
-            return tuple(
-                compiled.considered(pos, MATCHED if pos <= last else OUTRANKED) for pos in matched
-            )
-        found = set(matched)
-        out = []
-        for pos, policy in enumerate(compiled.policies):
-            if pos in found:
-                reason = MATCHED if pos <= last else OUTRANKED
-            else:
-                # The index said no: the first failing dimension says why.
-                reason = _mismatch(policy, context, keys) or POLICY_DISABLED
-            out.append(compiled.considered(pos, reason))
-        return tuple(out)
-
-
 def _start(
     snapshot: PolicySnapshot,
     snapshot_state: str,
     vocabulary: Vocabulary,
     trace: Trace,
     redactor: Redactor,
-) -> tuple[_Compiled, _Call]:
+) -> tuple[Compiled, _Call]:
     """The snapshot's index and what one call fixes for all its decisions."""
     # Totality: an unknown state string is treated as the worst case, never as "ok".
     state = snapshot_state if snapshot_state in SNAPSHOT_STATES else STATE_CORRUPT
-    compiled = _compiled(snapshot)
+    compiled = compile_index(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
     return compiled, _Call(state, vocabulary, full, redactor, compiled)
 

@@ -1,0 +1,251 @@
+"""A snapshot's policies indexed for the resolver: candidate lookup by bitmask, and the
+per-policy trace built from it. Pure: no I/O, no clock; the index is a function of the
+immutable snapshot, kept on it (``PolicySnapshot._compiled``) once built.
+
+For each match dimension, a bitmask of the policies whose set is empty (matches anything) and
+one per value. Bits are numbered in rank order ``(rung, -priority, id)``, so the lowest set bit
+of the intersection is the winner, and the cost of a decision grows with the policies that
+could match it, not with the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from .context import RouteContext
+from .decision import (
+    MATCHED,
+    OUTRANKED,
+    POLICY_DISABLED,
+    PRINCIPAL_NOT_IN_SET,
+    REPO_CLASS_NOT_IN_SET,
+    REPO_IDENTITY_NOT_CANONICAL,
+    REPO_NOT_IN_SET,
+    REQUEST_FACE_NOT_IN_SET,
+    REQUIREMENT_NOT_IN_SET,
+    ROLE_NOT_CANONICAL,
+    ROLE_NOT_IN_SET,
+    ConsideredPolicy,
+)
+from .ids import MEMO_LIMIT
+from .policy import (
+    MATCH_DIMENSIONS,
+    PolicySnapshot,
+    RoutingPolicy,
+    dimension_index,
+    policy_canonical,
+    rank_key,
+)
+
+__all__ = ["ALL", "Compiled", "TraceSource", "compile_index", "context_keys"]
+
+#: "No limit" for candidate lookups (more than any snapshot holds).
+ALL: Final = 1 << 62
+
+
+def context_keys(ctx: RouteContext) -> tuple[Any, ...]:
+    """The value a context presents on each match dimension (``None`` = nothing to join)."""
+    repo = ctx.repo
+    requirement = ctx.model_requirement
+    return (
+        repo.value if repo is not None and repo.canonical else None,
+        ctx.repo_class,
+        ctx.role,
+        None if ctx.principal_id is None else ctx.principal_id.lower(),
+        None if requirement is None else requirement.key,
+        ctx.request_face,
+    )
+
+
+def _mismatch(policy: RoutingPolicy, ctx: RouteContext, keys: tuple[Any, ...]) -> str | None:
+    """The first dimension on which ``policy`` fails ``ctx`` (SEMANTICS order), or ``None``."""
+    if not policy.enabled:
+        return POLICY_DISABLED
+    m = policy.match
+    repo, repo_class, role, principal, requirement, face = keys
+    if m.repo_ids:
+        if repo is None:
+            return REPO_IDENTITY_NOT_CANONICAL
+        if repo not in m.repo_ids:
+            return REPO_NOT_IN_SET
+    if m.repo_classes and repo_class not in m.repo_classes:
+        return REPO_CLASS_NOT_IN_SET
+    if m.roles:
+        if role is None:
+            return ROLE_NOT_CANONICAL
+        if role not in m.roles:
+            return ROLE_NOT_IN_SET
+    if m.principal_ids and principal not in m.principal_ids:
+        return PRINCIPAL_NOT_IN_SET
+    if m.model_requirements and requirement not in m.match_keys():
+        return REQUIREMENT_NOT_IN_SET
+    if m.request_faces and face not in m.request_faces:
+        return REQUEST_FACE_NOT_IN_SET
+    return None
+
+
+class _Group:
+    """Policies sharing one repo id (or naming none), bit-indexed on the other five dimensions.
+
+    Local bit ``i`` stands for global rank position ``members[i]``; members are in rank order,
+    so local bit order is rank order too.
+    """
+
+    __slots__ = ("enabled", "lookup", "members", "wild")
+
+    def __init__(self, members: Sequence[int], policies: Sequence[RoutingPolicy]) -> None:
+        self.members = tuple(members)
+        self.enabled = 0
+        group = [policies[pos] for pos in self.members]
+        for bit, policy in enumerate(group):
+            if policy.enabled:
+                self.enabled |= 1 << bit
+        self.wild, self.lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
+
+    def matched(self, keys: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
+        """Global positions of the first ``limit`` (best) enabled members matching ``keys`` on
+        dimensions 2..6, and how many match in all."""
+        mask = self.enabled
+        wild, lookup = self.wild, self.lookup
+        for dim in range(5):
+            key = keys[dim + 1]
+            mask &= wild[dim] if key is None else lookup[dim].get(key, wild[dim])
+            if not mask:
+                return [], 0
+        members = self.members
+        out = []
+        count = mask.bit_count()
+        for _ in range(min(count, limit)):
+            low = mask & -mask
+            out.append(members[low.bit_length() - 1])
+            mask ^= low
+        return out, count
+
+
+class Compiled:
+    """A snapshot's policies in rank order, indexed for candidate lookup.
+
+    Policies naming no repo form one group; the policies naming each repo id form another,
+    built on first use. A context consults at most two small groups, so the cost of a
+    decision follows the policies that could match it, not the size of the snapshot.
+    """
+
+    __slots__ = ("_considered", "_groups", "by_repo", "levels", "open", "policies")
+
+    def __init__(self, snapshot: PolicySnapshot) -> None:
+        ranked = sorted(snapshot.policies, key=rank_key)
+        # Equal rank keys only happen with duplicate ids (an invalid set that still reached
+        # us); order those by their bytes so the snapshot's own order never matters.
+        i = 0
+        while i < len(ranked):
+            j = i + 1
+            while j < len(ranked) and rank_key(ranked[j]) == rank_key(ranked[i]):
+                j += 1
+            if j - i > 1:
+                ranked[i:j] = sorted(ranked[i:j], key=policy_canonical)
+            i = j
+        self.policies: tuple[RoutingPolicy, ...] = tuple(ranked)
+        self.levels: tuple[tuple[int, int], ...] = tuple(
+            (rank_key(pol)[0], pol.priority) for pol in ranked
+        )
+        self.by_repo: dict[str, list[int]] = {}
+        open_members = []
+        for pos, pol in enumerate(ranked):
+            if not pol.match.repo_ids:
+                open_members.append(pos)
+            for repo in pol.match.repo_ids:
+                self.by_repo.setdefault(repo, []).append(pos)
+        self.open = _Group(open_members, self.policies)
+        self._groups: dict[str, _Group] = {}
+        self._considered: dict[tuple[int, str], ConsideredPolicy] = {}
+
+    def considered(self, pos: int, reason: str) -> ConsideredPolicy:
+        """The (shared, immutable) trace entry for policy ``pos`` with ``reason``."""
+        entry = self._considered.get((pos, reason))
+        if entry is None:
+            rung, priority = self.levels[pos]
+            entry = ConsideredPolicy(
+                policy_id=self.policies[pos].id,
+                precedence_level=rung,
+                priority=priority,
+                matched=reason in (MATCHED, OUTRANKED),
+                reason=reason,
+            )
+            self._considered[(pos, reason)] = entry
+        return entry
+
+    def candidates(
+        self,
+        keys: tuple[Any, ...],
+        limit: int = ALL,
+        memo: dict[tuple[Any, ...], tuple[Sequence[int], int]] | None = None,
+    ) -> tuple[Sequence[int], int]:
+        """Rank positions, best first, of the first ``limit`` enabled policies matching on
+        every dimension, and how many match in all. ``memo`` (one per ``limit``) keeps the
+        open group's answers by the five dimensions it is indexed on, which repeat across a
+        batch far more than whole contexts do."""
+        found: Sequence[int]
+        if memo is None:
+            found, count = self.open.matched(keys, limit)
+        else:
+            rest = keys[1:]
+            hit = memo.get(rest)
+            if hit is None:
+                if len(memo) >= MEMO_LIMIT:
+                    memo.clear()
+                opened, total = self.open.matched(keys, limit)
+                hit = memo[rest] = (tuple(opened), total)
+            found, count = hit
+        repo = keys[0]
+        if repo is not None:
+            group = self._groups.get(repo)
+            if group is None:
+                members = self.by_repo.get(repo)
+                if members is None:
+                    return found, count
+                group = self._groups[repo] = _Group(members, self.policies)
+            extra, more = group.matched(keys, limit)
+            if extra:
+                found = sorted([*found, *extra])[:limit] if found else extra
+                count += more
+        return found, count
+
+
+def compile_index(snapshot: PolicySnapshot) -> Compiled:
+    compiled = snapshot._compiled
+    if compiled is None:
+        compiled = Compiled(snapshot)
+        object.__setattr__(snapshot, "_compiled", compiled)
+    assert isinstance(compiled, Compiled)
+    return compiled
+
+
+class TraceSource:
+    """Builds the ``considered`` list of one call's explanations on first read."""
+
+    __slots__ = ("compiled", "full")
+
+    def __init__(self, compiled: Compiled, full: bool) -> None:
+        self.compiled = compiled
+        self.full = full
+
+    def considered(
+        self, context: RouteContext, keys: tuple[Any, ...], matched: tuple[int, ...], last: int
+    ) -> tuple[ConsideredPolicy, ...]:
+        compiled = self.compiled
+        # Winners are the matched positions up to and including the last winner.
+        if not self.full:
+            return tuple(
+                compiled.considered(pos, MATCHED if pos <= last else OUTRANKED) for pos in matched
+            )
+        found = set(matched)
+        out = []
+        for pos, policy in enumerate(compiled.policies):
+            if pos in found:
+                reason = MATCHED if pos <= last else OUTRANKED
+            else:
+                # The index said no: the first failing dimension says why.
+                reason = _mismatch(policy, context, keys) or POLICY_DISABLED
+            out.append(compiled.considered(pos, reason))
+        return tuple(out)
