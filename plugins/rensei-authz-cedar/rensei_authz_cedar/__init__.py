@@ -16,13 +16,32 @@ Registers one authorizer (``cedar``) and one snapshot validator (``cedar-policie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rensei_routing import hookimpl
 from rensei_routing.core.authz import Authorizer
 from rensei_routing.core.validators import SnapshotValidator
 
-from .engine import bundle_problems, prepare
+if TYPE_CHECKING:
+    from .engine import CedarDecider
+
+
+# The engine (and cedarpy, ~12 ms to import) is loaded on the first Cedar question, not when
+# every `rensei` command loads its plugins.
+def prepare(sections: Mapping[str, Any]) -> CedarDecider:
+    """:func:`.engine.prepare`."""
+    from .engine import prepare as engine_prepare
+
+    return engine_prepare(sections)
+
+
+def bundle_problems(sections: Mapping[str, Any]) -> list[str]:
+    """:func:`.engine.bundle_problems`."""
+    from .engine import bundle_problems as engine_bundle_problems
+
+    return engine_bundle_problems(sections)
+
 
 __all__ = ["AUTHORIZER", "VALIDATOR", "register_authorizers", "register_snapshot_validators"]
 

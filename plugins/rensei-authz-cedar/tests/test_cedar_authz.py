@@ -347,3 +347,18 @@ def test_the_benchmark_runs_and_agrees_with_bare_cedar() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.main(["--quick", "--json"]) == 0
+
+
+def test_loading_the_plugin_does_not_import_cedarpy() -> None:
+    # Every `rensei` command loads its plugins; cedarpy is imported on the first Cedar question.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rensei_authz_cedar as p; "
+        "assert 'cedarpy' not in sys.modules, 'imported at load'; "
+        "p.bundle_problems({}); "
+        "assert 'cedarpy' in sys.modules, 'not imported when asked'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
