@@ -291,3 +291,32 @@ def test_record_on_an_uninitialised_home_refuses_before_resolving(
         assert result.exit_code == 1
         assert result.stdout == ""
         assert "rensei init" in result.stderr and "no store" not in result.stderr
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_the_snapshot_leaves_the_collector_as_it_was(
+    runner: CliRunner, tmp_path: Path, enabled: bool
+) -> None:
+    # The CLI pauses CPython's collector while it reads a revision (an edge may; the library
+    # never does) and must leave it as it found it, also when the load fails.
+    import gc
+
+    from rensei_routing.cli._store import collector_paused
+
+    home = str(tmp_path / "h")
+    assert _run(runner, "init", "--home", home).exit_code == 0
+    assert _run(runner, "policy", "save", POLICIES, "--home", home).exit_code == 0
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled() is enabled
+        with pytest.raises(RuntimeError), collector_paused():
+            raise RuntimeError("a failed load")
+        assert gc.isenabled() is enabled
+        out = _run(runner, "explain", str(EXAMPLES / "context.json"), "--home", home)
+        assert out.exit_code == 0 and out.stdout.startswith("selected: matched-policy")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()

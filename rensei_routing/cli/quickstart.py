@@ -39,7 +39,7 @@ from ._inputs import _named, read_document, read_verified_policy_file
 from ._output import emit, printable
 from ._root import CommandError, cli
 from ._session import session
-from ._store import now_rfc3339, open_audit_log, open_policy_store
+from ._store import collector_paused, now_rfc3339, open_audit_log, open_policy_store
 from .audit import verdict_line
 from .host import host_cache, host_status_data, poll_once, snapshot_line, snapshot_service
 from .shadow import read_spawn_lines, record_spawns, render_report
@@ -207,7 +207,7 @@ def _whatif(home: Home, out: _Outcome) -> None:
     issues = validate_policies(proposed.policies, vocabulary=vocabulary)
     if issues:  # a shipped file: a bug, said plainly
         raise CommandError(f"{len(issues)} validation issue(s) in {CANDIDATE_FILE}")
-    with open_policy_store(home.path, write=False) as store:
+    with open_policy_store(home.path, write=False) as store, collector_paused():
         loaded = store.load()
     with open_audit_log(home.path) as log:
         summary = compare_chain(

@@ -24,7 +24,7 @@ from ._inputs import read_verified_policy_file
 from ._output import emit, note, printable
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
-from ._store import open_policy_store
+from ._store import collector_paused, open_policy_store
 from .policy import _issue_line, policy
 from .shadow import since_option
 
@@ -139,7 +139,7 @@ def policy_whatif(
         raise CommandError(f"{len(issues)} validation issue(s) in {candidate}; nothing compared")
     where = Home(home)
     where.info()
-    with open_policy_store(home, write=False) as store:
+    with open_policy_store(home, write=False) as store, collector_paused():
         loaded = store.load()
     if loaded.detail:
         note(f"warning: {loaded.detail}")
