@@ -28,7 +28,7 @@ from rensei_routing.core.redact import (
 from rensei_routing.errors import MalformedError
 from rensei_routing.store.audit import AuditLog
 
-from .strategies import context_dicts
+from .strategies import context_dicts, policy_dicts
 
 RECORDED_AT = "2026-01-02T03:04:05.000000Z"
 TOKEN_A = "ghp_" + "A1b2C3d4" * 5
@@ -231,3 +231,33 @@ def test_the_memo_path_equals_the_whole_preimage_scan(
         ).hexdigest()
     )
     assert decision.decision_id == whole == memo == oracle
+
+
+def _keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value).union(*(_keys(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(v) for v in value))
+    return set()
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(policy_dicts(), max_size=7),
+    context_dicts(),
+    st.sampled_from(["full", "compact"]),
+    st.booleans(),
+)
+def test_record_keys_hold_every_key_a_stamped_record_can_have(
+    docs: list[dict[str, Any]], ctx_doc: dict[str, Any], trace: Any, stale: bool
+) -> None:
+    # The keys a record_may_redact answer skips: a key missing here would be one a plugin's
+    # pattern could match without the pre-check noticing.
+    from rensei_routing.core.freshness import Freshness, StampedDecision
+    from rensei_routing.core.ids import RECORD_KEYS
+
+    snapshot = PolicySnapshot.of([RoutingPolicy.from_dict(d) for d in docs], revision=2)
+    decision = explain(RouteContext.from_dict(ctx_doc), snapshot, trace=trace)
+    stamp = Freshness(ruleset_rev="r2", age_ms=90_000, degraded=True) if stale else Freshness.live()
+    keys = _keys(StampedDecision(decision, stamp).to_dict())
+    assert keys <= set(RECORD_KEYS), keys - set(RECORD_KEYS)

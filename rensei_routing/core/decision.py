@@ -329,7 +329,8 @@ class Explanation(_ExplanationFields):
         return out
 
 
-_DECISION_FIELDS: Final = (
+#: A decision's fields (and its JSON keys), in declaration (and ``to_dict``) order.
+DECISION_FIELDS: Final = (
     "decision_id",
     "outcome",
     "reason",
@@ -352,7 +353,7 @@ class _DecisionFields:
     fields, it keeps what the explanation is made of until the explanation is first read."""
 
     __slots__ = (
-        *_DECISION_FIELDS[:-1],
+        *DECISION_FIELDS[:-1],
         "_explanation",
         "_context",
         "_eligible",
@@ -437,7 +438,7 @@ class RouteDecision(_DecisionFields):
             effective_model,
             explanation,
         )
-        for name, value in zip(_DECISION_FIELDS, values, strict=True):
+        for name, value in zip(DECISION_FIELDS, values, strict=True):
             object.__setattr__(self, "_explanation" if name == "explanation" else name, value)
 
     @property
@@ -498,8 +499,7 @@ class RouteDecision(_DecisionFields):
 
     def __repr__(self) -> str:
         fields = ", ".join(
-            f"{name}={value!r}"
-            for name, value in zip(_DECISION_FIELDS, self._values(), strict=True)
+            f"{name}={value!r}" for name, value in zip(DECISION_FIELDS, self._values(), strict=True)
         )
         return f"RouteDecision({fields})"
 
@@ -840,4 +840,4 @@ def decision_of(
 
 def _decision_from_fields(*values: Any) -> RouteDecision:
     """Unpickling: the fields in declaration order."""
-    return RouteDecision(**dict(zip(_DECISION_FIELDS, values, strict=True)))
+    return RouteDecision(**dict(zip(DECISION_FIELDS, values, strict=True)))

@@ -29,8 +29,8 @@ from typing import Any, Final
 from . import _parse as p
 from .canonical import SHA256_PREFIX, canonical_bytes
 from .canonical import json_string as _s
-from .context import RouteContext
-from .decision import RouteDecision
+from .context import CONTEXT_FIELDS, RouteContext
+from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
 from .redact import DEFAULT_REDACTOR, Redactor
 
 __all__ = [
@@ -164,22 +164,11 @@ class ScanMemo:
         )
 
 
-#: Every object key a stamped decision record can hold (checked once per memo).
+#: Every object key a stamped decision record can hold (checked once per memo): the decision's,
+#: its explanation's, its context's and theirs (repo, requirement, legacy route, account, trace
+#: entry, rejection), and the stamp's. A test collects the keys of generated records.
 RECORD_KEYS: Final = (
-    "decision_id",
-    "outcome",
-    "reason",
-    "policy_source",
-    "policy_id",
-    "policy_revision",
-    "snapshot_hash",
-    "snapshot_state",
-    "precedence_level",
-    "precedence_priority",
-    "account_id",
-    "provider_binding",
-    "effective_model",
-    "explanation",
+    *DECISION_FIELDS,
     "context",
     "considered",
     "eligible_account_ids",
@@ -187,27 +176,18 @@ RECORD_KEYS: Final = (
     "conflicting_policy_ids",
     "unlisted_policy_count",
     "unlisted_outranked_count",
-    "repo",
+    *CONTEXT_FIELDS,
     "value",
     "version",
-    "repo_class",
-    "principal_id",
-    "role",
-    "model_requirement",
     "kind",
-    "request_face",
-    "legacy_route",
     "mechanism",
     "mechanism_detail",
     "model",
-    "accounts",
     "configured",
     "administrative_state",
     "matched",
     "priority",
-    "rulesetRev",
-    "snapshotAgeMs",
-    "degraded",
+    *STAMP_FIELDS,
 )
 
 #: Strings a :class:`ScanMemo` remembers before it starts again.
