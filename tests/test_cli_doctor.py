@@ -118,3 +118,42 @@ def test_a_broken_plugin_is_named(tmp_path: Path, runner: CliRunner) -> None:
 def test_no_home(tmp_path: Path, runner: CliRunner) -> None:
     code, checks = _doctor(runner)
     assert code == 1 and checks["home"][0] == "fail" and "rensei init" in checks["home"][1]
+
+
+def test_records_past_the_latest_strict_checkpoint_warn(
+    tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # verify parses every record past the latest checkpoint made by this version; many of
+    # them (or only older checkpoints) make verify slow, and doctor says what pins them.
+    import rensei_routing.doctor as doctor
+
+    home = _home(tmp_path, runner)
+    monkeypatch.setattr(doctor, "UNPINNED_WARN_RECORDS", 40)
+    with AuditLog.open(home) as log:
+        log.append_many(({"n": i} for i in range(40)), recorded_at=STAMP)
+    code, checks = _doctor(runner)
+    assert code == 0 and checks["audit chain"][0] == "ok"
+    with AuditLog.open(home) as log:
+        log.append_many(({"n": i} for i in range(1)), recorded_at=STAMP)
+    code, checks = _doctor(runner)
+    status, detail = checks["audit chain"]
+    assert (code, status) == (0, "warn")
+    assert "41 records past the latest checkpoint," in detail and "audit checkpoint" in detail
+
+
+def test_checkpoints_from_before_the_strict_line_warn(
+    tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rensei_routing.store.audit as audit
+
+    line = audit.STRICT_PAYLOADS
+    monkeypatch.setattr(audit, "STRICT_PAYLOADS", "x-made-by: an earlier version")
+    home = _home(tmp_path, runner)  # its checkpoint lacks the line
+    code, checks = _doctor(runner)
+    status, detail = checks["audit chain"]
+    assert (code, status) == (0, "warn")
+    assert "2,000 records past the latest checkpoint of this version" in detail
+    monkeypatch.setattr(audit, "STRICT_PAYLOADS", line)  # (undo() would drop the home's env too)
+    with AuditLog.open(home) as log:
+        log.checkpoint()
+    assert _doctor(runner)[1]["audit chain"][0] == "ok"
