@@ -25,7 +25,7 @@ from typing import Any
 
 import zstandard
 
-from rensei_routing.core.chain import ROW_COLUMNS
+from rensei_routing.core.audit.chain import ROW_COLUMNS
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.codec import ZSTD_MAGIC
 from rensei_routing.store.db import connect
@@ -129,7 +129,7 @@ def conflicting_globals(n: int) -> list[Any]:
 
 
 def _validate(n: int) -> dict[str, Any]:
-    from rensei_routing.core.validation import validate
+    from rensei_routing.core.routing.validation import validate
 
     policies = conflicting_globals(n)
     peak = _Peak()

@@ -20,7 +20,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from rensei_routing.core.chain import ROW_COLUMNS, format_timestamp
+from rensei_routing.core.audit.chain import ROW_COLUMNS, format_timestamp
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.db import connect
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rensei_routing import PolicySnapshot, explain_batch
-from rensei_routing.core.freshness import Freshness, StampedDecision
+from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore

@@ -14,7 +14,7 @@ import collections
 from typing import Any
 
 from rensei_routing import PolicySnapshot, RouteDecision, explain_batch
-from rensei_routing.core.resolver import FULL_TRACE_LIMIT
+from rensei_routing.core.routing.resolver import FULL_TRACE_LIMIT
 
 from .harness import BenchResult, Config, Figure, Growth, progress, timed
 from .linear import LinearScan

@@ -28,15 +28,15 @@ from pathlib import Path
 from types import MappingProxyType
 
 from rensei_routing import PolicySnapshot, explain_batch
-from rensei_routing.core.chain import encode_payload, format_timestamp
-from rensei_routing.core.shadow import Seam
-from rensei_routing.core.spawn import Spawn
-from rensei_routing.plugins import SeamRegistry
-from rensei_routing.shadow import ShadowRecorder, record_route_shadow
+from rensei_routing.core.audit.chain import encode_payload, format_timestamp
+from rensei_routing.core.shadow.compare import Seam
+from rensei_routing.core.shadow.spawn import Spawn
+from rensei_routing.plugins.manager import SeamRegistry
+from rensei_routing.shadow.recorder import ShadowRecorder, record_route_shadow
+from rensei_routing.shadow.whatif import compare_chain
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore
-from rensei_routing.whatif import compare_chain
 
 from .harness import REPO_ROOT, BenchResult, Config, Figure, progress, timed
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from rensei_routing import signing
-from rensei_routing.core.org import OrgData
-from rensei_routing.core.postures import ClaimGate
-from rensei_routing.core.snapshot import verify_snapshot
+from rensei_routing.control.server import SnapshotService, make_app, serve_in_thread
+from rensei_routing.core.snapshot.envelope import verify_snapshot
+from rensei_routing.core.snapshot.org import OrgData
+from rensei_routing.core.snapshot.postures import ClaimGate
 from rensei_routing.host.cache import HostCache
 from rensei_routing.host.fetch import fetch_snapshot
-from rensei_routing.host.server import SnapshotService, make_app, serve_in_thread
 from rensei_routing.store.db import connect
 from rensei_routing.store.policies import PolicyStore
 from rensei_routing.store.snapshots import SnapshotStore

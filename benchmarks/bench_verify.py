@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rensei_routing import signing
-from rensei_routing.core.chain import (
+from rensei_routing.core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
     encode_payload,

@@ -15,8 +15,8 @@ from pathlib import Path
 import zstandard
 
 from rensei_routing import PolicySnapshot, explain_batch
-from rensei_routing.core.chain import encode_payload
-from rensei_routing.core.freshness import Freshness, StampedDecision
+from rensei_routing.core.audit.chain import encode_payload
+from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 
 from .workload import build_contexts, policy_set
 

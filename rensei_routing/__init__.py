@@ -6,9 +6,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _moved
+
+_moved.install()  # the module paths of before the re-layout, for plugins (docs/architecture.md)
+
 if TYPE_CHECKING:
     from .core.canonical import canonical_bytes, digest
-    from .core.context import (
+    from .core.routing.context import (
         Account,
         LegacyRoute,
         ModelRequirement,
@@ -16,9 +20,14 @@ if TYPE_CHECKING:
         RouteContext,
         canonicalize_repo,
     )
-    from .core.decision import ConsideredPolicy, Explanation, RejectedAccount, RouteDecision
-    from .core.ids import record_decision_id
-    from .core.policy import (
+    from .core.routing.decision import (
+        ConsideredPolicy,
+        Explanation,
+        RejectedAccount,
+        RouteDecision,
+    )
+    from .core.routing.ids import record_decision_id
+    from .core.routing.policy import (
         PolicySnapshot,
         RequirementMapping,
         RoutingAction,
@@ -27,9 +36,9 @@ if TYPE_CHECKING:
         hash_policies,
         precedence_level,
     )
-    from .core.resolver import decision_id, explain, explain_batch, explain_iter
-    from .core.validation import ValidationIssue, validate_policies
-    from .core.vocabulary import (
+    from .core.routing.resolver import decision_id, explain, explain_batch, explain_iter
+    from .core.routing.validation import ValidationIssue, validate_policies
+    from .core.routing.vocabulary import (
         DEFAULT_VOCABULARY,
         LiteralFamily,
         Provenance,
@@ -37,44 +46,44 @@ if TYPE_CHECKING:
         canonical_worker_role,
     )
     from .errors import RenseiRoutingError
-    from .hookspecs import hookimpl
+    from .plugins.hookspecs import hookimpl
 
 #: Public name -> the module defining it: imported on first use (PEP 562), so ``import
 #: rensei_routing`` (and the CLI's start-up) costs nothing until a name is used.
 _LAZY: dict[str, str] = {
-    "Account": ".core.context",
-    "ConsideredPolicy": ".core.decision",
-    "DEFAULT_VOCABULARY": ".core.vocabulary",
-    "Explanation": ".core.decision",
-    "LegacyRoute": ".core.context",
-    "LiteralFamily": ".core.vocabulary",
-    "ModelRequirement": ".core.context",
-    "PolicySnapshot": ".core.policy",
-    "Provenance": ".core.vocabulary",
-    "RejectedAccount": ".core.decision",
+    "Account": ".core.routing.context",
+    "ConsideredPolicy": ".core.routing.decision",
+    "DEFAULT_VOCABULARY": ".core.routing.vocabulary",
+    "Explanation": ".core.routing.decision",
+    "LegacyRoute": ".core.routing.context",
+    "LiteralFamily": ".core.routing.vocabulary",
+    "ModelRequirement": ".core.routing.context",
+    "PolicySnapshot": ".core.routing.policy",
+    "Provenance": ".core.routing.vocabulary",
+    "RejectedAccount": ".core.routing.decision",
     "RenseiRoutingError": ".errors",
-    "RepoIdentity": ".core.context",
-    "RequirementMapping": ".core.policy",
-    "RouteContext": ".core.context",
-    "RouteDecision": ".core.decision",
-    "RoutingAction": ".core.policy",
-    "RoutingMatch": ".core.policy",
-    "RoutingPolicy": ".core.policy",
-    "ValidationIssue": ".core.validation",
-    "Vocabulary": ".core.vocabulary",
+    "RepoIdentity": ".core.routing.context",
+    "RequirementMapping": ".core.routing.policy",
+    "RouteContext": ".core.routing.context",
+    "RouteDecision": ".core.routing.decision",
+    "RoutingAction": ".core.routing.policy",
+    "RoutingMatch": ".core.routing.policy",
+    "RoutingPolicy": ".core.routing.policy",
+    "ValidationIssue": ".core.routing.validation",
+    "Vocabulary": ".core.routing.vocabulary",
     "canonical_bytes": ".core.canonical",
-    "canonical_worker_role": ".core.vocabulary",
-    "canonicalize_repo": ".core.context",
-    "decision_id": ".core.resolver",
+    "canonical_worker_role": ".core.routing.vocabulary",
+    "canonicalize_repo": ".core.routing.context",
+    "decision_id": ".core.routing.resolver",
     "digest": ".core.canonical",
-    "explain": ".core.resolver",
-    "explain_batch": ".core.resolver",
-    "explain_iter": ".core.resolver",
-    "hash_policies": ".core.policy",
-    "hookimpl": ".hookspecs",
-    "precedence_level": ".core.policy",
-    "record_decision_id": ".core.ids",
-    "validate_policies": ".core.validation",
+    "explain": ".core.routing.resolver",
+    "explain_batch": ".core.routing.resolver",
+    "explain_iter": ".core.routing.resolver",
+    "hash_policies": ".core.routing.policy",
+    "hookimpl": ".plugins.hookspecs",
+    "precedence_level": ".core.routing.policy",
+    "record_decision_id": ".core.routing.ids",
+    "validate_policies": ".core.routing.validation",
 }
 
 __all__ = [

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from rensei_routing.core.policy import PolicySnapshot
-from rensei_routing.plugins import SeamRegistry, get_plugin_manager, seam_registry
+from rensei_routing.core.routing.policy import PolicySnapshot
+from rensei_routing.plugins.manager import SeamRegistry, get_plugin_manager, seam_registry
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore
 

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from rensei_routing.cli import cli
+from rensei_routing.ops.backup import MANIFEST
 from rensei_routing.store.audit import AuditLog
-from rensei_routing.store.backup import MANIFEST
 from rensei_routing.store.home import Home
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
-from rensei_routing.core.chain import parse_checkpoint
+from rensei_routing.core.audit.chain import parse_checkpoint
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.codec import Codec
 from rensei_routing.store.home import Home

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
-from rensei_routing.core.authz import AuthorizationRequest, Authorizer, Decide
-from rensei_routing.core.postures import PolicyVerdict
-from rensei_routing.hookspecs import hookimpl
-from rensei_routing.plugins import RenseiPluginManager, get_plugin_manager, register_plugin
+from rensei_routing.core.snapshot.authz import AuthorizationRequest, Authorizer, Decide
+from rensei_routing.core.snapshot.postures import PolicyVerdict
+from rensei_routing.plugins.hookspecs import hookimpl
+from rensei_routing.plugins.manager import RenseiPluginManager, get_plugin_manager, register_plugin
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 

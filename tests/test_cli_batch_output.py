@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 import rensei_routing.cli._batch as batch
 from rensei_routing.cli._inputs import read_policy_file
 from rensei_routing.cli._output import emit_file, printable_json
-from rensei_routing.core.context import RouteContext
-from rensei_routing.core.freshness import Freshness, StampedDecision
-from rensei_routing.core.jsonl import decision_line
-from rensei_routing.core.resolver import explain_batch
+from rensei_routing.core.routing.context import RouteContext
+from rensei_routing.core.routing.jsonl import decision_line
+from rensei_routing.core.routing.resolver import explain_batch
+from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore

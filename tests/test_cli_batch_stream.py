@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from rensei_routing.cli import cli
 from rensei_routing.cli._batch import CHUNK
 from rensei_routing.cli._inputs import read_policy_file
-from rensei_routing.core.context import RouteContext
-from rensei_routing.core.freshness import Freshness, StampedDecision
-from rensei_routing.core.resolver import explain_batch
+from rensei_routing.core.routing.context import RouteContext
+from rensei_routing.core.routing.resolver import explain_batch
+from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 

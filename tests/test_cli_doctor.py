@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rensei_routing.cli import cli
-from rensei_routing.plugins import get_plugin_manager
+from rensei_routing.plugins.manager import get_plugin_manager
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 
@@ -125,7 +125,7 @@ def test_records_past_the_latest_strict_checkpoint_warn(
 ) -> None:
     # verify parses every record past the latest checkpoint made by this version; many of
     # them (or only older checkpoints) make verify slow, and doctor says what pins them.
-    import rensei_routing.doctor as doctor
+    import rensei_routing.ops.doctor as doctor
 
     home = _home(tmp_path, runner)
     monkeypatch.setattr(doctor, "UNPINNED_WARN_RECORDS", 40)

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.freshness import Freshness, StampedDecision
+from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 

@@ -16,13 +16,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
-from rensei_routing.testing import plugin_manager_for
+from rensei_routing.plugins.testing import plugin_manager_for
 
 from .plugins import sample
 
 GOOD = """
 from rensei_routing import hookimpl
-from rensei_routing.core.shadow import Seam
+from rensei_routing.core.shadow.compare import Seam
 
 @hookimpl
 def register_seams(register):
@@ -37,7 +37,7 @@ def register_seam(register):
 """
 FRAGILE = """
 from rensei_routing import hookimpl
-from rensei_routing.core.shadow import Seam
+from rensei_routing.core.shadow.compare import Seam
 
 def classify(stages):
     if len(stages) > 1:
@@ -186,7 +186,7 @@ def test_plugins_check_reports_each_problem_on_one_line(
 def test_seams_list_shows_each_seam_with_its_plugin_face_and_stages() -> None:
     result = _rensei("seams", "list", obj=plugin_manager_for(sample, "sample"))
     assert result.stdout.splitlines() == [
-        "default\trensei_routing.default_plugins.seams\tunknown\tdefault",
+        "default\trensei_routing.plugins.default.seams\tunknown\tdefault",
         "sample-batch\tsample\tone-shot\tdefault > nightly-window > credit-failover",
     ]
 

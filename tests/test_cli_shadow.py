@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from rensei_routing.cli import cli
-from rensei_routing.core.shadow import ShadowDecision
+from rensei_routing.core.shadow.compare import ShadowDecision
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
-from rensei_routing.core.validators import SnapshotValidator
-from rensei_routing.hookspecs import hookimpl
-from rensei_routing.plugins import get_plugin_manager
+from rensei_routing.core.snapshot.validators import SnapshotValidator
+from rensei_routing.plugins.hookspecs import hookimpl
+from rensei_routing.plugins.manager import get_plugin_manager
 from rensei_routing.store.home import Home
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"

@@ -12,21 +12,26 @@ from typing import Any
 
 import pytest
 
-from rensei_routing.core.authz import (
+from rensei_routing.core.canonical import canonical_bytes
+from rensei_routing.core.routing.policy import PolicySnapshot
+from rensei_routing.core.snapshot.authz import (
     AuthorizationEngine,
     AuthorizationRequest,
     Authorizer,
     Decide,
     EntityRef,
 )
-from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.freshness import Freshness
-from rensei_routing.core.org import OrgData, authorization_of, compile_sections, policy_document
-from rensei_routing.core.policy import PolicySnapshot
-from rensei_routing.core.postures import PolicyVerdict, authorize
+from rensei_routing.core.snapshot.freshness import Freshness
+from rensei_routing.core.snapshot.org import (
+    OrgData,
+    authorization_of,
+    compile_sections,
+    policy_document,
+)
+from rensei_routing.core.snapshot.postures import PolicyVerdict, authorize
 from rensei_routing.errors import MalformedError, PluginError
-from rensei_routing.hookspecs import hookimpl
-from rensei_routing.plugins import authorizers, get_plugin_manager, register_plugin
+from rensei_routing.plugins.hookspecs import hookimpl
+from rensei_routing.plugins.manager import authorizers, get_plugin_manager, register_plugin
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
 FRESH = Freshness(ruleset_rev="org@1", age_ms=1000, degraded=False)

@@ -11,19 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rensei_routing.core._quick as quick_module
-from rensei_routing.core._quick import quick_context
+import rensei_routing.core.routing._quick as quick_module
+from rensei_routing.core.audit.chain import encode_payload
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.chain import encode_payload
-from rensei_routing.core.context import RouteContext
-from rensei_routing.core.decision import COMPACT_RIVALS, RouteDecision
-from rensei_routing.core.freshness import Freshness, StampedDecision
-from rensei_routing.core.ids import ScanMemo
-from rensei_routing.core.jsonl import LineMemo, decision_line
-from rensei_routing.core.policy import PolicySnapshot, RoutingPolicy
 from rensei_routing.core.redact import DEFAULT_REDACTOR
-from rensei_routing.core.resolver import explain, explain_batch
-from rensei_routing.core.vocabulary import DEFAULT_VOCABULARY
+from rensei_routing.core.routing._quick import quick_context
+from rensei_routing.core.routing.context import RouteContext
+from rensei_routing.core.routing.decision import COMPACT_RIVALS, RouteDecision
+from rensei_routing.core.routing.ids import ScanMemo
+from rensei_routing.core.routing.jsonl import LineMemo, decision_line
+from rensei_routing.core.routing.policy import PolicySnapshot, RoutingPolicy
+from rensei_routing.core.routing.resolver import explain, explain_batch
+from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
+from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 from rensei_routing.errors import MalformedError
 
 from .strategies import context_dicts, policy_dicts

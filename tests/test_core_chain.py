@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rensei_routing import signing
-from rensei_routing.core.canonical import digest
-from rensei_routing.core.chain import (
+from rensei_routing.core.audit.chain import (
     GENESIS_HASH,
     REASONS,
     STRICT_PAYLOADS,
@@ -34,6 +33,7 @@ from rensei_routing.core.chain import (
     record_hash,
     verify_chain,
 )
+from rensei_routing.core.canonical import digest
 from rensei_routing.core.redact import redact
 from rensei_routing.errors import CheckpointFormatError, MalformedError
 

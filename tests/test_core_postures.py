@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rensei_routing.core.postures import (
+from rensei_routing.core.snapshot.postures import (
     POSTURES,
     ClaimGate,
     DecisionClass,
@@ -225,7 +225,7 @@ def test_claim_gate_on_malformed_sections_refuses(sections: Mapping[str, Any]) -
 
 
 def test_bandit_over_a_snapshot_posterior_summary() -> None:
-    from rensei_routing.core.postures import posterior_of
+    from rensei_routing.core.snapshot.postures import posterior_of
 
     sections = {
         "posteriorSummary": {

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rensei_routing.core._quick as quick
+import rensei_routing.core.routing._quick as quick
 from rensei_routing.cli._inputs import read_context_lines
 from rensei_routing.core._parse import STRICT_DECODER
-from rensei_routing.core._quick import Memo, Pieces, quick_line
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.context import CONTEXT_FIELDS, RouteContext
-from rensei_routing.core.vocabulary import DEFAULT_VOCABULARY
+from rensei_routing.core.routing._quick import Memo, Pieces, quick_line
+from rensei_routing.core.routing.context import CONTEXT_FIELDS, RouteContext
+from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.errors import InputError, MalformedError, RenseiRoutingError
 
 from .strategies import context_dicts

@@ -11,8 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.context import RouteContext
-from rensei_routing.core.policy import PolicySnapshot
 from rensei_routing.core.redact import (
     DEFAULT_PATTERNS,
     DEFAULT_REDACTOR,
@@ -21,7 +19,9 @@ from rensei_routing.core.redact import (
     marker,
     redact,
 )
-from rensei_routing.core.resolver import explain
+from rensei_routing.core.routing.context import RouteContext
+from rensei_routing.core.routing.policy import PolicySnapshot
+from rensei_routing.core.routing.resolver import explain
 from rensei_routing.errors import ConfigurationError
 
 PEM_RSA = (

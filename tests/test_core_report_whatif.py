@@ -10,18 +10,18 @@ import pytest
 from hypothesis import given, settings
 
 from rensei_routing import PolicySnapshot, RouteContext, explain
+from rensei_routing.core.audit.chain import encode_payload
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.chain import encode_payload
-from rensei_routing.core.report import ShadowReport, group_key
-from rensei_routing.core.shadow import ActualRoute, ShadowDecision, shadow_decision
-from rensei_routing.core.whatif import (
+from rensei_routing.core.shadow.compare import ActualRoute, ShadowDecision, shadow_decision
+from rensei_routing.core.shadow.report import ShadowReport, group_key
+from rensei_routing.core.shadow.whatif import (
     Verdict,
     WhatIf,
     changed,
     stored_context,
     stored_context_text,
 )
-from rensei_routing.whatif import context_of
+from rensei_routing.shadow.whatif import context_of
 
 from .strategies import context_dicts
 

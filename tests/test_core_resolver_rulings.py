@@ -20,7 +20,7 @@ from rensei_routing import (
     RoutingPolicy,
     explain,
 )
-from rensei_routing.core.vocabulary import ANTHROPIC_PROVENANCE, Provenance
+from rensei_routing.core.routing.vocabulary import ANTHROPIC_PROVENANCE, Provenance
 from rensei_routing.errors import ConfigurationError
 
 ZAI = {"account_id": "zai-1", "provider_binding": "zai-harness"}

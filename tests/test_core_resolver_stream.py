@@ -24,8 +24,8 @@ from rensei_routing import (
     explain_batch,
     explain_iter,
 )
-from rensei_routing.core import ids, resolver
-from rensei_routing.core.decision import COMPACT_RIVALS, Explanation
+from rensei_routing.core.routing import ids, resolver
+from rensei_routing.core.routing.decision import COMPACT_RIVALS, Explanation
 
 from .strategies import context_dicts, policy_dicts
 

@@ -7,7 +7,7 @@ import pytest
 
 from rensei_routing import PolicySnapshot, RouteContext, RouteDecision, explain
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.shadow import (
+from rensei_routing.core.shadow.compare import (
     ActualRoute,
     ShadowDecision,
     Stage,

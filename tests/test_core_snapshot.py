@@ -14,14 +14,14 @@ import pytest
 
 from rensei_routing import signing
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.freshness import Freshness, FreshnessPolicy, format_age
-from rensei_routing.core.snapshot import (
+from rensei_routing.core.snapshot.envelope import (
     RulesetSnapshot,
     check_succession,
     content_hash,
     seal,
     verify_snapshot,
 )
+from rensei_routing.core.snapshot.freshness import Freshness, FreshnessPolicy, format_age
 from rensei_routing.errors import (
     ConfigurationError,
     ExpiredError,
@@ -244,7 +244,7 @@ def test_truncated_body_is_refused() -> None:
 
 
 def test_oversized_body_is_refused_before_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rensei_routing.core.snapshot as mod
+    import rensei_routing.core.snapshot.envelope as mod
 
     monkeypatch.setattr(mod, "MAX_SNAPSHOT_BYTES", 100)
     with pytest.raises(SnapshotFormatError, match="larger than"):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rensei_routing import PolicySnapshot, RouteContext, explain
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.shadow import (
+from rensei_routing.core.shadow.compare import (
     UNCLASSIFIED,
     ActualRoute,
     Seam,
@@ -19,7 +19,7 @@ from rensei_routing.core.shadow import (
     Stage,
     shadow_decision,
 )
-from rensei_routing.core.spawn import Spawn, check_spawn, requirement_for_model, spawn_route
+from rensei_routing.core.shadow.spawn import Spawn, check_spawn, requirement_for_model, spawn_route
 from rensei_routing.errors import MalformedError
 
 from .plugins.hydraflow_seams import SEAMS

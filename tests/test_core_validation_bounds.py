@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from rensei_routing import RoutingPolicy, precedence_level, validate_policies
 from rensei_routing.cli import cli
-from rensei_routing.core.validation import (
+from rensei_routing.core.routing.validation import (
     MAX_ISSUES,
     MAX_ISSUES_PER_POLICY,
     ValidationIssue,

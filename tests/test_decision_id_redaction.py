@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 
 from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, explain_batch
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.ids import ID_FIELDS, ScanMemo, decision_id, record_decision_id
 from rensei_routing.core.redact import (
     DEFAULT_PATTERNS,
     DEFAULT_REDACTOR,
     RedactionPattern,
     Redactor,
 )
+from rensei_routing.core.routing.ids import ID_FIELDS, ScanMemo, decision_id, record_decision_id
 from rensei_routing.errors import MalformedError
 from rensei_routing.store.audit import AuditLog
 
@@ -253,8 +253,8 @@ def test_record_keys_hold_every_key_a_stamped_record_can_have(
 ) -> None:
     # The keys a record_may_redact answer skips: a key missing here would be one a plugin's
     # pattern could match without the pre-check noticing.
-    from rensei_routing.core.freshness import Freshness, StampedDecision
-    from rensei_routing.core.ids import RECORD_KEYS
+    from rensei_routing.core.routing.ids import RECORD_KEYS
+    from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 
     snapshot = PolicySnapshot.of([RoutingPolicy.from_dict(d) for d in docs], revision=2)
     decision = explain(RouteContext.from_dict(ctx_doc), snapshot, trace=trace)

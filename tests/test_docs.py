@@ -15,15 +15,15 @@ from rensei_routing import signing
 from rensei_routing.cli import cli
 from rensei_routing.cli._reference import render_reference
 from rensei_routing.cli._root import BUILTIN, load_all_builtins
-from rensei_routing.core.archive import rows_from_lines
+from rensei_routing.core.audit.archive import rows_from_lines
+from rensei_routing.core.audit.chain import note_key_hash, parse_checkpoint, verify_chain
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.chain import note_key_hash, parse_checkpoint, verify_chain
-from rensei_routing.core.context import RouteContext
-from rensei_routing.core.org import OrgData
-from rensei_routing.core.policy import PolicySnapshot
-from rensei_routing.core.snapshot import verify_snapshot
-from rensei_routing.core.spawn import Spawn, check_spawn
-from rensei_routing.core.validation import validate_policies
+from rensei_routing.core.routing.context import RouteContext
+from rensei_routing.core.routing.policy import PolicySnapshot
+from rensei_routing.core.routing.validation import validate_policies
+from rensei_routing.core.shadow.spawn import Spawn, check_spawn
+from rensei_routing.core.snapshot.envelope import verify_snapshot
+from rensei_routing.core.snapshot.org import OrgData
 
 from .shadow_support import registry
 
@@ -67,7 +67,8 @@ def test_help_and_host_status_import_no_command_module_they_do_not_use() -> None
     code = (
         "import sys; from rensei_routing.cli import cli\n"
         "try:\n    cli(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = ('waitress', 'apsw', 'rensei_routing.store.audit', 'rensei_routing.core.resolver',"
+        "heavy = ('waitress', 'apsw', 'rensei_routing.store.audit',"
+        " 'rensei_routing.core.routing.resolver',"
         " 'rensei_routing.cli.shadow', 'rensei_routing.cli.audit')\n"
         "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)"
     )

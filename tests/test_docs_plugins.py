@@ -10,10 +10,9 @@ from pathlib import Path
 import click
 import pytest
 
-from rensei_routing import hookspecs
 from rensei_routing.cli import cli
 from rensei_routing.cli._root import load_all_builtins
-from rensei_routing.plugins import HOOK_NAMES
+from rensei_routing.plugins.manager import HOOK_NAMES, hookspecs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")

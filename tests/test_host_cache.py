@@ -18,7 +18,7 @@ import pytest
 
 from rensei_routing import signing
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.snapshot import RulesetSnapshot, seal
+from rensei_routing.core.snapshot.envelope import RulesetSnapshot, seal
 from rensei_routing.errors import (
     ConfigurationError,
     ExpiredError,
@@ -158,7 +158,7 @@ def test_attack_is_refused_and_persisted_copy_unchanged(
 
 
 def test_oversized_body_is_refused(cache: HostCache, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rensei_routing.core.snapshot as mod
+    import rensei_routing.core.snapshot.envelope as mod
 
     before = cache.snapshot_path.read_bytes()
     monkeypatch.setattr(mod, "MAX_SNAPSHOT_BYTES", 64)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from rensei_routing.control.server import serve_in_thread
 from rensei_routing.host.fetch import _is_loopback, fetch_snapshot
-from rensei_routing.host.server import serve_in_thread
 
 DEAD = "http://127.0.0.1:9"
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from rensei_routing import signing
-from rensei_routing.core.snapshot import RulesetSnapshot, seal, verify_snapshot
-from rensei_routing.core.validators import ValidatorResult
+from rensei_routing.control.server import SnapshotService, make_app, serve_in_thread
+from rensei_routing.core.snapshot.envelope import RulesetSnapshot, seal, verify_snapshot
+from rensei_routing.core.snapshot.validators import ValidatorResult
 from rensei_routing.errors import FetchError, SnapshotValidationError
 from rensei_routing.host.fetch import fetch_snapshot
-from rensei_routing.host.server import SnapshotService, make_app, serve_in_thread
 
 KEY = signing.PrivateKey(bytes(range(32)))
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

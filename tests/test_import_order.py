@@ -20,8 +20,8 @@ MODULES = sorted(
 
 
 def test_the_walk_finds_the_core() -> None:
-    assert "rensei_routing.core._quick" in MODULES
-    assert "rensei_routing.core.context" in MODULES
+    assert "rensei_routing.core.routing._quick" in MODULES
+    assert "rensei_routing.core.routing.context" in MODULES
     assert len(MODULES) > 20
 
 

@@ -9,18 +9,26 @@ from typing import Any
 
 import pytest
 
-from rensei_routing.core.chain import AuditRecord
+from rensei_routing.core.audit.chain import AuditRecord
 from rensei_routing.core.redact import DEFAULT_PATTERNS, marker
-from rensei_routing.core.shadow import Stage
-from rensei_routing.core.validators import SnapshotValidator, ValidatorResult, run_validators
-from rensei_routing.core.vocabulary import DEFAULT_VOCABULARY, Provenance, VocabularyExtension
+from rensei_routing.core.routing.vocabulary import (
+    DEFAULT_VOCABULARY,
+    Provenance,
+    VocabularyExtension,
+)
+from rensei_routing.core.shadow.compare import Stage
+from rensei_routing.core.snapshot.validators import (
+    SnapshotValidator,
+    ValidatorResult,
+    run_validators,
+)
 from rensei_routing.errors import ClassifierError, PluginError
-from rensei_routing.plugin_checks import (
+from rensei_routing.plugins.checks import (
     check_classifier_total,
     check_plugin_manager,
     stage_sequences,
 )
-from rensei_routing.plugins import (
+from rensei_routing.plugins.manager import (
     UNCLASSIFIED,
     RenseiPluginManager,
     check_pending,
@@ -35,7 +43,7 @@ from rensei_routing.plugins import (
     snapshot_validators,
     vocabulary,
 )
-from rensei_routing.testing import plugin_manager_for
+from rensei_routing.plugins.testing import plugin_manager_for
 
 from .plugins import broken, sample
 
@@ -69,8 +77,8 @@ def test_the_builtins_alone_give_the_shipped_defaults() -> None:
     assert list(seam_registry(pm).seams) == ["default"]
     assert snapshot_validators(pm) == ()
     assert [i.name for i in plugin_infos(pm)] == [
-        "rensei_routing.default_plugins.seams",
-        "rensei_routing.default_plugins.vocabulary",
+        "rensei_routing.plugins.default.seams",
+        "rensei_routing.plugins.default.vocabulary",
     ]
     assert all(i.builtin and i.distribution == "rensei-routing" for i in plugin_infos(pm))
 
@@ -193,11 +201,11 @@ def test_the_same_words_from_two_plugins_are_fine() -> None:
         (
             VocabularyExtension(literal_families=(broken.OPUS_AS_HAIKU,)),
             "literal family 'claude-opus' is defined differently by "
-            "'rensei_routing.default_plugins.vocabulary' and 'zz-other'",
+            "'rensei_routing.plugins.default.vocabulary' and 'zz-other'",
         ),
         (
             VocabularyExtension(capability_classes=frozenset({"claude-sonnet"})),
-            "'claude-sonnet' is a literal family of 'rensei_routing.default_plugins.vocabulary' "
+            "'claude-sonnet' is a literal family of 'rensei_routing.plugins.default.vocabulary' "
             "and a capability class of 'zz-other'",
         ),
         (
@@ -221,7 +229,7 @@ def test_the_same_words_from_two_plugins_are_fine() -> None:
                 )
             ),
             "model alias 'OPUS' is defined differently by "
-            "'rensei_routing.default_plugins.vocabulary' and 'zz-other'",
+            "'rensei_routing.plugins.default.vocabulary' and 'zz-other'",
         ),
     ],
     ids=["family-redefined", "family-and-capability", "reserved", "empty-word", "alias"],
@@ -234,7 +242,7 @@ def test_a_word_with_another_meaning_is_an_error_naming_both(
 
 
 def test_a_provenance_redefined_is_an_error_naming_both() -> None:
-    from rensei_routing.core.vocabulary import LiteralFamily, Provenance
+    from rensei_routing.core.routing.vocabulary import LiteralFamily, Provenance
 
     loose = Provenance(name="anthropic", pattern=r"^claude", provider_bindings=frozenset({"x"}))
     ext = VocabularyExtension(

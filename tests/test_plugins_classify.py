@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from rensei_routing.core.shadow import Seam, Stage
+from rensei_routing.core.shadow.compare import Seam, Stage
 from rensei_routing.errors import InputError, UnknownSeamError
-from rensei_routing.plugins import UNCLASSIFIED, SeamRegistry, safe_classify
+from rensei_routing.plugins.manager import UNCLASSIFIED, SeamRegistry, safe_classify
 
 STAGES = (
     Stage(mechanism="role-dial", provider="zai", detail="provider=zai"),

@@ -1,4 +1,5 @@
-"""Shadow recording at a spawn seam (rensei_routing/shadow.py) against a real home: the switch
+"""Shadow recording at a spawn seam (rensei_routing/shadow/recorder.py) against a real home: the
+switch
 is an identity check, sink failures are swallowed and logged, programming errors propagate,
 and the spawn's route is the same whatever the recorder does."""
 
@@ -16,12 +17,12 @@ from unittest.mock import MagicMock
 
 import pytest
 
-from rensei_routing.core.chain import GENESIS_HASH
-from rensei_routing.core.shadow import Seam, ShadowDecision, Stage
-from rensei_routing.core.spawn import Spawn
+from rensei_routing.core.audit.chain import GENESIS_HASH
+from rensei_routing.core.shadow.compare import Seam, ShadowDecision, Stage
+from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.errors import MalformedError, UnknownSeamError
-from rensei_routing.plugins import SeamRegistry, get_plugin_manager, seam_registry
-from rensei_routing.shadow import (
+from rensei_routing.plugins.manager import SeamRegistry, get_plugin_manager, seam_registry
+from rensei_routing.shadow.recorder import (
     ShadowRecorder,
     record_route_shadow,
     set_shadow_enabled,
@@ -152,7 +153,7 @@ def _inventive_classifier(stages: Sequence[Stage]) -> Stage:
 def test_a_misbehaving_classifier_records_the_spawn_as_unclassified(
     tmp_path: Path, classifier: Any, says: str
 ) -> None:
-    from rensei_routing.hookspecs import hookimpl
+    from rensei_routing.plugins.hookspecs import hookimpl
 
     class Broken:
         @staticmethod
@@ -342,9 +343,9 @@ def test_stored_records_equal_the_general_encoder_and_ids_recompute(tmp_path: Pa
     pattern); every stored decision id recomputes from the stored record."""
     import re
 
-    from rensei_routing.core.chain import encode_payload
-    from rensei_routing.core.ids import record_decision_id
+    from rensei_routing.core.audit.chain import encode_payload
     from rensei_routing.core.redact import DEFAULT_PATTERNS, RedactionPattern, Redactor
+    from rensei_routing.core.routing.ids import record_decision_id
 
     acme = RedactionPattern(
         label="acme-ticket", regex=re.compile(r"acmetkt-[0-9a-f]{8}"), triggers=("acmetkt-",)

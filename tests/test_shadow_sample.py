@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from rensei_routing.cli import cli
-from rensei_routing.core.decision import HELD, REJECTED
-from rensei_routing.core.shadow import DIVERGENCES, ShadowDecision
-from rensei_routing.core.vocabulary import DEFAULT_VOCABULARY
+from rensei_routing.core.routing.decision import HELD, REJECTED
+from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
+from rensei_routing.core.shadow.compare import DIVERGENCES, ShadowDecision
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 

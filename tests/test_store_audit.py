@@ -11,8 +11,7 @@ import pytest
 
 from rensei_routing import signing
 from rensei_routing.core import _parse
-from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.chain import (
+from rensei_routing.core.audit.chain import (
     GENESIS_HASH,
     STRICT_PAYLOADS,
     Checkpoint,
@@ -23,11 +22,12 @@ from rensei_routing.core.chain import (
     payload_hash,
     record_hash,
 )
-from rensei_routing.core.context import RouteContext
-from rensei_routing.core.decision import RouteDecision
-from rensei_routing.core.policy import PolicySnapshot
+from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.redact import redact
-from rensei_routing.core.resolver import explain
+from rensei_routing.core.routing.context import RouteContext
+from rensei_routing.core.routing.decision import RouteDecision
+from rensei_routing.core.routing.policy import PolicySnapshot
+from rensei_routing.core.routing.resolver import explain
 from rensei_routing.errors import (
     AuditError,
     CanonicalEncodingError,

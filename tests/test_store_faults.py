@@ -19,7 +19,7 @@ from typing import Any
 import apsw
 import pytest
 
-from rensei_routing.core.policy import PolicySnapshot
+from rensei_routing.core.routing.policy import PolicySnapshot
 from rensei_routing.errors import DiskFullError, StoreError
 from rensei_routing.store import db
 from rensei_routing.store.audit import AuditLog

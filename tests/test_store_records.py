@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rensei_routing.core.policy import PolicySnapshot
+from rensei_routing.core.routing.policy import PolicySnapshot
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore

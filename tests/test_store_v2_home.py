@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from rensei_routing.cli import cli
-from rensei_routing.core.ids import record_decision_id
+from rensei_routing.core.routing.ids import record_decision_id
 from rensei_routing.errors import SchemaVersionError
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.codec import ZSTD_MAGIC, Codec

@@ -1,4 +1,4 @@
-"""``rensei_routing.testing``, as a plugin author uses it: the pytest11 fixtures (overriding
+"""``rensei_routing.plugins.testing``, as a plugin author uses it: the pytest11 fixtures (overriding
 ``rensei_plugin`` here, as an author's conftest.py would) and the hypothesis strategy."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rensei_routing.errors import PluginError
-from rensei_routing.plugins import RenseiPluginManager
-from rensei_routing.store.home import Home
-from rensei_routing.testing import (
+from rensei_routing.plugins.manager import RenseiPluginManager
+from rensei_routing.plugins.testing import (
     assert_classifier_total,
     assert_plugin_ok,
     plugin_manager_for,
     stage_sequences_strategy,
 )
+from rensei_routing.store.home import Home
 
 from .plugins import broken, sample
 
@@ -41,8 +41,8 @@ def test_rensei_pm_holds_the_builtins_and_only_the_plugin_under_test(
 ) -> None:
     names = sorted(n for n, _ in rensei_pm.list_name_plugin())
     assert names == [
-        "rensei_routing.default_plugins.seams",
-        "rensei_routing.default_plugins.vocabulary",
+        "rensei_routing.plugins.default.seams",
+        "rensei_routing.plugins.default.vocabulary",
         "sample",
     ]
     assert_plugin_ok(rensei_pm, "sample")
@@ -77,7 +77,7 @@ def test_assert_plugin_ok_and_the_manager_builder_fail_on_a_broken_plugin() -> N
 
 def test_assert_classifier_total_fails_on_a_partial_classifier() -> None:
     from rensei_routing.errors import ClassifierError
-    from rensei_routing.plugins import seam_registry
+    from rensei_routing.plugins.manager import seam_registry
 
     seam = seam_registry(plugin_manager_for(broken.RaisingClassifier(), "f")).get("fragile")
     with pytest.raises(ClassifierError):

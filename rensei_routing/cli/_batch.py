@@ -28,16 +28,16 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, Final, cast
 
-from ..core.chain import encode_payload
-from ..core.freshness import Freshness, StampedDecision
-from ..core.ids import ScanMemo
-from ..core.jsonl import LineMemo, decision_line
-from ..core.policy import PolicySnapshot
+from ..core.audit.chain import encode_payload
 from ..core.redact import Redactor
-from ..core.resolver import Trace, explain_batch, explain_iter
-from ..core.vocabulary import Vocabulary
+from ..core.routing.ids import ScanMemo
+from ..core.routing.jsonl import LineMemo, decision_line
+from ..core.routing.policy import PolicySnapshot
+from ..core.routing.resolver import Trace, explain_batch, explain_iter
+from ..core.routing.vocabulary import Vocabulary
+from ..core.snapshot.freshness import Freshness, StampedDecision
 from ..errors import OutputError
-from ..plugins import has_observers
+from ..plugins.manager import has_observers
 from ._inputs import iter_context_lines
 from ._output import emit_file, printable_json
 from ._session import session
@@ -110,7 +110,8 @@ class _OutputSpool:
 
     def write_lines(self, lines: list[str]) -> None:
         """Spool ``lines`` (JSON text without control characters below U+0020, such as
-        :func:`~rensei_routing.core.jsonl.decision_line` writes), one a line, made printable.
+        :func:`~rensei_routing.core.routing.jsonl.decision_line` writes), one a line, made
+        printable.
 
         Raises:
             OutputError: a temporary file cannot be created or written.

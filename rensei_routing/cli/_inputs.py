@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core._parse import STRICT_DECODER
-from ..core._quick import Memo, Pieces, quick_context, quick_line
-from ..core.context import RouteContext
-from ..core.policy import PolicySnapshot, hash_policies
-from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.routing._quick import Memo, Pieces, quick_context, quick_line
+from ..core.routing.context import RouteContext
+from ..core.routing.policy import PolicySnapshot, hash_policies
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import InputError, MalformedError
 
 T = TypeVar("T")

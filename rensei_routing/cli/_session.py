@@ -12,10 +12,10 @@ import click
 if TYPE_CHECKING:  # the plugin machinery is imported on first need, not at start-up
     import pluggy
 
-    from ..core.authz import AuthorizationEngine
     from ..core.redact import Redactor
-    from ..core.vocabulary import Vocabulary
-    from ..plugins import SeamRegistry
+    from ..core.routing.vocabulary import Vocabulary
+    from ..core.snapshot.authz import AuthorizationEngine
+    from ..plugins.manager import SeamRegistry
 
 _NO_PLUGINS = "rensei_routing.no_plugins"
 _SESSION = "rensei_routing.session"
@@ -37,7 +37,7 @@ class Session:
     def pm(self) -> pluggy.PluginManager:
         """Raises: PluginError (a plugin cannot be loaded, or misspells a hook)."""
         if self._pm is None:
-            from ..plugins import get_plugin_manager
+            from ..plugins.manager import get_plugin_manager
 
             self._pm = get_plugin_manager(load_entrypoints=self.load_entrypoints)
         return self._pm
@@ -45,7 +45,7 @@ class Session:
     def vocabulary(self) -> Vocabulary:
         """Raises: PluginError."""
         if self._vocabulary is None:
-            from ..plugins import vocabulary
+            from ..plugins.manager import vocabulary
 
             self._vocabulary = vocabulary(self.pm)
         return self._vocabulary
@@ -53,7 +53,7 @@ class Session:
     def redactor(self) -> Redactor:
         """Raises: PluginError."""
         if self._redactor is None:
-            from ..plugins import redactor
+            from ..plugins.manager import redactor
 
             self._redactor = redactor(self.pm)
         return self._redactor
@@ -61,7 +61,7 @@ class Session:
     def seams(self) -> SeamRegistry:
         """Every registered seam. Raises: PluginError."""
         if self._seams is None:
-            from ..plugins import seam_registry
+            from ..plugins.manager import seam_registry
 
             self._seams = seam_registry(self.pm)
         return self._seams
@@ -69,8 +69,8 @@ class Session:
     def authorization(self) -> AuthorizationEngine:
         """The grant check and every plugin authorizer. Raises: PluginError."""
         if self._authorization is None:
-            from ..core.authz import AuthorizationEngine
-            from ..plugins import authorizers
+            from ..core.snapshot.authz import AuthorizationEngine
+            from ..plugins.manager import authorizers
 
             self._authorization = AuthorizationEngine(authorizers(self.pm))
         return self._authorization
@@ -78,7 +78,7 @@ class Session:
     def commands(self, reserved: Collection[str]) -> dict[str, tuple[str, click.Command]]:
         """Plugin commands by name. Raises: PluginError."""
         if self._commands is None:
-            from ..plugins import plugin_commands
+            from ..plugins.manager import plugin_commands
 
             self._commands = plugin_commands(self.pm, reserved=reserved)
         return self._commands

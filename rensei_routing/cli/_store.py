@@ -10,12 +10,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..core.chain import AuditRecord
-from ..core.decision import STATE_ABSENT, RouteDecision
-from ..core.freshness import StampedDecision
-from ..core.policy import PolicySnapshot
+from ..core.audit.chain import AuditRecord
+from ..core.routing.decision import STATE_ABSENT, RouteDecision
+from ..core.routing.policy import PolicySnapshot
+from ..core.snapshot.freshness import StampedDecision
 from ..errors import HomeError
-from ..plugins import has_observers, notify_recorded
+from ..plugins.manager import has_observers, notify_recorded
 from ..store.audit import AuditLog
 from ..store.db import close_quietly
 from ..store.home import Home

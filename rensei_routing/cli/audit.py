@@ -26,8 +26,8 @@ from pathlib import Path
 import click
 
 from .. import signing
-from ..core.archive import export_line, rows_from_lines
-from ..core.chain import (
+from ..core.audit.archive import export_line, rows_from_lines
+from ..core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
     AuditRecord,

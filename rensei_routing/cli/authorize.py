@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from ..core.authz import AuthorizationDecision, AuthorizationRequest, EntityRef
-from ..core.chain import format_timestamp
-from ..core.freshness import Freshness, format_age
+from ..core.audit.chain import format_timestamp
+from ..core.snapshot.authz import AuthorizationDecision, AuthorizationRequest, EntityRef
+from ..core.snapshot.freshness import Freshness, format_age
 from ..errors import ExpiredError, SnapshotError
 from ..host.cache import HostCache
 from ..store.audit import AuditLog

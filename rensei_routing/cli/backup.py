@@ -1,4 +1,4 @@
-"""``rensei backup DEST`` and ``rensei restore SRC``: the CLI of :mod:`rensei_routing.store.backup`.
+"""``rensei backup DEST`` and ``rensei restore SRC``: the CLI of :mod:`rensei_routing.ops.backup`.
 Owns the messages and the name an old home is set aside under; no copying or checks of its own.
 """
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..store.backup import BackupManifest, backup_home, restore_home
+from ..ops.backup import BackupManifest, backup_home, restore_home
 from ..store.home import Home
 from ._clock import now_text
 from ._output import emit, note, printable

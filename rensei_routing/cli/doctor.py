@@ -1,5 +1,5 @@
 """``rensei doctor``: one line per health check (ok / warn / fail), exit 0 when nothing fails, 1
-otherwise. The home's checks are :mod:`rensei_routing.doctor`'s; this module adds the host
+otherwise. The home's checks are :mod:`rensei_routing.ops.doctor`'s; this module adds the host
 cache (age and trust, through ``host status``'s own reading) and the plugins (loaded, and every
 hook's contributions collected, each failure named), and prints.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..doctor import FAIL, OK, WARN, Check, home_checks
 from ..errors import PluginError
-from ..plugins import (
+from ..ops.doctor import FAIL, OK, WARN, Check, home_checks
+from ..plugins.manager import (
     plugin_commands,
     plugin_infos,
     redactor,

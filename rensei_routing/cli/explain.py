@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from ..core.decision import RouteDecision
-from ..core.freshness import Freshness, StampedDecision, format_age
-from ..core.policy import RUNG_NAMES, PolicySnapshot
-from ..core.resolver import explain
-from ..core.validation import validate_policies
+from ..core.routing.decision import RouteDecision
+from ..core.routing.policy import RUNG_NAMES, PolicySnapshot
+from ..core.routing.resolver import explain
+from ..core.routing.validation import validate_policies
+from ..core.snapshot.freshness import Freshness, StampedDecision, format_age
 from ..errors import InputError, SnapshotError
 from ..host.cache import HostCache
 from ..store.home import Home

@@ -20,20 +20,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import signing
-from ..core.authz import (
+from ..core.snapshot.authz import (
     BUILTIN_AUTHORIZER,
     AuthorizationDecision,
     AuthorizationRequest,
     EntityRef,
 )
-from ..core.freshness import format_age
-from ..core.postures import DecisionClass
-from ..errors import (
-    ExpiredError,
-    KeyFormatError,
-    RenseiRoutingError,
-    SnapshotError,
-)
+from ..core.snapshot.freshness import format_age
+from ..core.snapshot.postures import DecisionClass
+from ..errors import ExpiredError, KeyFormatError, RenseiRoutingError, SnapshotError
 from ..host.cache import HostCache, HostConfig, token_from_file
 from ..host.files import read_limited
 from ._clock import now, now_text
@@ -42,7 +37,7 @@ from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 
 if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
-    from ..host.server import RunningServer, SnapshotService
+    from ..control.server import RunningServer, SnapshotService
     from ..store.home import Home
 
 log = logging.getLogger("rensei_routing.host")
@@ -80,9 +75,9 @@ def _logging() -> None:
 def snapshot_service(h: Home, *, reseal_after: float = 120.0) -> SnapshotService:
     """The endpoint's snapshot source for ``h``, with this invocation's validators and
     vocabulary (``serve`` and ``quickstart``)."""
-    from ..control import compile_snapshot, latest_snapshot, refresh_snapshot
-    from ..host.server import SnapshotService
-    from ..plugins import snapshot_validators
+    from ..control.server import SnapshotService
+    from ..control.snapshots import compile_snapshot, latest_snapshot, refresh_snapshot
+    from ..plugins.manager import snapshot_validators
 
     ctx = session()
     validators, vocabulary = snapshot_validators(ctx.pm), ctx.vocabulary()
@@ -121,8 +116,8 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     SIGTERM; writes to policies or org data are recompiled in the background."""
     import waitress.server
 
-    from ..control import ensure_serve_token
-    from ..host.server import make_app
+    from ..control.server import make_app
+    from ..control.snapshots import ensure_serve_token
     from ..store.home import Home
 
     h = Home(home)
@@ -277,7 +272,7 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
 
 
 def _status_server(cache: HostCache, listen: str) -> RunningServer:
-    from ..host.server import make_app, serve_in_thread
+    from ..control.server import make_app, serve_in_thread
 
     bind, _, port = listen.rpartition(":")
     if not bind or not port.isdigit():

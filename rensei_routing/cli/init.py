@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..control import ensure_serve_token
+from ..control.snapshots import ensure_serve_token
 from ..store.home import DEFAULT_ORG, Home
 from ._output import emit, note, printable
 from ._root import cli, echo_json, home_option, json_option

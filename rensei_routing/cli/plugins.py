@@ -1,13 +1,13 @@
 """``rensei plugins ...`` and ``rensei seams ...``: what is installed, what each plugin adds, and
 whether an installed plugin holds up (``plugins check``). Must not hold plugin rules (those are
-in :mod:`rensei_routing.plugins` and :mod:`rensei_routing.plugin_checks`)."""
+in :mod:`rensei_routing.plugins.manager` and :mod:`rensei_routing.plugins.checks`)."""
 
 from __future__ import annotations
 
 import click
 
-from ..plugin_checks import check_plugin
-from ..plugins import plugin_infos
+from ..plugins.checks import check_plugin
+from ..plugins.manager import plugin_infos
 from ._output import emit, printable
 from ._root import CommandError, builtin_command_names, cli, echo_json, json_option
 from ._session import session

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..core.validation import ValidationIssue, validate
+from ..core.routing.validation import ValidationIssue, validate
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
 from ._output import emit, printable

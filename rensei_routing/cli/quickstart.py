@@ -23,17 +23,17 @@ from typing import Final
 
 import click
 
-from ..control import compile_snapshot, ensure_serve_token, serve_token_path
-from ..core.org import OrgData
-from ..core.report import ShadowReport
-from ..core.validation import validate_policies
+from ..control.server import make_app, serve_in_thread
+from ..control.snapshots import compile_snapshot, ensure_serve_token, serve_token_path
+from ..core.routing.validation import validate_policies
+from ..core.shadow.report import ShadowReport
+from ..core.snapshot.org import OrgData
 from ..errors import InputError, UnknownSeamError
 from ..host.cache import HostConfig
-from ..host.server import make_app, serve_in_thread
-from ..plugins import snapshot_validators
+from ..plugins.manager import snapshot_validators
+from ..shadow.whatif import compare_chain
 from ..store.home import Home
 from ..store.snapshots import OrgStore
-from ..whatif import compare_chain
 from ._clock import now, now_text
 from ._inputs import _named, read_document, read_verified_policy_file
 from ._output import emit, printable

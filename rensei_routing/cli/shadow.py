@@ -16,17 +16,17 @@ from typing import Any, Final
 
 import click
 
-from ..core.chain import AuditRecord
-from ..core.policy import PolicySnapshot
-from ..core.report import GROUPINGS, ReportRow, ShadowReport
-from ..core.shadow import DIVERGENCES, ShadowDecision, is_shadow_payload
-from ..core.spawn import Spawn, check_spawn
+from ..core.audit.chain import AuditRecord
+from ..core.routing.policy import PolicySnapshot
+from ..core.shadow.compare import DIVERGENCES, ShadowDecision, is_shadow_payload
+from ..core.shadow.report import GROUPINGS, ReportRow, ShadowReport
+from ..core.shadow.spawn import Spawn, check_spawn
 from ..errors import InputError, MalformedError, RenseiRoutingError, UnknownSeamError
-from ..plugins import SeamRegistry, has_observers
-from ..shadow import ShadowRecorder, set_shadow_enabled, shadow_enabled
+from ..plugins.manager import SeamRegistry, has_observers
+from ..shadow.recorder import ShadowRecorder, set_shadow_enabled, shadow_enabled
+from ..shadow.whatif import recorded_since
 from ..store.audit import AuditLog
 from ..store.home import Home
-from ..whatif import recorded_since
 from ._inputs import _label, _named, _read_text, parse_json
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option

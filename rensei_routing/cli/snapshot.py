@@ -11,13 +11,13 @@ from pathlib import Path
 import click
 
 from .. import signing
-from ..control import compile_snapshot, validator_results
-from ..core.freshness import format_age
-from ..core.org import OrgData
-from ..core.snapshot import compiled_moment, verify_snapshot
+from ..control.snapshots import compile_snapshot, validator_results
+from ..core.snapshot.envelope import compiled_moment, verify_snapshot
+from ..core.snapshot.freshness import format_age
+from ..core.snapshot.org import OrgData
 from ..errors import InputError, KeyFormatError, RenseiRoutingError
 from ..host.files import atomic_write, read_limited
-from ..plugins import snapshot_validators
+from ..plugins.manager import snapshot_validators
 from ..store.home import Home
 from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text

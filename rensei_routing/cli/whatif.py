@@ -1,6 +1,6 @@
 """``rensei policy whatif``: re-explain the contexts recorded in the audit chain against the
 current revision and against a candidate policy set, and show what would change (the replay is
-:mod:`rensei_routing.whatif`'s). Must not hold routing rules (core) or SQL (store).
+:mod:`rensei_routing.shadow.whatif`'s). Must not hold routing rules (core) or SQL (store).
 
 The chain is not verified here (``rensei audit verify`` does that): a what-if is a forecast,
 not evidence.
@@ -15,11 +15,11 @@ from typing import Final
 
 import click
 
-from ..core.validation import validate_policies
-from ..core.whatif import COUNTERS, Example, WhatIfSummary
+from ..core.routing.validation import validate_policies
+from ..core.shadow.whatif import COUNTERS, Example, WhatIfSummary
+from ..shadow.whatif import compare_chain
 from ..store.audit import AuditLog
 from ..store.home import Home
-from ..whatif import compare_chain
 from ._inputs import read_verified_policy_file
 from ._output import emit, note, printable
 from ._root import CommandError, echo_json, home_option, json_option

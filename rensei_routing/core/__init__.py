@@ -1,4 +1,11 @@
-"""The pure core: value types, precedence, validation, the resolver, canonical bytes.
+"""The pure core: four domains over two shared pieces.
 
-Nothing under ``core`` performs I/O, reads a clock or the environment, or holds global state.
+``routing/`` (the resolver and its vocabulary), ``audit/`` (the hash chain and its checkpoints),
+``snapshot/`` (the signed envelope, its ages and the decision-class postures), ``shadow/``
+(legacy routes beside policy's, what-if, agreement). Shared: ``canonical`` (RFC 8785 bytes and
+digests), ``_parse`` (strict readers for external data) and ``redact`` (secret patterns, used by
+routing's ids and the audit chain alike).
+
+Nothing under ``core`` performs I/O, reads a clock or the environment, or holds global state;
+nothing under it imports from outside it (the layering test, tests/test_layering.py).
 """

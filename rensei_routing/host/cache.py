@@ -19,21 +19,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from .. import signing
-from ..core.chain import format_timestamp
-from ..core.freshness import Freshness, FreshnessPolicy
-from ..core.snapshot import (
+from ..core.audit.chain import format_timestamp
+from ..core.snapshot.envelope import (
     MAX_SNAPSHOT_BYTES,
     RulesetSnapshot,
     check_succession,
     compiled_moment,
     verify_snapshot,
 )
-from ..errors import (
-    ConfigurationError,
-    HomeError,
-    KeyFormatError,
-    SnapshotError,
-)
+from ..core.snapshot.freshness import Freshness, FreshnessPolicy
+from ..errors import ConfigurationError, HomeError, KeyFormatError, SnapshotError
 from .files import atomic_write, read_limited
 
 __all__ = ["AcceptResult", "HostCache", "HostConfig"]

@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Final
 
-from ..core.snapshot import MAX_SNAPSHOT_BYTES
+from ..core.snapshot.envelope import MAX_SNAPSHOT_BYTES
 from ..errors import FetchError
 
 __all__ = ["FetchResult", "fetch_snapshot"]

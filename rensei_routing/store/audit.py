@@ -1,6 +1,6 @@
 """The hash-chained audit log in the home database: append, read, verify, checkpoint. Owns the
 ``audit_records`` and ``audit_checkpoints`` tables; must not read the clock (callers pass
-``recorded_at``) and leaves the link rules to :mod:`rensei_routing.core.chain`.
+``recorded_at``) and leaves the link rules to :mod:`rensei_routing.core.audit.chain`.
 
 Appends read the chain head inside their own ``BEGIN IMMEDIATE`` transaction, so any number of
 processes appending to one database produce one unbroken chain; a batch is one transaction.
@@ -22,7 +22,7 @@ from typing import Any, Final
 import apsw
 
 from .. import signing
-from ..core.chain import (
+from ..core.audit.chain import (
     GENESIS_HASH,
     NOTE_MAX_BYTES,
     ROW_COLUMNS,
@@ -470,7 +470,7 @@ class AuditLog:
         is intact, and a walk that starts at an earlier checkpoint would vouch for records
         damaged below it); the strict parse of payloads and ``recorded_at``, most of the cost, is
         incremental: it is spared below the largest stored checkpoint that carries
-        :data:`~rensei_routing.core.note.STRICT_PAYLOADS` (see :func:`.chain.verify_chain`).
+        :data:`~rensei_routing.core.audit.note.STRICT_PAYLOADS` (see :func:`.chain.verify_chain`).
         ``progress`` is called as in :meth:`verify`. The checkpoint covers exactly the records
         verified, and carries that line: every payload below its size was parsed, here or
         before the earlier checkpoint was signed. Records appended after the snapshot are left

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import apsw
 
-from ..core.postures import BudgetResult, budget_verdict, local_cap_verdict
+from ..core.snapshot.postures import BudgetResult, budget_verdict, local_cap_verdict
 from ..errors import StoreError
 
 __all__ = ["LocalCaps"]

@@ -16,15 +16,10 @@ import apsw
 
 from ..core import _parse as p
 from ..core.canonical import SHA256_PREFIX
-from ..core.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
-from ..core.policy import (
-    MAX_REVISION,
-    PolicySnapshot,
-    RoutingPolicy,
-    policy_canonical,
-)
-from ..core.validation import validate
-from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.routing.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
+from ..core.routing.policy import MAX_REVISION, PolicySnapshot, RoutingPolicy, policy_canonical
+from ..core.routing.validation import validate
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import (
     CorruptSnapshotError,
     InputError,

@@ -17,18 +17,12 @@ from typing import Any
 import apsw
 
 from ..core.canonical import SHA256_PREFIX, canonical_bytes
-from ..core.org import OrgData, builtin_validators, compile_sections
-from ..core.policy import PolicySnapshot
-from ..core.snapshot import RulesetSnapshot, check_succession, seal, verify_snapshot
-from ..core.validators import SnapshotValidator, ValidatorResult, run_validators
-from ..core.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from ..errors import (
-    InputError,
-    NotFoundError,
-    SnapshotError,
-    SnapshotValidationError,
-    StoreError,
-)
+from ..core.routing.policy import PolicySnapshot
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.snapshot.envelope import RulesetSnapshot, check_succession, seal, verify_snapshot
+from ..core.snapshot.org import OrgData, builtin_validators, compile_sections
+from ..core.snapshot.validators import SnapshotValidator, ValidatorResult, run_validators
+from ..errors import InputError, NotFoundError, SnapshotError, SnapshotValidationError, StoreError
 
 __all__ = ["CompileResult", "OrgStore", "SnapshotInfo", "SnapshotStore"]
 

@@ -7,8 +7,12 @@ from collections.abc import Callable, Sequence
 import click
 
 from rensei_routing import hookimpl
-from rensei_routing.core.shadow import Seam, Stage
-from rensei_routing.core.vocabulary import ANTHROPIC_PROVENANCE, LiteralFamily, VocabularyExtension
+from rensei_routing.core.routing.vocabulary import (
+    ANTHROPIC_PROVENANCE,
+    LiteralFamily,
+    VocabularyExtension,
+)
+from rensei_routing.core.shadow.compare import Seam, Stage
 
 from .sample import SEAM
 

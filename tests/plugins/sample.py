@@ -10,11 +10,15 @@ from typing import Any
 import click
 
 from rensei_routing import hookimpl
-from rensei_routing.core.chain import AuditRecord
+from rensei_routing.core.audit.chain import AuditRecord
 from rensei_routing.core.redact import RedactionPattern
-from rensei_routing.core.shadow import Seam, Stage, classify_legacy_mechanism
-from rensei_routing.core.validators import SnapshotValidator
-from rensei_routing.core.vocabulary import ANTHROPIC_PROVENANCE, LiteralFamily, VocabularyExtension
+from rensei_routing.core.routing.vocabulary import (
+    ANTHROPIC_PROVENANCE,
+    LiteralFamily,
+    VocabularyExtension,
+)
+from rensei_routing.core.shadow.compare import Seam, Stage, classify_legacy_mechanism
+from rensei_routing.core.snapshot.validators import SnapshotValidator
 
 HAIKU = LiteralFamily(name="claude-haiku", token="haiku", provenance=ANTHROPIC_PROVENANCE)
 ACME_TOKEN = RedactionPattern(

@@ -29,10 +29,10 @@ import cedarpy
 from rensei_authz_cedar import AUTHORIZER
 from rensei_authz_cedar.engine import entities_of, read_bundle
 
-from rensei_routing.core.authz import AuthorizationEngine, AuthorizationRequest, EntityRef
-from rensei_routing.core.freshness import Freshness
-from rensei_routing.core.org import OrgData, compile_sections
-from rensei_routing.core.policy import PolicySnapshot
+from rensei_routing.core.routing.policy import PolicySnapshot
+from rensei_routing.core.snapshot.authz import AuthorizationEngine, AuthorizationRequest, EntityRef
+from rensei_routing.core.snapshot.freshness import Freshness
+from rensei_routing.core.snapshot.org import OrgData, compile_sections
 
 TARGET = 1.5
 POLICIES = 1_000

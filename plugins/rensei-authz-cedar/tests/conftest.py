@@ -1,4 +1,4 @@
-"""The plugin under test, for the ``rensei_routing.testing`` fixtures."""
+"""The plugin under test, for the ``rensei_routing.plugins.testing`` fixtures."""
 
 from __future__ import annotations
 

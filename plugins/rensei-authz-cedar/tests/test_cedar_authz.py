@@ -12,17 +12,17 @@ import cedarpy
 import pytest
 from rensei_authz_cedar.engine import bundle_problems, entities_of, read_bundle
 
-from rensei_routing.core.authz import (
+from rensei_routing.core.routing.policy import PolicySnapshot
+from rensei_routing.core.snapshot.authz import (
     AuthorizationDecision,
     AuthorizationEngine,
     AuthorizationRequest,
     EntityRef,
 )
-from rensei_routing.core.freshness import Freshness
-from rensei_routing.core.org import OrgData, compile_sections
-from rensei_routing.core.policy import PolicySnapshot
-from rensei_routing.plugins import RenseiPluginManager, authorizers, snapshot_validators
-from rensei_routing.testing import assert_plugin_ok
+from rensei_routing.core.snapshot.freshness import Freshness
+from rensei_routing.core.snapshot.org import OrgData, compile_sections
+from rensei_routing.plugins.manager import RenseiPluginManager, authorizers, snapshot_validators
+from rensei_routing.plugins.testing import assert_plugin_ok
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "org.json"
 FRESH = Freshness(ruleset_rev="org@1", age_ms=2000, degraded=False)

@@ -9,9 +9,19 @@ from hypothesis import strategies as st
 from rensei_seams_hydraflow import SEAMS
 
 from rensei_routing import PolicySnapshot, RouteContext, explain
-from rensei_routing.core.shadow import ActualRoute, Stage, provider_binding_for, shadow_decision
-from rensei_routing.plugins import UNCLASSIFIED, RenseiPluginManager, safe_classify, seam_registry
-from rensei_routing.testing import (
+from rensei_routing.core.shadow.compare import (
+    ActualRoute,
+    Stage,
+    provider_binding_for,
+    shadow_decision,
+)
+from rensei_routing.plugins.manager import (
+    UNCLASSIFIED,
+    RenseiPluginManager,
+    safe_classify,
+    seam_registry,
+)
+from rensei_routing.plugins.testing import (
     assert_classifier_total,
     assert_plugin_ok,
     stage_sequences_strategy,

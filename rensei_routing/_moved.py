@@ -1,0 +1,94 @@
+"""The module paths of before the re-layout (docs/architecture.md, "Old paths"), still importable.
+
+Plugins written against the flat layout import ``rensei_routing.core.authz``,
+``rensei_routing.core.shadow``, ``rensei_routing.hookspecs`` and so on. Each old name that is no
+longer a module of its own resolves, on first import, to the module that now holds its code: the
+same module object, so a name patched or read through either path is one name. Nothing is
+imported until an old path is asked for, and no old path is used inside the package (the
+layering test checks that).
+
+Old paths that became packages (``rensei_routing.plugins``, ``rensei_routing.shadow``,
+``rensei_routing.control``, ``rensei_routing.core.snapshot``, ``rensei_routing.core.shadow``)
+need no alias: the package re-exports the names the module had.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Final
+
+#: Old dotted path -> the module that holds its code now.
+MOVED: Final[dict[str, str]] = {
+    "rensei_routing.core.vocabulary": "rensei_routing.core.routing.vocabulary",
+    "rensei_routing.core.context": "rensei_routing.core.routing.context",
+    "rensei_routing.core._quick": "rensei_routing.core.routing._quick",
+    "rensei_routing.core.policy": "rensei_routing.core.routing.policy",
+    "rensei_routing.core.validation": "rensei_routing.core.routing.validation",
+    "rensei_routing.core.index": "rensei_routing.core.routing.index",
+    "rensei_routing.core.resolver": "rensei_routing.core.routing.resolver",
+    "rensei_routing.core.decision": "rensei_routing.core.routing.decision",
+    "rensei_routing.core.ids": "rensei_routing.core.routing.ids",
+    "rensei_routing.core.jsonl": "rensei_routing.core.routing.jsonl",
+    "rensei_routing.core.chain": "rensei_routing.core.audit.chain",
+    "rensei_routing.core.note": "rensei_routing.core.audit.note",
+    "rensei_routing.core.archive": "rensei_routing.core.audit.archive",
+    "rensei_routing.core.freshness": "rensei_routing.core.snapshot.freshness",
+    "rensei_routing.core.org": "rensei_routing.core.snapshot.org",
+    "rensei_routing.core.validators": "rensei_routing.core.snapshot.validators",
+    "rensei_routing.core.postures": "rensei_routing.core.snapshot.postures",
+    "rensei_routing.core.authz": "rensei_routing.core.snapshot.authz",
+    "rensei_routing.core.spawn": "rensei_routing.core.shadow.spawn",
+    "rensei_routing.core.whatif": "rensei_routing.core.shadow.whatif",
+    "rensei_routing.core.report": "rensei_routing.core.shadow.report",
+    "rensei_routing.host.server": "rensei_routing.control.server",
+    "rensei_routing.whatif": "rensei_routing.shadow.whatif",
+    "rensei_routing.doctor": "rensei_routing.ops.doctor",
+    "rensei_routing.store.backup": "rensei_routing.ops.backup",
+    "rensei_routing.hookspecs": "rensei_routing.plugins.hookspecs",
+    "rensei_routing.plugin_checks": "rensei_routing.plugins.checks",
+    "rensei_routing.testing": "rensei_routing.plugins.testing",
+    "rensei_routing.default_plugins": "rensei_routing.plugins.default",
+    "rensei_routing.default_plugins.seams": "rensei_routing.plugins.default.seams",
+    "rensei_routing.default_plugins.vocabulary": "rensei_routing.plugins.default.vocabulary",
+}
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds an old path and loads it as the module that holds its code now."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        module = importlib.import_module(MOVED[spec.name])
+        self._specs[module.__name__] = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The import system set the alias's spec on the shared module: give it back its own.
+        module.__spec__ = self._specs[module.__name__]
+
+
+FINDER: Final = _MovedFinder()
+
+
+def install() -> None:
+    """Put the finder on ``sys.meta_path`` once (idempotent)."""
+    if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+        sys.meta_path.append(FINDER)

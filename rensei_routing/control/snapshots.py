@@ -1,0 +1,190 @@
+"""The control side of one home: compile the current policy revision and org data into the next
+signed ruleset snapshot, and tell whether the latest snapshot is stale.
+
+Adapter: opens the home's database, signs with the home's key (the same key and ``signing``
+module as the audit checkpoints). The clock is the caller's (``compiled_at``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .. import signing
+from ..core.audit.chain import format_timestamp
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
+from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
+from ..errors import ConfigurationError, HomeError, StoreError
+from ..host.cache import token_from_file
+from ..host.files import create_private
+from ..store.home import Home
+from ..store.policies import PolicyStore
+from ..store.snapshots import CompileResult, OrgStore, SnapshotStore
+
+__all__ = [
+    "compile_snapshot",
+    "ensure_serve_token",
+    "is_stale",
+    "latest_snapshot",
+    "refresh_snapshot",
+    "serve_token_path",
+    "source_revisions",
+    "validator_results",
+]
+
+
+def compile_snapshot(
+    home: Home,
+    *,
+    compiled_at: str,
+    validators: Sequence[SnapshotValidator] = (),
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+) -> CompileResult:
+    """Compile and publish the next snapshot of ``home``'s org.
+
+    Raises:
+        SnapshotValidationError: a validator failed (nothing published).
+        HomeError, StoreError: the home or its database is unusable.
+    """
+    info = home.info()
+    key = home.private_key()
+    conn = home.connect(write=True)
+    try:
+        loaded = PolicyStore(conn, vocabulary=vocabulary).load()
+        org_revision, org = OrgStore(conn).load()
+        return SnapshotStore(conn, org_id=info.org).compile(
+            policies=loaded.snapshot,
+            policy_state=loaded.state,
+            org=org,
+            org_revision=org_revision,
+            compiled_at=compiled_at,
+            signing_key_id=key.public_key.key_id,
+            sign=key.sign,
+            validators=validators,
+            vocabulary=vocabulary,
+        )
+    finally:
+        conn.close()
+
+
+def source_revisions(home: Home) -> tuple[int, int]:
+    """``(latest policy revision, latest org-data revision)`` of ``home`` (0 when none).
+
+    Raises:
+        StoreError: the database could not be read.
+    """
+    conn = home.connect()
+    try:
+        row = conn.execute(
+            "SELECT (SELECT coalesce(max(revision), 0) FROM policy_revisions), "
+            "(SELECT coalesce(max(revision), 0) FROM org_data)"
+        ).fetchone()
+    except Exception as e:  # apsw.Error: a pre-snapshot schema read-only, a locked file
+        raise StoreError(f"cannot read {home.db_path}: {e}") from e
+    finally:
+        conn.close()
+    assert row is not None
+    return int(str(row[0])), int(str(row[1]))
+
+
+def is_stale(home: Home) -> bool:
+    """Whether the latest snapshot was compiled from older data than the home now holds (or
+    none was compiled).
+
+    Raises:
+        StoreError: the database could not be read.
+    """
+    conn = home.connect()
+    try:
+        compiled = SnapshotStore(conn, org_id=home.info().org).compiled_from()
+    finally:
+        conn.close()
+    return compiled is None or compiled != source_revisions(home)
+
+
+def serve_token_path(home: Home) -> Path:
+    """``<home>/keys/serve.token``: the bearer token the snapshot endpoint requires."""
+    return home.keys_dir / "serve.token"
+
+
+def ensure_serve_token(home: Home) -> str:
+    """The home's serve token, created (mode 0600, 32 random bytes, URL-safe base64) on first
+    use and never replaced.
+
+    Raises:
+        HomeError: the token file cannot be created or read.
+    """
+    path = serve_token_path(home)
+    try:
+        create_private(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
+    except OSError as e:
+        raise HomeError(f"cannot create {path}: {e.strerror or e}") from e
+    try:
+        return token_from_file(str(path))
+    except ConfigurationError as e:
+        raise HomeError(str(e)) from e
+
+
+def latest_snapshot(home: Home) -> RulesetSnapshot | None:
+    """The latest stored snapshot, verified against the home's key; ``None`` when none.
+
+    Raises:
+        SnapshotError, StoreError, HomeError.
+    """
+    conn = home.connect()
+    try:
+        store = SnapshotStore(conn, org_id=home.info().org)
+        if store.compiled_from() is None:
+            return None
+        return store.load(lookup=signing.key_lookup([home.public_key()]))
+    finally:
+        conn.close()
+
+
+def refresh_snapshot(
+    home: Home,
+    held: RulesetSnapshot,
+    *,
+    now: datetime,
+    reseal_after: timedelta,
+    validators: Sequence[SnapshotValidator] = (),
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+) -> RulesetSnapshot | None:
+    """What the serving side does off the request path: recompile when the data changed since
+    the latest snapshot, else re-seal it when it is older than ``reseal_after`` (so hosts stay
+    fresh while nothing changes), else nothing.
+
+    Raises:
+        SnapshotValidationError: the changed data fails a validator (nothing published; the
+            previous snapshot keeps serving).
+        SnapshotError, StoreError, HomeError.
+    """
+    if is_stale(home):
+        return compile_snapshot(
+            home,
+            compiled_at=format_timestamp(now),
+            validators=validators,
+            vocabulary=vocabulary,
+        ).snapshot
+    if now - compiled_moment(held) <= reseal_after:
+        return None
+    key = home.private_key()
+    conn = home.connect(write=True)
+    try:
+        return SnapshotStore(conn, org_id=home.info().org).reseal(
+            compiled_at=format_timestamp(now),
+            signing_key_id=key.public_key.key_id,
+            sign=key.sign,
+            lookup=signing.key_lookup([key.public_key]),
+        )
+    finally:
+        conn.close()
+
+
+def validator_results(results: Iterable[ValidatorResult]) -> list[Mapping[str, Any]]:
+    """JSON form of validator verdicts."""
+    return [r.to_dict() for r in results]

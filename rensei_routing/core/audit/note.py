@@ -1,0 +1,189 @@
+"""Checkpoint notes: the C2SP tlog-checkpoint / signed-note text format of the audit log's
+checkpoints. Pure: parses and writes note text; signing and checking signatures belong to the
+adapter (:mod:`rensei_routing.signing`), the link rules to :mod:`.chain`.
+
+A note reads::
+
+    <origin>
+    <size>
+    <base64 of the 32 head-hash bytes>
+
+    — <key name> <base64(key hash ‖ signature)>
+
+where the head hash is the ``record_hash`` of record ``size - 1`` (the genesis hash for size 0),
+the key hash is the first 4 bytes of SHA-256(key name ‖ ``\\n`` ‖ 0x01 ‖ Ed25519 public key), and
+the Ed25519 signature covers the note body (everything before the blank line, newline included).
+
+Between the hash line and the blank line a note may carry C2SP extension lines, covered by the
+signature like the rest of the body. This package writes one: :data:`STRICT_PAYLOADS`
+(``payloads: strict-json``), the signer's statement that every payload below ``size`` was read as
+strict JSON (UTF-8, no duplicate key, no ``NaN``/``Infinity``) and every ``recorded_at`` as RFC
+3339 UTC before it signed. A verifier that trusts the key may then skip that parse below ``size``
+(:func:`.chain.verify_chain` says when); a note without the line (made by an earlier release,
+which did not always parse) vouches for the hashes only. Other extension lines are kept and
+ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass, replace
+from typing import Final
+
+from ...errors import CheckpointFormatError
+from ..canonical import SHA256_PREFIX
+
+__all__ = [
+    "NOTE_MAX_BYTES",
+    "STRICT_PAYLOADS",
+    "Checkpoint",
+    "NoteSignature",
+    "checkpoint_origin",
+    "note_key_hash",
+    "parse_checkpoint",
+]
+
+NOTE_MAX_BYTES: Final = 16 * 1024
+#: The extension line of a checkpoint whose signer parsed every payload below its size strictly.
+STRICT_PAYLOADS: Final = "payloads: strict-json"
+_MAX_SIGNATURES: Final = 64
+_MAX_SIZE: Final = 2**63 - 1
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
+_KEY_NAME = re.compile(r"[^\s+]+")
+_SIG_PREFIX: Final = "\u2014 "
+
+
+def checkpoint_origin(org_id: str) -> str:
+    """Origin line and signing key name of an org's audit log: ``rensei-routing/<org>/audit``."""
+    return f"rensei-routing/{org_id}/audit"
+
+
+def note_key_hash(key_name: str, public_key: bytes) -> bytes:
+    """C2SP signed-note key hash of an Ed25519 key: SHA-256(name ‖ ``\\n`` ‖ 0x01 ‖ key)[:4]."""
+    return hashlib.sha256(key_name.encode("utf-8") + b"\n\x01" + public_key).digest()[:4]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoteSignature:
+    """One signature line of a note: key name, 4-byte key hash, raw signature."""
+
+    name: str
+    key_hash: bytes
+    signature: bytes
+
+    def to_line(self) -> str:
+        """The ``— <name> <base64>`` line, newline included."""
+        blob = base64.b64encode(self.key_hash + self.signature).decode("ascii")
+        return f"{_SIG_PREFIX}{self.name} {blob}\n"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """A checkpoint of a log: ``size`` records whose last ``record_hash`` is ``head_hash``."""
+
+    origin: str
+    size: int
+    head_hash: str
+    extensions: tuple[str, ...] = ()
+    signatures: tuple[NoteSignature, ...] = ()
+
+    @property
+    def body(self) -> bytes:
+        """The signed text: origin, size, base64 head hash, extensions, each ending in ``\\n``."""
+        raw = bytes.fromhex(self.head_hash[len(SHA256_PREFIX) :])
+        lines = [
+            self.origin,
+            str(self.size),
+            base64.b64encode(raw).decode("ascii"),
+            *self.extensions,
+        ]
+        return "".join(f"{line}\n" for line in lines).encode("utf-8")
+
+    def to_text(self) -> str:
+        """The whole note: body, blank line, signature lines."""
+        return self.body.decode("utf-8") + "\n" + "".join(s.to_line() for s in self.signatures)
+
+    def signature_by(self, name: str, key_hash: bytes) -> bytes | None:
+        """The signature made by the named key with that key hash, if the note carries one."""
+        for s in self.signatures:
+            if s.name == name and s.key_hash == key_hash:
+                return s.signature
+        return None
+
+    def with_signature(self, signature: NoteSignature) -> Checkpoint:
+        """A copy carrying one more signature line."""
+        return replace(self, signatures=(*self.signatures, signature))
+
+
+def parse_checkpoint(note: str | bytes) -> Checkpoint:
+    """Parse a C2SP-style checkpoint note (signatures are parsed, not checked).
+
+    Raises:
+        CheckpointFormatError: the text is too long, not UTF-8, lacks the blank line or a
+            signature, or has a malformed origin, size, hash or signature line.
+    """
+    raw = note if isinstance(note, bytes) else note.encode("utf-8", "surrogatepass")
+    if len(raw) > NOTE_MAX_BYTES:
+        raise CheckpointFormatError(f"checkpoint note longer than {NOTE_MAX_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointFormatError("checkpoint note is not UTF-8") from e
+    if any(c < " " and c != "\n" for c in text) or "\x7f" in text:
+        raise CheckpointFormatError("checkpoint note contains control characters")
+    if not text.endswith("\n"):
+        raise CheckpointFormatError("checkpoint note must end with a newline")
+    split = text.find("\n\n")
+    if split < 0:
+        raise CheckpointFormatError("checkpoint note has no blank line before its signatures")
+    body_lines = text[:split].split("\n")
+    sig_lines = text[split + 2 : -1].split("\n") if text[split + 2 :] else []
+    if len(body_lines) < 3:
+        raise CheckpointFormatError("checkpoint body needs origin, size and hash lines")
+    origin, size_text, hash_text, *extensions = body_lines
+    if not origin or origin != origin.strip():
+        raise CheckpointFormatError("checkpoint origin line is empty or padded")
+    if not _DECIMAL.fullmatch(size_text) or int(size_text) > _MAX_SIZE:
+        raise CheckpointFormatError(f"checkpoint size is not a decimal count: {size_text!r}")
+    head = _decode_b64(hash_text, "checkpoint hash")
+    if len(head) != 32:
+        raise CheckpointFormatError("checkpoint hash is not 32 bytes")
+    if any(not line for line in extensions):
+        raise CheckpointFormatError("checkpoint has an empty extension line")
+    if not sig_lines:
+        raise CheckpointFormatError("checkpoint note carries no signature")
+    if len(sig_lines) > _MAX_SIGNATURES:
+        raise CheckpointFormatError("checkpoint note carries too many signatures")
+    signatures = tuple(_parse_signature(line) for line in sig_lines)
+    return Checkpoint(
+        origin=origin,
+        size=int(size_text),
+        head_hash=SHA256_PREFIX + head.hex(),
+        extensions=tuple(extensions),
+        signatures=signatures,
+    )
+
+
+def _decode_b64(text: str, what: str) -> bytes:
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as e:
+        raise CheckpointFormatError(f"{what} is not base64") from e
+    if base64.b64encode(data).decode("ascii") != text:
+        raise CheckpointFormatError(f"{what} is not canonical base64")
+    return data
+
+
+def _parse_signature(line: str) -> NoteSignature:
+    if not line.startswith(_SIG_PREFIX):
+        raise CheckpointFormatError("checkpoint signature line must start with '— '")
+    parts = line[len(_SIG_PREFIX) :].split(" ")
+    if len(parts) != 2 or not _KEY_NAME.fullmatch(parts[0]):
+        raise CheckpointFormatError("checkpoint signature line must be '— <name> <base64>'")
+    blob = _decode_b64(parts[1], "checkpoint signature")
+    if len(blob) < 5:
+        raise CheckpointFormatError("checkpoint signature is too short")
+    return NoteSignature(name=parts[0], key_hash=blob[:4], signature=blob[4:])

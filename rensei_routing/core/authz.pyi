@@ -1,0 +1,2 @@
+# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.core.snapshot.authz.
+from rensei_routing.core.snapshot.authz import *

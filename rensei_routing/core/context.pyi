@@ -1,0 +1,2 @@
+# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.core.routing.context.
+from rensei_routing.core.routing.context import *

@@ -1,0 +1,843 @@
+"""A resolved route: the decision, its reason code, and the self-sufficient explanation.
+
+Pure: frozen values with ``to_dict`` / ``from_dict``; the JSON field names and every code string
+are those of SEMANTICS.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import FrozenInstanceError, dataclass, field
+from json.encoder import encode_basestring as _e
+from typing import Any, Final, Protocol
+
+from .. import _parse as p
+from ..canonical import canonical_bytes
+from ..canonical import json_string as _s
+from .context import RouteContext
+from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
+
+__all__ = [
+    "ConsideredPolicy",
+    "Explanation",
+    "RejectedAccount",
+    "RouteDecision",
+]
+
+#: The stamp members a recorded decision may carry besides the decision's own fields.
+STAMP_FIELDS: Final = ("rulesetRev", "snapshotAgeMs", "degraded")
+
+# Outcomes.
+SELECTED: Final = "selected"
+HELD: Final = "held"
+REJECTED: Final = "rejected"
+OUTCOMES: Final = (SELECTED, HELD, REJECTED)
+
+# Policy sources.
+SOURCE_MANAGED: Final = "managed-policy"
+SOURCE_LEGACY: Final = "legacy-compatibility"
+SOURCE_NONE: Final = "none"
+POLICY_SOURCES: Final = (SOURCE_MANAGED, SOURCE_LEGACY, SOURCE_NONE)
+
+# Snapshot load states.
+STATE_OK: Final = "ok"
+STATE_ABSENT: Final = "absent"
+STATE_CORRUPT: Final = "corrupt"
+SNAPSHOT_STATES: Final = (STATE_OK, STATE_ABSENT, STATE_CORRUPT)
+
+# Decision reasons.
+SNAPSHOT_UNAVAILABLE: Final = "snapshot-unavailable"
+NO_LEGACY_ROUTE: Final = "no-legacy-route"
+NO_POLICY_APPLIES: Final = "no-policy-applies"
+POLICY_CONFLICT: Final = "policy-conflict"
+LITERAL_FAMILY_UNSATISFIABLE: Final = "literal-family-unsatisfiable"
+MODEL_NOT_ALLOWED: Final = "model-not-allowed"
+CAPABILITY_UNMAPPED: Final = "capability-unmapped"
+NO_ELIGIBLE_ACCOUNT: Final = "no-eligible-account"
+MATCHED_POLICY: Final = "matched-policy"
+DECISION_REASONS: Final = (
+    SNAPSHOT_UNAVAILABLE,
+    NO_LEGACY_ROUTE,
+    NO_POLICY_APPLIES,
+    POLICY_CONFLICT,
+    LITERAL_FAMILY_UNSATISFIABLE,
+    MODEL_NOT_ALLOWED,
+    CAPABILITY_UNMAPPED,
+    NO_ELIGIBLE_ACCOUNT,
+    MATCHED_POLICY,
+)
+
+# Match reasons, in evaluation order (the first failing dimension wins).
+POLICY_DISABLED: Final = "policy-disabled"
+REPO_IDENTITY_NOT_CANONICAL: Final = "repo-identity-not-canonical"
+REPO_NOT_IN_SET: Final = "repo-not-in-set"
+REPO_CLASS_NOT_IN_SET: Final = "repo-class-not-in-set"
+ROLE_NOT_CANONICAL: Final = "role-not-canonical"
+ROLE_NOT_IN_SET: Final = "role-not-in-set"
+PRINCIPAL_NOT_IN_SET: Final = "principal-not-in-set"
+REQUIREMENT_NOT_IN_SET: Final = "requirement-not-in-set"
+REQUEST_FACE_NOT_IN_SET: Final = "request-face-not-in-set"
+MATCHED: Final = "matched"
+OUTRANKED: Final = "outranked"
+MATCH_REASONS: Final = (
+    POLICY_DISABLED,
+    REPO_IDENTITY_NOT_CANONICAL,
+    REPO_NOT_IN_SET,
+    REPO_CLASS_NOT_IN_SET,
+    ROLE_NOT_CANONICAL,
+    ROLE_NOT_IN_SET,
+    PRINCIPAL_NOT_IN_SET,
+    REQUIREMENT_NOT_IN_SET,
+    REQUEST_FACE_NOT_IN_SET,
+    MATCHED,
+    OUTRANKED,
+)
+
+# Account rejection reasons, in the order they are checked.
+NOT_CONFIGURED: Final = "not-configured"
+ADMINISTRATIVE_DISABLED: Final = "administrative-disabled"
+ADMINISTRATIVE_DRAINING: Final = "administrative-draining"
+PROVIDER_LOCK_MISMATCH: Final = "provider-lock-mismatch"
+NOT_IN_POOL: Final = "not-in-pool"
+LITERAL_FAMILY_INCOMPATIBLE: Final = "literal-family-incompatible"
+ACCOUNT_REASONS: Final = (
+    NOT_CONFIGURED,
+    ADMINISTRATIVE_DISABLED,
+    ADMINISTRATIVE_DRAINING,
+    PROVIDER_LOCK_MISMATCH,
+    NOT_IN_POOL,
+    LITERAL_FAMILY_INCOMPATIBLE,
+)
+
+LEGACY_RUNG: Final = 9
+#: The outranked rivals a compact trace lists after the winner and its ties (see Explanation).
+COMPACT_RIVALS: Final = 8
+_MAX_SAFE_INT: Final = 2**53 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsideredPolicy:
+    """One policy as the resolver saw it for this context."""
+
+    policy_id: str
+    precedence_level: int
+    priority: int
+    matched: bool
+    reason: str
+    _json: str | None = field(default=None, init=False, repr=False, compare=False)
+    _display: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def canonical_json(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly and kept (entries are shared)."""
+        text = self._json
+        if text is None:
+            text = (
+                f'{{"matched":{"true" if self.matched else "false"},'
+                f'"policy_id":{_e(self.policy_id)},"precedence_level":{self.precedence_level},'
+                f'"priority":{self.priority},"reason":{_e(self.reason)}}}'
+            )
+            object.__setattr__(self, "_json", text)
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy_id": self.policy_id,
+            "precedence_level": self.precedence_level,
+            "priority": self.priority,
+            "matched": self.matched,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectedAccount:
+    """An account the winning policy could not use, with the first rule that excluded it."""
+
+    account_id: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"account_id": self.account_id, "reason": self.reason}
+
+
+class TraceSource(Protocol):
+    """Builds an explanation's ``considered`` list on first read, from what the resolver kept
+    of the decision (one source is shared by every decision of a call)."""
+
+    def considered(
+        self, context: RouteContext, keys: tuple[Any, ...], matched: tuple[int, ...], last: int
+    ) -> tuple[ConsideredPolicy, ...]: ...
+
+
+class _ExplanationFields:
+    """An :class:`Explanation`'s storage, assignable: see :func:`explanation_of`."""
+
+    __slots__ = (
+        "_considered",
+        "_keys",
+        "_last",
+        "_matched",
+        "_source",
+        "conflicting_policy_ids",
+        "context",
+        "eligible_account_ids",
+        "rejected_accounts",
+        "unlisted_outranked_count",
+        "unlisted_policy_count",
+    )
+
+    context: RouteContext
+    eligible_account_ids: tuple[str, ...]
+    rejected_accounts: tuple[RejectedAccount, ...]
+    conflicting_policy_ids: tuple[str, ...]
+    unlisted_policy_count: int
+    unlisted_outranked_count: int
+    _considered: tuple[ConsideredPolicy, ...] | None
+    _source: TraceSource | None
+    _keys: tuple[Any, ...]
+    _matched: tuple[int, ...]
+    _last: int
+
+
+class Explanation(_ExplanationFields):
+    """Everything needed to re-check a decision without the resolver's process.
+
+    ``considered`` lists every policy in rank order under a full trace. Under a compact trace
+    (large snapshots) it is bounded: the winner and every policy tied with it, then the
+    nearest outranked rivals, at most ``COMPACT_RIVALS`` of them, best (most specific) first;
+    ``unlisted_outranked_count`` counts the outranked rivals beyond those (in the JSON only
+    when not zero, so a decision within the bound reads as before), and
+    ``unlisted_policy_count`` counts the rest, none of which matched.
+
+    The resolver keeps what the trace needs at decision time (:func:`explanation_of`) and
+    ``considered`` is built on first read, so a batch that only routes never pays for listing
+    every policy; the value read is the same either way. Immutable: attributes cannot be set
+    after construction.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        *,
+        context: RouteContext,
+        considered: tuple[ConsideredPolicy, ...] = (),
+        eligible_account_ids: tuple[str, ...] = (),
+        rejected_accounts: tuple[RejectedAccount, ...] = (),
+        conflicting_policy_ids: tuple[str, ...] = (),
+        unlisted_policy_count: int = 0,
+        unlisted_outranked_count: int = 0,
+    ) -> None:
+        init = object.__setattr__
+        init(self, "context", context)
+        init(self, "_considered", considered)
+        init(self, "_source", None)
+        init(self, "_keys", ())
+        init(self, "_matched", ())
+        init(self, "_last", -1)
+        init(self, "eligible_account_ids", eligible_account_ids)
+        init(self, "rejected_accounts", rejected_accounts)
+        init(self, "conflicting_policy_ids", conflicting_policy_ids)
+        init(self, "unlisted_policy_count", unlisted_policy_count)
+        init(self, "unlisted_outranked_count", unlisted_outranked_count)
+
+    @property
+    def considered(self) -> tuple[ConsideredPolicy, ...]:
+        """The policies as the resolver saw them, best first."""
+        considered = self._considered
+        if considered is None:
+            source = self._source
+            if source is None:  # another thread built it between the two reads
+                considered = self._considered
+                assert considered is not None
+                return considered
+            considered = source.considered(self.context, self._keys, self._matched, self._last)
+            # ``_considered`` first: a reader that then finds no source finds the list.
+            object.__setattr__(self, "_considered", considered)
+            object.__setattr__(self, "_source", None)
+        return considered
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Explanation is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Explanation is immutable; cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_explanation_from_fields, self._key())
+
+    def _key(self) -> tuple[Any, ...]:
+        return (
+            self.context,
+            self.considered,
+            self.eligible_account_ids,
+            self.rejected_accounts,
+            self.conflicting_policy_ids,
+            self.unlisted_policy_count,
+            self.unlisted_outranked_count,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Explanation):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Explanation(context={self.context!r}, considered={self.considered!r}, "
+            f"eligible_account_ids={self.eligible_account_ids!r}, "
+            f"rejected_accounts={self.rejected_accounts!r}, "
+            f"conflicting_policy_ids={self.conflicting_policy_ids!r}, "
+            f"unlisted_policy_count={self.unlisted_policy_count!r}, "
+            f"unlisted_outranked_count={self.unlisted_outranked_count!r})"
+        )
+
+    def canonical_json(self) -> str:
+        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
+        conflicting = ",".join(_e(i) for i in self.conflicting_policy_ids)
+        considered = ",".join(c.canonical_json() for c in self.considered)
+        eligible = ",".join(_e(i) for i in self.eligible_account_ids)
+        rejected = ",".join(
+            f'{{"account_id":{_e(r.account_id)},"reason":{_e(r.reason)}}}'
+            for r in self.rejected_accounts
+        )
+        return (
+            f'{{"conflicting_policy_ids":[{conflicting}],"considered":[{considered}],'
+            f'"context":{self.context.canonical_text()},'
+            f'"eligible_account_ids":[{eligible}],"rejected_accounts":[{rejected}],'
+            + (
+                f'"unlisted_outranked_count":{self.unlisted_outranked_count},'
+                if self.unlisted_outranked_count
+                else ""
+            )
+            + f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "context": self.context.to_dict(),
+            "considered": [c.to_dict() for c in self.considered],
+            "eligible_account_ids": list(self.eligible_account_ids),
+            "rejected_accounts": [r.to_dict() for r in self.rejected_accounts],
+            "conflicting_policy_ids": list(self.conflicting_policy_ids),
+            "unlisted_policy_count": self.unlisted_policy_count,
+        }
+        if self.unlisted_outranked_count:
+            out["unlisted_outranked_count"] = self.unlisted_outranked_count
+        return out
+
+
+#: A decision's fields (and its JSON keys), in declaration (and ``to_dict``) order.
+DECISION_FIELDS: Final = (
+    "decision_id",
+    "outcome",
+    "reason",
+    "policy_source",
+    "policy_id",
+    "policy_revision",
+    "snapshot_hash",
+    "snapshot_state",
+    "precedence_level",
+    "precedence_priority",
+    "account_id",
+    "provider_binding",
+    "effective_model",
+    "explanation",
+)
+
+
+class _DecisionFields:
+    """A :class:`RouteDecision`'s storage, assignable: see :func:`decision_of`. Besides the
+    fields, it keeps what the explanation is made of until the explanation is first read."""
+
+    __slots__ = (
+        *DECISION_FIELDS[:-1],
+        "_explanation",
+        "_context",
+        "_eligible",
+        "_rejected",
+        "_conflicting",
+        "_unlisted",
+        "_beyond",
+        "_source",
+        "_keys",
+        "_matched",
+        "_last",
+    )
+
+    decision_id: str
+    outcome: str
+    reason: str
+    policy_source: str
+    policy_id: str | None
+    policy_revision: int
+    snapshot_hash: str
+    snapshot_state: str
+    precedence_level: int | None
+    precedence_priority: int | None
+    account_id: str | None
+    provider_binding: str | None
+    effective_model: str | None
+    _explanation: Explanation | None
+    _context: RouteContext
+    _eligible: tuple[str, ...]
+    _rejected: tuple[RejectedAccount, ...]
+    _conflicting: tuple[str, ...]
+    _unlisted: int
+    _beyond: int
+    _source: TraceSource | None
+    _keys: tuple[Any, ...]
+    _matched: tuple[int, ...]
+    _last: int
+
+
+class RouteDecision(_DecisionFields):
+    """Exactly one outcome for one context against one snapshot. Immutable, compared and
+    hashed by value (as a frozen dataclass is).
+
+    A decision from the resolver builds its :class:`Explanation` on first read of
+    ``explanation``: a batch keeps one object per decision until then, which is what CPython's
+    cyclic collector has to walk (docs/performance.md).
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        *,
+        decision_id: str,
+        outcome: str,
+        reason: str,
+        policy_source: str,
+        policy_id: str | None,
+        policy_revision: int,
+        snapshot_hash: str,
+        snapshot_state: str,
+        precedence_level: int | None,
+        precedence_priority: int | None,
+        account_id: str | None,
+        provider_binding: str | None,
+        effective_model: str | None,
+        explanation: Explanation,
+    ) -> None:
+        values = (
+            decision_id,
+            outcome,
+            reason,
+            policy_source,
+            policy_id,
+            policy_revision,
+            snapshot_hash,
+            snapshot_state,
+            precedence_level,
+            precedence_priority,
+            account_id,
+            provider_binding,
+            effective_model,
+            explanation,
+        )
+        for name, value in zip(DECISION_FIELDS, values, strict=True):
+            object.__setattr__(self, "_explanation" if name == "explanation" else name, value)
+
+    @property
+    def explanation(self) -> Explanation:
+        """Everything needed to re-check this decision (built on first read, then kept)."""
+        explanation = self._explanation
+        if explanation is None:
+            explanation = explanation_of(
+                self._context,
+                self._eligible,
+                self._rejected,
+                self._conflicting,
+                self._unlisted,
+                self._beyond,
+                None if self._source is not None else (),
+                self._source,
+                self._keys,
+                self._matched,
+                self._last,
+            )
+            # The parts stay: a thread reading them while another builds must see them whole
+            # (both build the same value; the last store wins, and either is correct).
+            object.__setattr__(self, "_explanation", explanation)
+        return explanation
+
+    def _values(self) -> tuple[Any, ...]:
+        return (
+            self.decision_id,
+            self.outcome,
+            self.reason,
+            self.policy_source,
+            self.policy_id,
+            self.policy_revision,
+            self.snapshot_hash,
+            self.snapshot_state,
+            self.precedence_level,
+            self.precedence_priority,
+            self.account_id,
+            self.provider_binding,
+            self.effective_model,
+            self.explanation,
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, RouteDecision)
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={value!r}" for name, value in zip(DECISION_FIELDS, self._values(), strict=True)
+        )
+        return f"RouteDecision({fields})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_decision_from_fields, self._values())
+
+    def canonical(self) -> bytes:
+        """RFC 8785 bytes of :meth:`to_dict`, written directly: what the audit log stores for a
+        recorded decision. The tests check it equals ``canonical_bytes(self.to_dict())``."""
+        if not 0 <= self.policy_revision <= _MAX_SAFE_INT:
+            return canonical_bytes(self.to_dict())  # outside the fast path's integer domain
+
+        def num(value: int | None) -> str:
+            return "null" if value is None else str(value)
+
+        text = (
+            f'{{"account_id":{_s(self.account_id)},"decision_id":{_e(self.decision_id)},'
+            f'"effective_model":{_s(self.effective_model)},'
+            f'"explanation":{self.explanation.canonical_json()},'
+            f'"outcome":{_e(self.outcome)},"policy_id":{_s(self.policy_id)},'
+            f'"policy_revision":{self.policy_revision},"policy_source":{_e(self.policy_source)},'
+            f'"precedence_level":{num(self.precedence_level)},'
+            f'"precedence_priority":{num(self.precedence_priority)},'
+            f'"provider_binding":{_s(self.provider_binding)},"reason":{_e(self.reason)},'
+            f'"snapshot_hash":{_e(self.snapshot_hash)},"snapshot_state":{_e(self.snapshot_state)}}}'
+        )
+        return text.encode("utf-8")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "policy_source": self.policy_source,
+            "policy_id": self.policy_id,
+            "policy_revision": self.policy_revision,
+            "snapshot_hash": self.snapshot_hash,
+            "snapshot_state": self.snapshot_state,
+            "precedence_level": self.precedence_level,
+            "precedence_priority": self.precedence_priority,
+            "account_id": self.account_id,
+            "provider_binding": self.provider_binding,
+            "effective_model": self.effective_model,
+            "explanation": self.explanation.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Any,
+        *,
+        path: p.Path = "",
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redacted: bool = False,
+    ) -> RouteDecision:
+        """Read a decision back. An audit record's payload is read with ``redacted=True``: the
+        stored decision was redacted before it was hashed, so its context may hold redaction
+        markers where input rules would refuse them (see :mod:`.context`); the decision's own
+        fields are read verbatim either way.
+
+        Raises:
+            MalformedError: naming the first offending field path.
+        """
+        d = p.obj(
+            data,
+            path,
+            required=(
+                "decision_id",
+                "outcome",
+                "reason",
+                "policy_source",
+                "policy_revision",
+                "snapshot_hash",
+                "snapshot_state",
+                "explanation",
+            ),
+            optional=(
+                "policy_id",
+                "precedence_level",
+                "precedence_priority",
+                "account_id",
+                "provider_binding",
+                "effective_model",
+                # document 000's snapshot stamp, on a decision as the CLI records it; read by
+                # ``core.freshness.StampedDecision.from_dict``, not part of a RouteDecision
+                *STAMP_FIELDS,
+            ),
+        )
+        epath = p.at(path, "explanation")
+        e = p.obj(
+            d["explanation"],
+            epath,
+            required=("context",),
+            optional=(
+                "considered",
+                "eligible_account_ids",
+                "rejected_accounts",
+                "conflicting_policy_ids",
+                "unlisted_policy_count",
+                "unlisted_outranked_count",
+            ),
+        )
+        cpath = p.at(epath, "considered")
+        considered = []
+        for i, item in enumerate(p.array(e.get("considered", []), cpath)):
+            ipath = p.at(cpath, i)
+            c = p.obj(
+                item,
+                ipath,
+                required=("policy_id", "precedence_level", "priority", "matched", "reason"),
+            )
+            considered.append(
+                ConsideredPolicy(
+                    policy_id=p.string(
+                        c["policy_id"], p.at(ipath, "policy_id"), min_len=0, verbatim=True
+                    ),
+                    precedence_level=p.integer(
+                        c["precedence_level"], p.at(ipath, "precedence_level"), lo=1, hi=9
+                    ),
+                    priority=p.integer(c["priority"], p.at(ipath, "priority"), lo=0, hi=10_000),
+                    matched=p.boolean(c["matched"], p.at(ipath, "matched")),
+                    reason=p.choice(
+                        c["reason"], p.at(ipath, "reason"), MATCH_REASONS, what="reason"
+                    ),
+                )
+            )
+        rpath = p.at(epath, "rejected_accounts")
+        rejected = []
+        for i, item in enumerate(p.array(e.get("rejected_accounts", []), rpath)):
+            ipath = p.at(rpath, i)
+            r = p.obj(item, ipath, required=("account_id", "reason"))
+            rejected.append(
+                RejectedAccount(
+                    account_id=p.string(
+                        r["account_id"], p.at(ipath, "account_id"), min_len=0, verbatim=True
+                    ),
+                    reason=p.choice(
+                        r["reason"], p.at(ipath, "reason"), ACCOUNT_REASONS, what="reason"
+                    ),
+                )
+            )
+
+        def strings(value: Any, where: p.Path) -> tuple[str, ...]:
+            return tuple(
+                p.string(v, p.at(where, i), min_len=0, verbatim=True)
+                for i, v in enumerate(p.array(value, where))
+            )
+
+        def opt_int(key: str, lo: int, hi: int) -> int | None:
+            value = d.get(key)
+            return None if value is None else p.integer(value, p.at(path, key), lo=lo, hi=hi)
+
+        return cls(
+            decision_id=p.string(
+                d["decision_id"], p.at(path, "decision_id"), min_len=0, verbatim=True
+            ),
+            outcome=p.choice(d["outcome"], p.at(path, "outcome"), OUTCOMES, what="outcome"),
+            reason=p.choice(d["reason"], p.at(path, "reason"), DECISION_REASONS, what="reason"),
+            policy_source=p.choice(
+                d["policy_source"], p.at(path, "policy_source"), POLICY_SOURCES, what="source"
+            ),
+            policy_id=p.opt_string(
+                d.get("policy_id"), p.at(path, "policy_id"), min_len=0, verbatim=True
+            ),
+            policy_revision=p.integer(
+                d["policy_revision"], p.at(path, "policy_revision"), lo=0, hi=2**53 - 1
+            ),
+            snapshot_hash=p.string(
+                d["snapshot_hash"], p.at(path, "snapshot_hash"), min_len=0, verbatim=True
+            ),
+            snapshot_state=p.choice(
+                d["snapshot_state"], p.at(path, "snapshot_state"), SNAPSHOT_STATES, what="state"
+            ),
+            precedence_level=opt_int("precedence_level", 1, 9),
+            precedence_priority=opt_int("precedence_priority", 0, 10_000),
+            account_id=p.opt_string(
+                d.get("account_id"), p.at(path, "account_id"), min_len=0, verbatim=True
+            ),
+            provider_binding=p.opt_string(
+                d.get("provider_binding"), p.at(path, "provider_binding"), verbatim=True
+            ),
+            effective_model=p.opt_string(
+                d.get("effective_model"), p.at(path, "effective_model"), min_len=0, verbatim=True
+            ),
+            explanation=Explanation(
+                context=RouteContext.from_dict(
+                    e["context"],
+                    path=p.at(epath, "context"),
+                    vocabulary=vocabulary,
+                    redacted=redacted,
+                ),
+                considered=tuple(considered),
+                eligible_account_ids=strings(
+                    e.get("eligible_account_ids", []), p.at(epath, "eligible_account_ids")
+                ),
+                rejected_accounts=tuple(rejected),
+                conflicting_policy_ids=strings(
+                    e.get("conflicting_policy_ids", []), p.at(epath, "conflicting_policy_ids")
+                ),
+                unlisted_policy_count=p.integer(
+                    e.get("unlisted_policy_count", 0),
+                    p.at(epath, "unlisted_policy_count"),
+                    lo=0,
+                    hi=2**53 - 1,
+                ),
+                unlisted_outranked_count=p.integer(
+                    e.get("unlisted_outranked_count", 0),
+                    p.at(epath, "unlisted_outranked_count"),
+                    lo=0,
+                    hi=2**53 - 1,
+                ),
+            ),
+        )
+
+
+# -- fast construction --------------------------------------------------------------------------
+#
+# The resolver makes one decision and one explanation per context, and their public
+# constructors pay one ``object.__setattr__`` call per field (the classes refuse assignment).
+# The builders below fill the assignable storage class with plain stores and then retype the
+# object to its immutable subclass, which adds no slots (CPython allows ``__class__`` to be
+# assigned between such layouts): the same object, about a sixth of the cost (see
+# docs/performance.md). Nothing else ever sees the storage class.
+
+
+def explanation_of(
+    context: RouteContext,
+    eligible_account_ids: tuple[str, ...],
+    rejected_accounts: tuple[RejectedAccount, ...],
+    conflicting_policy_ids: tuple[str, ...],
+    unlisted_policy_count: int,
+    unlisted_outranked_count: int,
+    considered: tuple[ConsideredPolicy, ...] | None,
+    source: TraceSource | None = None,
+    keys: tuple[Any, ...] = (),
+    matched: tuple[int, ...] = (),
+    last: int = -1,
+) -> Explanation:
+    """An explanation whose ``considered`` is given, or (``None``) built on first read by
+    ``source.considered(context, keys, matched, last)``."""
+    if considered is None and source is None:
+        raise ValueError("an explanation needs considered policies or a source to build them")
+    e = _ExplanationFields()
+    e.context = context
+    e.eligible_account_ids = eligible_account_ids
+    e.rejected_accounts = rejected_accounts
+    e.conflicting_policy_ids = conflicting_policy_ids
+    e.unlisted_policy_count = unlisted_policy_count
+    e.unlisted_outranked_count = unlisted_outranked_count
+    e._considered = considered
+    e._source = None if considered is not None else source
+    e._keys = keys
+    e._matched = matched
+    e._last = last
+    e.__class__ = Explanation
+    assert isinstance(e, Explanation)
+    return e
+
+
+def _explanation_from_fields(
+    context: RouteContext,
+    considered: tuple[ConsideredPolicy, ...],
+    eligible_account_ids: tuple[str, ...],
+    rejected_accounts: tuple[RejectedAccount, ...],
+    conflicting_policy_ids: tuple[str, ...],
+    unlisted_policy_count: int,
+    unlisted_outranked_count: int,
+) -> Explanation:
+    """Unpickling: the arguments in ``Explanation._key`` order."""
+    return Explanation(
+        context=context,
+        considered=considered,
+        eligible_account_ids=eligible_account_ids,
+        rejected_accounts=rejected_accounts,
+        conflicting_policy_ids=conflicting_policy_ids,
+        unlisted_policy_count=unlisted_policy_count,
+        unlisted_outranked_count=unlisted_outranked_count,
+    )
+
+
+def decision_of(
+    decision_id: str,
+    outcome: str,
+    reason: str,
+    policy_source: str,
+    policy_id: str | None,
+    policy_revision: int,
+    snapshot_hash: str,
+    snapshot_state: str,
+    precedence_level: int | None,
+    precedence_priority: int | None,
+    account_id: str | None,
+    provider_binding: str | None,
+    effective_model: str | None,
+    context: RouteContext,
+    eligible_account_ids: tuple[str, ...],
+    rejected_accounts: tuple[RejectedAccount, ...],
+    conflicting_policy_ids: tuple[str, ...],
+    unlisted_policy_count: int,
+    unlisted_outranked_count: int,
+    source: TraceSource | None,
+    keys: tuple[Any, ...] = (),
+    matched: tuple[int, ...] = (),
+    last: int = -1,
+) -> RouteDecision:
+    """A decision with the fields in declaration order, whose explanation (the arguments from
+    ``context`` on, as :func:`explanation_of` takes them; no ``source``: nothing considered)
+    is built when first read."""
+    d = _DecisionFields()
+    d.decision_id = decision_id
+    d.outcome = outcome
+    d.reason = reason
+    d.policy_source = policy_source
+    d.policy_id = policy_id
+    d.policy_revision = policy_revision
+    d.snapshot_hash = snapshot_hash
+    d.snapshot_state = snapshot_state
+    d.precedence_level = precedence_level
+    d.precedence_priority = precedence_priority
+    d.account_id = account_id
+    d.provider_binding = provider_binding
+    d.effective_model = effective_model
+    d._explanation = None
+    d._context = context
+    d._eligible = eligible_account_ids
+    d._rejected = rejected_accounts
+    d._conflicting = conflicting_policy_ids
+    d._unlisted = unlisted_policy_count
+    d._beyond = unlisted_outranked_count
+    d._source = source
+    d._keys = keys
+    d._matched = matched
+    d._last = last
+    d.__class__ = RouteDecision
+    assert isinstance(d, RouteDecision)
+    return d
+
+
+def _decision_from_fields(*values: Any) -> RouteDecision:
+    """Unpickling: the fields in declaration order."""
+    return RouteDecision(**dict(zip(DECISION_FIELDS, values, strict=True)))

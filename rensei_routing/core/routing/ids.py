@@ -1,0 +1,311 @@
+"""Decision ids: the digest of a decision's nine documented fields, over their redacted form.
+
+Pure: no I/O, no clock. The id is ``sha256:`` + SHA-256 of the RFC 8785 form of::
+
+    {"account_id", "context", "effective_model", "outcome", "policy_id",
+     "policy_revision", "reason", "snapshot_hash", "snapshot_state"}
+
+with every string in it passed through a :class:`~rensei_routing.core.redact.Redactor` first
+(the one the audit log uses; the default unless the host extends it). So the id is computed
+from exactly what a recorded decision stores: anyone holding the record recomputes the id
+(:func:`record_decision_id`), and nobody can use the id to test guesses of a redacted secret.
+A preimage with nothing to redact (the redactor's trigger gates find nothing in it) is hashed as
+it is, so such ids are the ones earlier versions computed. One ``decision_id`` call scans the
+preimage's canonical text once; ``explain_batch`` passes a :class:`ScanMemo`, which checks each
+distinct string of a batch once (accounts, repos, principals repeat) for the same answer.
+
+Not supported: a redactor whose ``secret_keys`` name one of the id's own field names (say
+``account_id``): the audit log would then redact such a field wholesale or not depending on
+whether anything else in the record trips a trigger, so no id could follow it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring as _e
+from typing import Any, Final
+
+from .. import _parse as p
+from ..canonical import SHA256_PREFIX, canonical_bytes
+from ..canonical import json_string as _s
+from ..redact import DEFAULT_REDACTOR, Redactor
+from .context import CONTEXT_FIELDS, RouteContext
+from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
+
+__all__ = [
+    "ID_FIELDS",
+    "MEMO_LIMIT",
+    "RECORD_KEYS",
+    "ScanMemo",
+    "decision_id",
+    "record_decision_id",
+]
+
+#: The decision fields the id covers (``context`` is the explanation's).
+ID_FIELDS: Final = (
+    "account_id",
+    "context",
+    "effective_model",
+    "outcome",
+    "policy_id",
+    "policy_revision",
+    "reason",
+    "snapshot_hash",
+    "snapshot_state",
+)
+_REQUIRED: Final = ("outcome", "policy_revision", "reason", "snapshot_hash", "snapshot_state")
+_OPTIONAL: Final = ("account_id", "effective_model", "policy_id")
+_MAX_SAFE_INT: Final = 2**53 - 1
+
+
+def _digest(preimage: Mapping[str, Any], redactor: Redactor) -> str:
+    """The id of a preimage given as a JSON value (the general, slower path)."""
+    return SHA256_PREFIX + hashlib.sha256(canonical_bytes(redactor.redact(preimage))).hexdigest()
+
+
+class ScanMemo:
+    """The redactor's pre-check (:meth:`Redactor.might_match`), remembered per distinct string
+    for one batch of decisions: account entries, repos, principals, models and policy ids
+    repeat across a batch, so most pieces of a preimage are looked up, not scanned.
+
+    Checking the pieces one by one answers what one scan of the preimage's canonical text
+    would: a trigger holds no quote (``RedactionPattern`` refuses one), so no trigger match can
+    span two JSON strings, and what lies between them (keys, punctuation, literals) is never
+    redacted. Bounded: the memo is cleared when it reaches :data:`MEMO_LIMIT` strings.
+    """
+
+    __slots__ = ("_clean", "_keys_suspect", "_redactor", "_seen")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._seen: dict[str, bool] = {}
+        # The strings found clean (and None, which holds nothing): a piece set made only of
+        # them is answered by one C-level subset test.
+        self._clean: set[str | None] = {None}
+        self._keys_suspect: bool | None = None
+
+    def may_redact(self, texts: Iterable[str | None]) -> bool:
+        """Whether the redactor might change any of ``texts`` (``None`` holds nothing)."""
+        clean = self._clean
+        if not isinstance(texts, (tuple, list)):
+            texts = tuple(texts)
+        if clean.issuperset(texts):
+            return False
+        seen, might_match = self._seen, self._redactor.might_match
+        for text in texts:
+            if text is None:
+                continue
+            hit = seen.get(text)
+            if hit is None:
+                if len(seen) >= MEMO_LIMIT:
+                    seen.clear()
+                    clean.clear()
+                    clean.add(None)
+                hit = seen[text] = might_match(text)
+                if not hit:
+                    clean.add(text)
+            if hit:
+                return True
+        return False
+
+    def preimage_may_redact(self, context: RouteContext, fields: tuple[str | None, ...]) -> bool:
+        """Whether the redactor might change any string of ``context`` or of ``fields``."""
+        legacy, repo, req = context.legacy_route, context.repo, context.model_requirement
+        return self.may_redact(
+            (
+                *[account.canonical_json() for account in context.accounts],
+                None if legacy is None else legacy.canonical_json(),
+                context.principal_id,
+                context.repo_class,
+                context.role,
+                context.request_face,
+                None if repo is None else repo.value,
+                None if repo is None else repo.version,
+                None if req is None else req.kind,
+                None if req is None else req.value,
+                *fields,
+            )
+        )
+
+    def record_may_redact(self, decision: RouteDecision, ruleset_rev: str | None) -> bool:
+        """Whether the redactor might change any string of ``decision``'s record (its JSON,
+        stamped with ``ruleset_rev``), keys included: when ``False``, the record's stored form
+        is its canonical bytes as they are (what ``encode_payload`` then returns)."""
+        if self._keys_suspect is None:
+            self._keys_suspect = self._redactor.might_match(" ".join(RECORD_KEYS))
+        if self._keys_suspect:
+            return True
+        ex = decision.explanation
+        return self.preimage_may_redact(
+            ex.context,
+            (
+                decision.decision_id,
+                decision.outcome,
+                decision.reason,
+                decision.policy_source,
+                decision.policy_id,
+                decision.snapshot_hash,
+                decision.snapshot_state,
+                decision.account_id,
+                decision.provider_binding,
+                decision.effective_model,
+                ruleset_rev,
+            ),
+        ) or self.may_redact(
+            (
+                *(c.policy_id for c in ex.considered),
+                *(c.reason for c in ex.considered),
+                *ex.eligible_account_ids,
+                *(r.account_id for r in ex.rejected_accounts),
+                *(r.reason for r in ex.rejected_accounts),
+                *ex.conflicting_policy_ids,
+            )
+        )
+
+
+#: Every object key a stamped decision record can hold (checked once per memo): the decision's,
+#: its explanation's, its context's and theirs (repo, requirement, legacy route, account, trace
+#: entry, rejection), and the stamp's. A test collects the keys of generated records.
+RECORD_KEYS: Final = (
+    *DECISION_FIELDS,
+    "context",
+    "considered",
+    "eligible_account_ids",
+    "rejected_accounts",
+    "conflicting_policy_ids",
+    "unlisted_policy_count",
+    "unlisted_outranked_count",
+    *CONTEXT_FIELDS,
+    "value",
+    "version",
+    "kind",
+    "mechanism",
+    "mechanism_detail",
+    "model",
+    "configured",
+    "administrative_state",
+    "matched",
+    "priority",
+    *STAMP_FIELDS,
+)
+
+#: Strings a :class:`ScanMemo` remembers before it starts again.
+MEMO_LIMIT: Final = 65_536
+
+
+def decision_id(
+    context: RouteContext,
+    *,
+    snapshot_hash: str,
+    snapshot_state: str,
+    policy_revision: int,
+    outcome: str,
+    reason: str,
+    policy_id: str | None,
+    account_id: str | None,
+    effective_model: str | None,
+    redactor: Redactor = DEFAULT_REDACTOR,
+    memo: ScanMemo | None = None,
+) -> str:
+    """The decision id of these fields (see the module docstring). Same inputs, same id.
+
+    ``memo`` (built on the same ``redactor``) lets a batch check each distinct string once
+    instead of scanning every preimage; the id is the same with or without it.
+
+    Raises:
+        CanonicalEncodingError: ``policy_revision`` is outside 0..2**53 - 1 (a snapshot can
+            never hold such a revision, so ``explain`` never gets here with one).
+    """
+    return _decision_id(
+        context,
+        snapshot_hash,
+        snapshot_state,
+        policy_revision,
+        outcome,
+        reason,
+        policy_id,
+        account_id,
+        effective_model,
+        redactor,
+        memo,
+    )
+
+
+def _decision_id(
+    context: RouteContext,
+    snapshot_hash: str,
+    snapshot_state: str,
+    policy_revision: int,
+    outcome: str,
+    reason: str,
+    policy_id: str | None,
+    account_id: str | None,
+    effective_model: str | None,
+    redactor: Redactor,
+    memo: ScanMemo | None,
+) -> str:
+    """:func:`decision_id` with positional arguments (the resolver calls it per decision)."""
+    if not 0 <= policy_revision <= _MAX_SAFE_INT:
+        # Outside RFC 8785's integer domain: let the general encoder say so.
+        canonical_bytes({"policy_revision": policy_revision})
+    text = (
+        f'{{"account_id":{_s(account_id)},"context":'
+        f"{context.canonical_text()},"
+        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
+        f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
+        f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
+        f'"snapshot_state":{_e(snapshot_state)}}}'
+    )
+    if memo is None:
+        suspect = redactor.might_match(text)
+    else:
+        # ``account_id`` is one of the context's (an account entry or the legacy route's).
+        suspect = memo.preimage_may_redact(
+            context,
+            (effective_model, policy_id, outcome, reason, snapshot_state, snapshot_hash),
+        )
+    if suspect:
+        # Something credential-shaped may be in there: hash what a record would store.
+        return _digest(
+            {
+                "account_id": account_id,
+                "context": context.to_dict(),
+                "effective_model": effective_model,
+                "outcome": outcome,
+                "policy_id": policy_id,
+                "policy_revision": policy_revision,
+                "reason": reason,
+                "snapshot_hash": snapshot_hash,
+                "snapshot_state": snapshot_state,
+            },
+            redactor,
+        )
+    return SHA256_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def record_decision_id(record: Any, *, redactor: Redactor = DEFAULT_REDACTOR) -> str:
+    """The id a stored decision record (the JSON of ``RouteDecision.to_dict()``, redacted or
+    not) must carry, recomputed from the record's own fields.
+
+    Works on the record as stored: a redacted value (say a repo id that is no longer canonical
+    once its token became a marker) need not parse back into a context. Redacting is
+    idempotent, so a redacted record and the decision it came from give the same id.
+
+    Raises:
+        MalformedError: the record lacks a field the id covers.
+        CanonicalEncodingError: a field has no canonical form.
+    """
+    if not isinstance(record, Mapping):
+        raise p.fail("", "expected a decision record object")
+    explanation = record.get("explanation")
+    if not isinstance(explanation, Mapping) or "context" not in explanation:
+        raise p.fail("explanation.context", "required field is missing")
+    preimage: dict[str, Any] = {"context": explanation["context"]}
+    for name in _REQUIRED:
+        if name not in record:
+            raise p.fail(name, "required field is missing")
+        preimage[name] = record[name]
+    for name in _OPTIONAL:  # absent = null, as RouteDecision.from_dict reads them
+        preimage[name] = record.get(name)
+    return _digest(preimage, redactor)

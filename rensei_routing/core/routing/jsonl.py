@@ -1,0 +1,141 @@
+"""One decision as one compact JSON line, written directly: the text of
+``json.dumps(decision.to_dict(), ensure_ascii=False, separators=(",", ":"))`` (keys in
+``to_dict`` order, not sorted) without building the dicts. Pure: no I/O.
+
+``explain-batch`` prints one such line per context; building the nested dicts and walking them
+with the generic encoder cost more than resolving the decision. Pieces shared across a batch
+(trace entries, account entries, the context's text) keep their text, and a per-batch
+:data:`LineMemo` keeps that of the fields that repeat (outcome, policy, route, account lists).
+The tests check the text equals the generic encoder's on generated decisions.
+
+Every string goes through the JSON encoder, which escapes each character below U+0020, so a
+line holds none (what the batch's printable check relies on).
+"""
+
+from __future__ import annotations
+
+from json.encoder import encode_basestring as _e
+from typing import Any, Final
+
+from ..snapshot.freshness import Freshness
+from .decision import ConsideredPolicy, Explanation, RouteDecision
+
+__all__ = ["LINE_MEMO_LIMIT", "LineMemo", "decision_line"]
+
+_LIVE: Final = ',"rulesetRev":null,"snapshotAgeMs":null,"degraded":false}'
+_OUTRANKED: Final = '"unlisted_outranked_count":'
+
+
+def _s(value: str | None) -> str:
+    return "null" if value is None else str(_e(value))
+
+
+def _n(value: int | None) -> str:
+    return "null" if value is None else str(value)
+
+
+def _considered(entry: ConsideredPolicy) -> str:
+    text = entry._display
+    if text is None:
+        text = (
+            f'{{"policy_id":{_e(entry.policy_id)},"precedence_level":{entry.precedence_level},'
+            f'"priority":{entry.priority},"matched":{"true" if entry.matched else "false"},'
+            f'"reason":{_e(entry.reason)}}}'
+        )
+        object.__setattr__(entry, "_display", text)
+    return text
+
+
+#: A writer's memo (one per batch): the text of a decision's fields that repeat across a
+#: batch (its outcome, policy and route; its account lists), keyed by their values.
+#: Only strings, integers and ``None`` are keys (the types ``RouteDecision`` holds), so equal
+#: keys write alike.
+LineMemo = dict[tuple[Any, ...], str]
+
+#: Entries a line memo holds before it starts again.
+LINE_MEMO_LIMIT: Final = 16_384
+
+
+def _head(d: RouteDecision) -> str:
+    return (
+        f'"outcome":{_e(d.outcome)},"reason":{_e(d.reason)},'
+        f'"policy_source":{_e(d.policy_source)},"policy_id":{_s(d.policy_id)},'
+        f'"policy_revision":{d.policy_revision},"snapshot_hash":{_e(d.snapshot_hash)},'
+        f'"snapshot_state":{_e(d.snapshot_state)},"precedence_level":{_n(d.precedence_level)},'
+        f'"precedence_priority":{_n(d.precedence_priority)},"account_id":{_s(d.account_id)},'
+        f'"provider_binding":{_s(d.provider_binding)},"effective_model":{_s(d.effective_model)},'
+    )
+
+
+def _lists(ex: Explanation) -> str:
+    rejected = ",".join(
+        [
+            f'{{"account_id":{_e(r.account_id)},"reason":{_e(r.reason)}}}'
+            for r in ex.rejected_accounts
+        ]
+    )
+    return (
+        f'"eligible_account_ids":[{",".join([_e(i) for i in ex.eligible_account_ids])}],'
+        f'"rejected_accounts":[{rejected}],'
+        f'"conflicting_policy_ids":[{",".join([_e(i) for i in ex.conflicting_policy_ids])}],'
+    )
+
+
+def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
+    if len(memo) >= LINE_MEMO_LIMIT:
+        memo.clear()
+    memo[key] = text
+    return text
+
+
+def decision_line(
+    decision: RouteDecision, stamp: Freshness | None = None, memo: LineMemo | None = None
+) -> str:
+    """The compact JSON of ``decision.to_dict()``, or with ``stamp`` of
+    ``StampedDecision(decision, stamp).to_dict()`` (the stamp's three members last).
+
+    ``memo`` (one per batch) keeps the text of the parts that repeat across decisions.
+    """
+    d = decision
+    ex = d.explanation
+    if memo is None:
+        head, lists = _head(d), _lists(ex)
+    else:
+        key: tuple[Any, ...] = (
+            d.outcome,
+            d.reason,
+            d.policy_source,
+            d.policy_id,
+            d.policy_revision,
+            d.snapshot_hash,
+            d.snapshot_state,
+            d.precedence_level,
+            d.precedence_priority,
+            d.account_id,
+            d.provider_binding,
+            d.effective_model,
+        )
+        head = memo.get(key) or _remember(memo, key, _head(d))
+        key = (
+            ex.eligible_account_ids,
+            ex.conflicting_policy_ids,
+            *[(r.account_id, r.reason) for r in ex.rejected_accounts],
+        )
+        lists = memo.get(key) or _remember(memo, key, _lists(ex))
+    considered = ",".join([c._display or _considered(c) for c in ex.considered])
+    if stamp is None:
+        end = "}"
+    elif stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:
+        end = _LIVE
+    else:
+        end = (
+            f',"rulesetRev":{_s(stamp.ruleset_rev)},"snapshotAgeMs":{_n(stamp.age_ms)},'
+            f'"degraded":{"true" if stamp.degraded else "false"}}}'
+        )
+    outranked = ex.unlisted_outranked_count
+    return (
+        f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{{"context":'
+        f'{ex.context.display_text()},"considered":[{considered}],{lists}'
+        f'"unlisted_policy_count":{ex.unlisted_policy_count}'
+        f"{f',{_OUTRANKED}{outranked}}}' if outranked else '}'}{end}"
+    )

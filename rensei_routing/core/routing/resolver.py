@@ -1,0 +1,478 @@
+"""The pure, total resolver: ``explain`` and ``explain_batch`` map contexts to decisions.
+
+Pure: no I/O, no clock, no state beyond a memo of each snapshot's compiled index (a function of
+the immutable snapshot). Total: for any context and snapshot built by ``from_dict``, every
+outcome, including a corrupt snapshot and a tie between policies, is a typed decision with a
+reason code, never an exception.
+
+Candidate policies are found through a per-snapshot bitmask index (:mod:`.index`), so the cost
+of a decision grows with the policies that could match it, not with the snapshot. What repeats
+across one call (candidates, model steps, account judgements, redaction checks) is kept in the
+call's bounded memos (:class:`_Call`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Final, Literal
+
+from ..redact import DEFAULT_REDACTOR, Redactor
+from .context import Account, ModelRequirement, RouteContext
+from .decision import (
+    ADMINISTRATIVE_DISABLED,
+    ADMINISTRATIVE_DRAINING,
+    CAPABILITY_UNMAPPED,
+    COMPACT_RIVALS,
+    HELD,
+    LEGACY_RUNG,
+    LITERAL_FAMILY_INCOMPATIBLE,
+    LITERAL_FAMILY_UNSATISFIABLE,
+    MATCHED_POLICY,
+    MODEL_NOT_ALLOWED,
+    NO_ELIGIBLE_ACCOUNT,
+    NO_LEGACY_ROUTE,
+    NO_POLICY_APPLIES,
+    NOT_CONFIGURED,
+    NOT_IN_POOL,
+    POLICY_CONFLICT,
+    PROVIDER_LOCK_MISMATCH,
+    REJECTED,
+    SELECTED,
+    SNAPSHOT_STATES,
+    SNAPSHOT_UNAVAILABLE,
+    SOURCE_LEGACY,
+    SOURCE_MANAGED,
+    SOURCE_NONE,
+    STATE_CORRUPT,
+    RejectedAccount,
+    RouteDecision,
+    decision_of,
+)
+from .ids import MEMO_LIMIT, ScanMemo, _decision_id, decision_id
+from .index import ALL, Compiled, TraceSource, compile_index, context_keys
+from .policy import PolicySnapshot, RoutingAction, RoutingPolicy, account_key
+from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
+
+__all__ = [
+    "FULL_TRACE_LIMIT",
+    "Trace",
+    "decision_id",
+    "explain",
+    "explain_batch",
+    "explain_iter",
+]
+
+Trace = Literal["auto", "full", "compact"]
+
+#: Under ``trace="auto"``, snapshots with at most this many policies get a full per-policy trace.
+FULL_TRACE_LIMIT: Final = 256
+
+#: Candidates read first under a compact trace: the winners and their ties, then
+#: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
+_FIRST_LOOK: Final = COMPACT_RIVALS + 4
+
+_ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
+
+
+def _lane(
+    requirement: ModelRequirement | None, mapped: str | None, vocabulary: Vocabulary
+) -> frozenset[str] | None:
+    """The provider bindings that alone may serve this decision, or ``None`` for any lane.
+
+    SEMANTICS step 5, "The Anthropic lane is required when": a literal family always keeps its
+    family's lane (an honest mapping stays on it; a dishonest one is rejected anyway). Otherwise
+    an explicit mapping decides by the mapped model's provenance (a capability included), and
+    without one a concrete id decides by its own. A bare alias (``opus``, ``sonnet``,
+    ``haiku``) counts as the provenance it stands for, as a requirement and as a mapped model.
+    """
+    if requirement is None:
+        return None
+    if requirement.kind == LITERAL_FAMILY:
+        family = vocabulary.literal_families.get(requirement.value.lower())
+        return frozenset() if family is None else family.provenance.provider_bindings
+    if mapped is not None:
+        provenance = vocabulary.lane_provenance(mapped)
+    elif requirement.kind == CONCRETE_MODEL:
+        provenance = vocabulary.lane_provenance(requirement.value)
+    else:
+        return None
+    return None if provenance is None else provenance.provider_bindings
+
+
+class _Call:
+    """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
+    the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
+
+    __slots__ = (
+        "full",
+        "judged",
+        "lanes",
+        "memo",
+        "model_steps",
+        "open_matches",
+        "redactor",
+        "rejections",
+        "state",
+        "trace_source",
+        "vocabulary",
+    )
+
+    def __init__(
+        self,
+        state: str,
+        vocabulary: Vocabulary,
+        full: bool,
+        redactor: Redactor,
+        compiled: Compiled,
+    ) -> None:
+        self.state = state
+        self.vocabulary = vocabulary
+        self.full = full
+        self.redactor = redactor
+        self.memo = ScanMemo(redactor)
+        self.trace_source = TraceSource(compiled, full)
+        self.open_matches: dict[tuple[Any, ...], tuple[Sequence[int], int]] = {}
+        self.model_steps: dict[
+            tuple[int, str, str], tuple[str | None, tuple[str, str] | None, frozenset[str] | None]
+        ] = {}
+        self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
+        # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
+        # value each, and whole judgements of a list of accounts are shared too: a decision
+        # carries no objects of its own for them.
+        self.rejections: dict[tuple[str, str], RejectedAccount] = {}
+        self.judged: dict[
+            tuple[Any, ...],
+            tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
+        ] = {}
+
+    def rejected(self, account_id: str, reason: str) -> RejectedAccount:
+        key = (account_id, reason)
+        entry = self.rejections.get(key)
+        if entry is None:
+            if len(self.rejections) >= MEMO_LIMIT:
+                self.rejections.clear()
+            entry = self.rejections[key] = RejectedAccount(account_id=account_id, reason=reason)
+        return entry
+
+    def lane(
+        self, requirement: ModelRequirement | None, mapped: str | None
+    ) -> frozenset[str] | None:
+        if requirement is None:
+            return None
+        key = (requirement.kind, requirement.value, mapped)
+        try:
+            return self.lanes[key]
+        except KeyError:
+            if len(self.lanes) >= MEMO_LIMIT:
+                self.lanes.clear()
+            lane = self.lanes[key] = _lane(requirement, mapped, self.vocabulary)
+            return lane
+
+
+def _model_step(
+    action: RoutingAction, requirement: ModelRequirement, call: _Call
+) -> tuple[str | None, tuple[str, str] | None, frozenset[str] | None]:
+    """The model half of SEMANTICS step 5 for one winning action: ``(model, failure, lane)``,
+    the failure an ``(outcome, reason)`` pair, the lane the bindings that alone may serve."""
+    model: str | None = None
+    mapped = action.mapped_model(requirement.key)
+    failed: tuple[str, str] | None = None
+    if mapped is not None:
+        if requirement.kind == LITERAL_FAMILY and not call.vocabulary.satisfied_by(
+            requirement.kind, requirement.value, mapped
+        ):
+            failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
+        elif not action.allows(mapped):
+            failed = (REJECTED, MODEL_NOT_ALLOWED)
+        else:
+            model = mapped
+    elif requirement.kind == CONCRETE_MODEL:
+        if action.allows(requirement.value):
+            model = requirement.value
+        else:
+            failed = (REJECTED, MODEL_NOT_ALLOWED)
+    elif requirement.kind == CAPABILITY:
+        failed = (HELD, CAPABILITY_UNMAPPED)
+    return model, failed, call.lane(requirement, mapped)
+
+
+def _apply_policy(
+    policy: RoutingPolicy, ctx: RouteContext, call: _Call
+) -> tuple[
+    str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
+]:
+    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy:
+    ``(outcome, reason, account_id, provider_binding, model, eligible, rejected)``.
+
+    The accounts are judged even when the model step failed, so the explanation says whether
+    any account could have served; the outcome and reason are then the model step's.
+    """
+    action = policy.action
+    requirement = ctx.model_requirement
+    if requirement is None:
+        model = failed = lane = None
+    else:
+        # The model step depends only on the action and the requirement, which repeat.
+        step_key = (id(action), requirement.kind, requirement.value)
+        step = call.model_steps.get(step_key)
+        if step is None:
+            if len(call.model_steps) >= MEMO_LIMIT:
+                call.model_steps.clear()
+            step = call.model_steps[step_key] = _model_step(action, requirement, call)
+        model, failed, lane = step
+    # The accounts step depends only on the lock, the pool, the lane and the account entries
+    # (their canonical text is their whole value), which repeat across a batch.
+    lock = action.provider_lock
+    judged_key = (lock, action.account_pool, lane, *[a.canonical_json() for a in ctx.accounts])
+    judged = call.judged.get(judged_key)
+    if judged is None:
+        if len(call.judged) >= MEMO_LIMIT:
+            call.judged.clear()
+        judged = call.judged[judged_key] = _judge_accounts(ctx.accounts, action, lock, lane, call)
+    eligible, rejected, chosen, binding, lane_excluded = judged
+    if failed is not None:
+        return failed[0], failed[1], None, None, None, eligible, rejected
+    if chosen is None:
+        outcome = REJECTED if action.on_unavailable == "reject" else HELD
+        reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
+        return outcome, reason, None, None, None, eligible, rejected
+    return SELECTED, MATCHED_POLICY, chosen, binding, model, eligible, rejected
+
+
+def _judge_accounts(
+    accounts: tuple[Account, ...],
+    action: RoutingAction,
+    lock: str | None,
+    lane: frozenset[str] | None,
+    call: _Call,
+) -> tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool]:
+    """The accounts half of step 5: ``(eligible ids, rejected entries, chosen id, chosen
+    binding, whether the lane excluded any)``, the chosen entry ``None`` when none is
+    eligible."""
+    pool = action.pool_order() if action.account_pool else None
+    eligible: list[Account] = []
+    rejected: list[RejectedAccount] = []
+    for account in accounts:
+        # Each entry on its own, in SEMANTICS order.
+        why: str | None
+        if not account.configured:
+            why = NOT_CONFIGURED
+        else:
+            why = _ADMIN_REASON.get(account.administrative_state)
+            if why is not None:
+                pass
+            elif lock is not None and account.provider_binding != lock:
+                why = PROVIDER_LOCK_MISMATCH
+            elif pool is not None and account_key(account.account_id) not in pool:
+                why = NOT_IN_POOL
+            elif lane is not None and account.provider_binding not in lane:
+                why = LITERAL_FAMILY_INCOMPATIBLE
+        if why is None:
+            eligible.append(account)
+        else:
+            rejected.append(call.rejected(account.account_id, why))
+    # Stable sorts: entries that share an id keep their context order.
+    if len(eligible) > 1:
+        if pool is not None:
+            eligible.sort(key=lambda a: pool[account_key(a.account_id)])
+        else:
+            eligible.sort(key=lambda a: a.account_id)
+    if len(rejected) > 1:
+        rejected.sort(key=lambda r: r.account_id)
+    # The chosen *entry*: with duplicate ids, its own binding, not another entry's.
+    chosen = eligible[0] if eligible else None
+    return (
+        tuple([a.account_id for a in eligible]),
+        tuple(rejected),
+        None if chosen is None else chosen.account_id,
+        None if chosen is None else chosen.provider_binding,
+        any(r.reason == LITERAL_FAMILY_INCOMPATIBLE for r in rejected),
+    )
+
+
+def _resolve(
+    ctx: RouteContext, snapshot: PolicySnapshot, compiled: Compiled, call: _Call
+) -> RouteDecision:
+    state = call.state
+    policy_id = account_id = binding = model = None
+    level: int | None = None
+    priority: int | None = None
+    eligible: tuple[str, ...] = ()
+    rejected: tuple[RejectedAccount, ...] = ()
+    conflicting: tuple[str, ...] = ()
+    unlisted = beyond = 0
+    # What the explanation's trace is built from on first read (no source: nothing listed).
+    trace_source: TraceSource | None = None
+    keys: tuple[Any, ...] = ()
+    listed: tuple[int, ...] = ()
+    last = -1
+    if state == STATE_CORRUPT:
+        outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
+    else:
+        keys = context_keys(ctx)
+        policies = compiled.policies
+        levels = compiled.levels
+        full_trace = call.full
+        # A compact trace reads only the first candidates (and counts the rest) unless ties
+        # fill the first look; a full one reads them all.
+        limit = first_look = ALL if full_trace else _FIRST_LOOK
+        while True:
+            matched, total = compiled.candidates(
+                keys, limit, call.open_matches if limit == first_look else None
+            )
+            winners = 0
+            if matched:
+                best = levels[matched[0]]
+                for pos in matched:
+                    if levels[pos] != best:
+                        break
+                    winners += 1
+            if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
+                break
+            limit = ALL
+        if not full_trace:
+            unlisted = len(policies) - total
+            # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
+            beyond = max(0, total - winners - COMPACT_RIVALS)
+            matched = matched[: winners + COMPACT_RIVALS]
+        trace_source = call.trace_source
+        listed = tuple(matched)
+        last = matched[winners - 1] if winners else -1
+        if not winners:
+            legacy = ctx.legacy_route
+            if legacy is None:
+                outcome, reason, source = HELD, NO_LEGACY_ROUTE, SOURCE_NONE
+            else:
+                outcome, reason, source = SELECTED, NO_POLICY_APPLIES, SOURCE_LEGACY
+                level = LEGACY_RUNG
+                account_id = legacy.account_id
+                binding = legacy.provider_binding
+                model = legacy.model
+        else:
+            source = SOURCE_MANAGED
+            first = policies[matched[0]]
+            level, priority = levels[matched[0]]
+            if (
+                winners > 1
+                and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1
+            ):
+                outcome, reason = REJECTED, POLICY_CONFLICT
+                conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
+            else:
+                policy_id = first.id
+                outcome, reason, account_id, binding, model, eligible, rejected = _apply_policy(
+                    first, ctx, call
+                )
+    revision, snapshot_hash = snapshot.revision, snapshot.content_hash
+    did = _decision_id(
+        ctx,
+        snapshot_hash,
+        state,
+        revision,
+        outcome,
+        reason,
+        policy_id,
+        account_id,
+        model,
+        call.redactor,
+        call.memo,
+    )
+    return decision_of(
+        did,
+        outcome,
+        reason,
+        source,
+        policy_id,
+        revision,
+        snapshot_hash,
+        state,
+        level,
+        priority,
+        account_id,
+        binding,
+        model,
+        ctx,
+        eligible,
+        rejected,
+        conflicting,
+        unlisted,
+        beyond,
+        trace_source,
+        keys,
+        listed,
+        last,
+    )
+
+
+def _start(
+    snapshot: PolicySnapshot,
+    snapshot_state: str,
+    vocabulary: Vocabulary,
+    trace: Trace,
+    redactor: Redactor,
+) -> tuple[Compiled, _Call]:
+    """The snapshot's index and what one call fixes for all its decisions."""
+    # Totality: an unknown state string is treated as the worst case, never as "ok".
+    state = snapshot_state if snapshot_state in SNAPSHOT_STATES else STATE_CORRUPT
+    compiled = compile_index(snapshot)
+    full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
+    return compiled, _Call(state, vocabulary, full, redactor, compiled)
+
+
+def explain(
+    context: RouteContext,
+    snapshot: PolicySnapshot,
+    *,
+    snapshot_state: str = "ok",
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
+) -> RouteDecision:
+    """Resolve one context against one snapshot. Never raises for values built by ``from_dict``.
+
+    ``snapshot_state`` is the load state (``ok``, ``absent`` or ``corrupt``); a corrupt
+    snapshot holds with ``snapshot-unavailable``, an absent one resolves normally. ``trace``
+    picks the explanation's detail: ``full`` lists every policy with its reason, ``compact``
+    lists the matched policies and counts the rest, ``auto`` is full up to
+    ``FULL_TRACE_LIMIT`` policies. ``redactor`` is the one the host's audit log redacts
+    records with: the decision id is computed over the redacted fields (see
+    :mod:`rensei_routing.core.routing.ids`), so it can be recomputed from a stored record and never
+    depends on a redacted secret.
+    """
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
+    return _resolve(context, snapshot, compiled, call)
+
+
+def explain_batch(
+    contexts: Iterable[RouteContext],
+    snapshot: PolicySnapshot,
+    *,
+    snapshot_state: str = "ok",
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
+) -> list[RouteDecision]:
+    """Resolve many contexts against ONE snapshot: every row sees the same revision.
+
+    Equal to ``[explain(c, snapshot, ...) for c in contexts]``; the snapshot is indexed once.
+    """
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
+    return [_resolve(ctx, snapshot, compiled, call) for ctx in contexts]
+
+
+def explain_iter(
+    contexts: Iterable[RouteContext],
+    snapshot: PolicySnapshot,
+    *,
+    snapshot_state: str = "ok",
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    trace: Trace = "auto",
+    redactor: Redactor = DEFAULT_REDACTOR,
+) -> Iterator[RouteDecision]:
+    """:func:`explain_batch` one decision at a time, as ``contexts`` yields them: a stream of
+    any length in constant memory (the call's memos are bounded), with what repeats across it
+    (candidate lookups, model steps, redaction checks) worked out once for the whole stream.
+    """
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
+    for ctx in contexts:
+        yield _resolve(ctx, snapshot, compiled, call)

@@ -1,0 +1,47 @@
+"""Shadow mode's rules: spawn lines, legacy-mechanism attribution and the comparison of a legacy
+route with policy's (``compare``), what-if over recorded contexts, agreement reports.
+
+Pure: the recorder at a seam and the replay over the stored chain are ``rensei_routing.shadow``.
+Imports the routing domain and the shared pieces.
+
+The package re-exports the comparison's names, which ``rensei_routing.core.shadow`` held as a
+module before the re-layout (the seam plugins import them from here).
+"""
+
+from .compare import (
+    DIVERGENCES,
+    RECORD_KEYS,
+    SHADOW_RECORD_TYPE,
+    UNCLASSIFIED,
+    ActualRoute,
+    Classifier,
+    Seam,
+    ShadowDecision,
+    Stage,
+    classify_legacy_mechanism,
+    compare,
+    is_shadow_payload,
+    provider_binding_for,
+    record_may_redact,
+    shadow_decision,
+    transport_for,
+)
+
+__all__ = [
+    "DIVERGENCES",
+    "RECORD_KEYS",
+    "SHADOW_RECORD_TYPE",
+    "UNCLASSIFIED",
+    "ActualRoute",
+    "Classifier",
+    "Seam",
+    "ShadowDecision",
+    "Stage",
+    "classify_legacy_mechanism",
+    "compare",
+    "is_shadow_payload",
+    "provider_binding_for",
+    "record_may_redact",
+    "shadow_decision",
+    "transport_for",
+]

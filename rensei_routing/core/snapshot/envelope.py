@@ -1,0 +1,442 @@
+"""Ruleset snapshots (document 000; SEMANTICS.md "Ruleset snapshot"): the envelope, its content
+hash, the signed header, the verification order, and the rule that a host never goes back.
+
+Pure: no I/O, no clock, no crypto library. Signing and signature checks are callables handed in
+by the adapter (``rensei_routing.signing``), so every check here runs without files or keys
+(the shape of TUF's trusted metadata set).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from ...errors import (
+    CanonicalEncodingError,
+    MalformedError,
+    RollbackError,
+    SnapshotFormatError,
+    SnapshotVerificationError,
+)
+from .. import _parse as p
+from ..audit.chain import check_timestamp
+from ..canonical import canonical_bytes
+
+__all__ = [
+    "ALGORITHM",
+    "MAX_SNAPSHOT_BYTES",
+    "SECTION_NAMES",
+    "RulesetSnapshot",
+    "SignedHeader",
+    "check_succession",
+    "content_hash",
+    "parse_snapshot",
+    "seal",
+    "verify_snapshot",
+]
+
+ALGORITHM: Final = "ed25519"
+#: The five sections, in their canonical order (RFC 8785 sorts them anyway).
+SECTION_NAMES: Final = (
+    "policyBundle",
+    "capacityProfiles",
+    "poolHostInventory",
+    "executionCellMatrix",
+    "posteriorSummary",
+)
+#: Largest envelope a host reads (checked before parsing).
+MAX_SNAPSHOT_BYTES: Final = 64 * 1024 * 1024
+_MAX_REVISION: Final = 2**53 - 1
+_ORG_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_KEY_ID: Final = re.compile(r"^[0-9a-f]{16}$")
+_HEX_HASH: Final = re.compile(r"^[0-9a-f]{64}$")
+_ENVELOPE_FIELDS: Final = frozenset(
+    {
+        "orgId",
+        "revision",
+        "rulesetRev",
+        "contentHash",
+        "signature",
+        "signingKeyId",
+        "algorithm",
+        "compiledAt",
+        "validators",
+        "sections",
+    }
+)
+
+#: ``check(key_id, message, signature) -> bool``, or ``None`` when the key id is not trusted.
+KeyLookup = Callable[[str], "Callable[[bytes, bytes], bool] | None"]
+
+
+def content_hash(sections: Mapping[str, Any]) -> str:
+    """Hex SHA-256 of the RFC 8785 form of the object of the five sections (absent = null).
+
+    Raises:
+        SnapshotFormatError: a section name outside the five.
+        CanonicalEncodingError: a section holds a value RFC 8785 cannot encode.
+    """
+    unknown = set(sections) - set(SECTION_NAMES)
+    if unknown:
+        raise SnapshotFormatError(f"unknown section(s): {', '.join(sorted(unknown))}")
+    body = {name: sections.get(name) for name in SECTION_NAMES}
+    return hashlib.sha256(canonical_bytes(body)).hexdigest()
+
+
+def ruleset_rev(org_id: str, revision: int) -> str:
+    """``{orgId}@{revision}``, the identifier a decision record and the CLI show."""
+    return f"{org_id}@{revision}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignedHeader:
+    """Every envelope field that decides trust or age; the signature covers its RFC 8785 bytes
+    (we go further than the reference, which signs the 32 hash bytes only)."""
+
+    algorithm: str
+    compiled_at: str
+    content_hash: str
+    org_id: str
+    revision: int
+    ruleset_rev: str
+    signing_key_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "compiledAt": self.compiled_at,
+            "contentHash": self.content_hash,
+            "orgId": self.org_id,
+            "revision": self.revision,
+            "rulesetRev": self.ruleset_rev,
+            "signingKeyId": self.signing_key_id,
+        }
+
+    def signed_bytes(self) -> bytes:
+        """The exact bytes the Ed25519 signature is over."""
+        return canonical_bytes(self.to_dict())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RulesetSnapshot:
+    """A signed, versioned ruleset snapshot: the header, its signature, the validators that
+    passed before it was published, and the five sections."""
+
+    header: SignedHeader
+    signature: bytes
+    validators: tuple[str, ...]
+    sections: Mapping[str, Any]
+
+    @property
+    def org_id(self) -> str:
+        return self.header.org_id
+
+    @property
+    def revision(self) -> int:
+        return self.header.revision
+
+    @property
+    def ruleset_rev(self) -> str:
+        return self.header.ruleset_rev
+
+    @property
+    def content_hash(self) -> str:
+        return self.header.content_hash
+
+    @property
+    def compiled_at(self) -> str:
+        return self.header.compiled_at
+
+    def to_dict(self) -> dict[str, Any]:
+        """The envelope as served (camelCase fields of SEMANTICS.md)."""
+        out = self.header.to_dict()
+        out["signature"] = base64.b64encode(self.signature).decode("ascii")
+        out["validators"] = list(self.validators)
+        out["sections"] = {name: self.sections.get(name) for name in SECTION_NAMES}
+        return out
+
+    def to_bytes(self) -> bytes:
+        """The exact served bytes: RFC 8785 of :meth:`to_dict` (stable, so an ETag and an
+        exported file agree byte for byte)."""
+        return canonical_bytes(self.to_dict())
+
+
+def seal(
+    *,
+    org_id: str,
+    revision: int,
+    compiled_at: str,
+    sections: Mapping[str, Any],
+    signing_key_id: str,
+    sign: Callable[[bytes], bytes],
+    validators: tuple[str, ...] = (),
+) -> RulesetSnapshot:
+    """Hash the sections, build the signed header, and sign it with ``sign``.
+
+    Raises:
+        SnapshotFormatError: an id, revision, timestamp or section that cannot be published.
+    """
+    _check_header_values(org_id, revision, signing_key_id)
+    _check_time(compiled_at)
+    header = SignedHeader(
+        algorithm=ALGORITHM,
+        compiled_at=compiled_at,
+        content_hash=content_hash(sections),
+        org_id=org_id,
+        revision=revision,
+        ruleset_rev=ruleset_rev(org_id, revision),
+        signing_key_id=signing_key_id,
+    )
+    signature = sign(header.signed_bytes())
+    full = {name: sections.get(name) for name in SECTION_NAMES}
+    return RulesetSnapshot(
+        header=header, signature=signature, validators=tuple(validators), sections=full
+    )
+
+
+def _check_header_values(org_id: Any, revision: Any, key_id: Any) -> None:
+    if not isinstance(org_id, str) or not _ORG_ID.match(org_id):
+        raise SnapshotFormatError(f"orgId {org_id!r} is not a valid org id")
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        raise SnapshotFormatError("revision must be an integer")
+    if not 1 <= revision <= _MAX_REVISION:
+        raise SnapshotFormatError(f"revision {revision} is outside 1..2^53-1")
+    if not isinstance(key_id, str) or not _KEY_ID.match(key_id):
+        raise SnapshotFormatError(f"signingKeyId {key_id!r} is not 16 lowercase hex digits")
+
+
+def _check_time(compiled_at: Any) -> datetime:
+    if not isinstance(compiled_at, str):
+        raise SnapshotFormatError("compiledAt must be a string")
+    try:
+        check_timestamp(compiled_at)
+    except MalformedError as e:
+        raise SnapshotFormatError(f"compiledAt {compiled_at!r} is not RFC 3339 UTC") from e
+    return datetime.fromisoformat(compiled_at[:-1] + "+00:00")
+
+
+def compiled_moment(snapshot: RulesetSnapshot) -> datetime:
+    """``compiledAt`` as an aware UTC datetime (checked when the snapshot was built or read)."""
+    return _check_time(snapshot.compiled_at)
+
+
+def _skip(text: str, idx: int) -> int:
+    """The index of the first non-whitespace character at or after ``idx``."""
+    while idx < len(text) and text[idx] in " \t\n\r":
+        idx += 1
+    return idx
+
+
+def _scan_top(text: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Parse a top-level JSON object field by field, refusing duplicate top-level keys, and
+    return it with the exact source text of each value (so the sections' signed bytes can be
+    hashed as they arrived, without re-encoding megabytes of JSON).
+
+    Raises:
+        ValueError: not a JSON object, or not valid JSON.
+    """
+    idx = _skip(text, 0)
+    if text[idx : idx + 1] != "{":
+        raise ValueError("not a JSON object")
+    idx = _skip(text, idx + 1)
+    out: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    if text[idx : idx + 1] == "}":
+        idx = _skip(text, idx + 1)
+    else:
+        while True:
+            if text[idx : idx + 1] != '"':
+                raise ValueError(f"expected a field name at {idx}")
+            key, idx = p.PLAIN_DECODER.raw_decode(text, idx)
+            idx = _skip(text, idx)
+            if text[idx : idx + 1] != ":":
+                raise ValueError(f"expected ':' at {idx}")
+            idx = _skip(text, idx + 1)
+            value, end = p.PLAIN_DECODER.raw_decode(text, idx)
+            if key in out:
+                raise ValueError(f"duplicate key {key!r}")
+            out[key], raw[key] = value, text[idx:end]
+            idx = _skip(text, end)
+            sep = text[idx : idx + 1]
+            idx = _skip(text, idx + 1)
+            if sep == "}":
+                break
+            if sep != ",":
+                raise ValueError(f"expected ',' or '}}' at {idx}")
+    if idx != len(text):
+        raise ValueError(f"extra data after the object at {idx}")
+    return out, raw
+
+
+def parse_snapshot(data: bytes) -> dict[str, Any]:
+    """Step 1 (parse) and 2 (shape) of verification: bytes -> the envelope's fields, typed but
+    not yet trusted.
+
+    Raises:
+        SnapshotFormatError: too large, not UTF-8 JSON, a duplicate key, NaN, or a missing,
+            unknown or mistyped field.
+    """
+    return _parse(data)[0]
+
+
+def _parse(data: bytes) -> tuple[dict[str, Any], str]:
+    """:func:`parse_snapshot`, plus the sections' source text."""
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotFormatError(f"snapshot is larger than {MAX_SNAPSHOT_BYTES} bytes")
+    try:
+        doc, raw = _scan_top(data.decode("utf-8"))
+    except RecursionError as e:
+        raise SnapshotFormatError("snapshot is not valid JSON: nested too deeply") from e
+    except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, duplicate keys
+        raise SnapshotFormatError(f"snapshot is not valid JSON: {e}") from e
+    missing = sorted(_ENVELOPE_FIELDS - set(doc))
+    if missing:
+        raise SnapshotFormatError(f"snapshot is missing field(s): {', '.join(missing)}")
+    unknown = sorted(set(doc) - _ENVELOPE_FIELDS)
+    if unknown:
+        raise SnapshotFormatError(f"snapshot has unknown field(s): {', '.join(unknown)}")
+    for name in (
+        "orgId",
+        "rulesetRev",
+        "contentHash",
+        "signature",
+        "signingKeyId",
+        "algorithm",
+        "compiledAt",
+    ):
+        if not isinstance(doc[name], str):
+            raise SnapshotFormatError(f"{name} must be a string")
+    if not isinstance(doc["sections"], dict):
+        raise SnapshotFormatError("sections must be an object")
+    if not isinstance(doc["validators"], list) or not all(
+        isinstance(v, str) for v in doc["validators"]
+    ):
+        raise SnapshotFormatError("validators must be an array of strings")
+    _check_header_values(doc["orgId"], doc["revision"], doc["signingKeyId"])
+    return doc, raw["sections"]
+
+
+def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
+    """Check a served envelope fully, in the order of SEMANTICS.md, before trusting any of it:
+    parse, shape, algorithm, key id, ``rulesetRev``, content hash, key lookup (an unknown key
+    is an error), signature over the signed header, ``compiledAt``, then the sections.
+
+    ``lookup(key_id)`` returns a signature check for a trusted key, or ``None``.
+
+    Raises:
+        SnapshotFormatError: the bytes are not a well-formed envelope.
+        SnapshotVerificationError: a check failed; ``reason`` is its code.
+    """
+    doc, raw_sections = _parse(data)
+    if doc["algorithm"] != ALGORITHM:
+        raise SnapshotVerificationError(
+            "algorithm", f"algorithm {doc['algorithm']!r} is not {ALGORITHM!r}"
+        )
+    key_id = doc["signingKeyId"]
+    expected_rev = ruleset_rev(doc["orgId"], doc["revision"])
+    if doc["rulesetRev"] != expected_rev:
+        raise SnapshotVerificationError(
+            "ruleset-rev", f"rulesetRev {doc['rulesetRev']!r} is not {expected_rev!r}"
+        )
+    if not _HEX_HASH.match(doc["contentHash"]):
+        raise SnapshotVerificationError("content-hash", "contentHash is not 64 hex digits")
+    sections = doc["sections"]
+    try:
+        actual = _sections_hash(raw_sections, doc["contentHash"])
+    except SnapshotFormatError as e:
+        raise SnapshotVerificationError("content-hash", str(e)) from e
+    except CanonicalEncodingError as e:  # e.g. an integer beyond 2^53: cannot be hashed
+        raise SnapshotVerificationError(
+            "content-hash", f"sections cannot be canonicalised: {e}"
+        ) from e
+    if actual != doc["contentHash"]:
+        raise SnapshotVerificationError(
+            "content-hash", f"content hash {actual} does not match contentHash"
+        )
+    check = lookup(key_id)
+    if check is None:
+        raise SnapshotVerificationError("unknown-key", f"signing key {key_id} is not trusted")
+    try:
+        signature = base64.b64decode(doc["signature"], validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise SnapshotVerificationError("signature", "signature is not standard base64") from e
+    header = SignedHeader(
+        algorithm=doc["algorithm"],
+        compiled_at=doc["compiledAt"],
+        content_hash=doc["contentHash"],
+        org_id=doc["orgId"],
+        revision=doc["revision"],
+        ruleset_rev=doc["rulesetRev"],
+        signing_key_id=key_id,
+    )
+    if not check(header.signed_bytes(), signature):
+        raise SnapshotVerificationError(
+            "signature", f"signature does not verify under key {key_id}"
+        )
+    try:
+        _check_time(doc["compiledAt"])
+    except SnapshotFormatError as e:
+        raise SnapshotVerificationError("compiled-at", str(e)) from e
+    full = {name: sections.get(name) for name in SECTION_NAMES}
+    return RulesetSnapshot(
+        header=header, signature=signature, validators=tuple(doc["validators"]), sections=full
+    )
+
+
+def _sections_hash(raw: str, declared: str) -> str:
+    """The content hash of sections that arrived as ``raw`` text. Served and exported
+    snapshots are RFC 8785 bytes, so the sections' text is their canonical form and hashing it
+    as it arrived is enough (the hash matching proves these are the signed bytes); otherwise
+    (e.g. a pretty-printed copy) the sections are parsed strictly and re-encoded.
+
+    Raises:
+        SnapshotFormatError: an unknown section or a duplicate key.
+        CanonicalEncodingError: a value RFC 8785 cannot encode.
+    """
+    fast = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    if fast == declared:
+        return fast
+    try:
+        sections = p.STRICT_DECODER.decode(raw)
+    except RecursionError as e:
+        raise SnapshotFormatError("sections are nested too deeply") from e
+    except ValueError as e:
+        raise SnapshotFormatError(f"sections are not valid JSON: {e}") from e
+    return content_hash(sections)
+
+
+def check_succession(current: RulesetSnapshot | None, candidate: RulesetSnapshot) -> bool:
+    """Whether ``candidate`` replaces ``current``: a newer revision of the same org does, and
+    so does the held revision with the same content re-sealed at a later ``compiledAt`` (the
+    control side's heartbeat: still current as of then). The same copy, or an older seal of
+    it, is ``False`` (nothing to do). We go further than the reference daemon, which adopts
+    any verified snapshot.
+
+    Raises:
+        RollbackError: another org, an older revision, or the same revision with another hash
+            (rollback or equivocation).
+    """
+    if current is None:
+        return True
+    if candidate.org_id != current.org_id:
+        raise RollbackError(
+            f"snapshot is for org {candidate.org_id!r}, the host holds {current.org_id!r}"
+        )
+    if candidate.revision < current.revision:
+        raise RollbackError(
+            f"refusing {candidate.ruleset_rev}: older than the held {current.ruleset_rev}"
+        )
+    if candidate.revision == current.revision:
+        if candidate.content_hash != current.content_hash:
+            raise RollbackError(
+                f"refusing {candidate.ruleset_rev}: same revision as the held copy with another "
+                f"content hash (equivocation)"
+            )
+        return compiled_moment(candidate) > compiled_moment(current)
+    return True

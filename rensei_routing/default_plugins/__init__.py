@@ -1,2 +1,0 @@
-"""Built-in plugins: registered by :func:`rensei_routing.plugins.get_plugin_manager` like any
-installed plugin."""

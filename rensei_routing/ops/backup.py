@@ -1,0 +1,285 @@
+"""Backup and restore of one home: a consistent online copy of the database through SQLite's
+backup API (writers keep appending), the keys and the host cache beside it, and a manifest;
+restore verifies a staged copy (chain, checkpoints, policy hashes, the latest snapshot's
+signature) before it takes the home's place.
+
+Adapter: files and apsw. Never writes into a directory it did not create: every copy is built
+in a sibling staging directory and renamed into place whole, so a failure leaves nothing
+half-written and a refused restore leaves the target as it was. The clock is the caller's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from .. import signing
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..errors import BackupError, RenseiRoutingError
+from ..host.files import fsync_dir
+from ..store.audit import AuditLog
+from ..store.db import SCHEMA_VERSION, close_quietly, copy_database
+from ..store.home import Home
+from ..store.policies import PolicyStore
+from ..store.snapshots import SnapshotStore
+
+__all__ = ["MANIFEST", "BackupManifest", "backup_home", "restore_home", "verify_home"]
+
+#: The manifest a backup carries beside the database.
+MANIFEST: Final = "rensei-backup.json"
+#: What a backup holds besides the database (copied as files when present).
+_EXTRA: Final = ("keys", "host", "config.toml")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackupManifest:
+    """What a verified copy holds: the chain's size and head, each policy revision's hash."""
+
+    created_at: str
+    source: str
+    org: str
+    key_id: str
+    schema_version: int
+    records: int
+    head_hash: str
+    checkpoints: int
+    policy_revisions: tuple[tuple[int, str], ...]
+    snapshot: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "created_at": self.created_at,
+            "source": self.source,
+            "org": self.org,
+            "key_id": self.key_id,
+            "schema_version": self.schema_version,
+            "records": self.records,
+            "head_hash": self.head_hash,
+            "checkpoints": self.checkpoints,
+            "policy_revisions": [
+                {"revision": r, "content_hash": h} for r, h in self.policy_revisions
+            ],
+            "snapshot": self.snapshot,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> BackupManifest:
+        """Raises: BackupError (not a manifest of this format)."""
+        try:
+            if d["format"] != 1:
+                raise BackupError(f"unknown backup format {d['format']!r}")
+            return cls(
+                created_at=str(d["created_at"]),
+                source=str(d["source"]),
+                org=str(d["org"]),
+                key_id=str(d["key_id"]),
+                schema_version=int(d["schema_version"]),
+                records=int(d["records"]),
+                head_hash=str(d["head_hash"]),
+                checkpoints=int(d["checkpoints"]),
+                policy_revisions=tuple(
+                    (int(p["revision"]), str(p["content_hash"])) for p in d["policy_revisions"]
+                ),
+                snapshot=None if d["snapshot"] is None else str(d["snapshot"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise BackupError(f"{MANIFEST} is malformed: {e}") from e
+
+
+def verify_home(
+    home: Home, *, created_at: str, source: str, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> BackupManifest:
+    """Check a home copy through and describe it: the chain and every stored checkpoint verify,
+    every policy revision loads ``ok`` (its stored hash is its content's), and the latest
+    snapshot verifies against the home's key.
+
+    Raises:
+        BackupError: any of those does not hold (the message says which).
+        StoreError, HomeError: the copy cannot be opened.
+    """
+    info = home.info()
+    with AuditLog.open(home) as log:
+        result = log.verify()
+    if not result:
+        raise BackupError(
+            f"the audit chain of {home.path} does not verify "
+            f"(seq {result.first_broken_seq}: {result.reason})"
+        )
+    revisions: list[tuple[int, str]] = []
+    conn = home.connect()
+    try:
+        store = PolicyStore(conn, vocabulary=vocabulary)
+        for row in store.history():
+            loaded = store.load(row.revision)
+            if loaded.state != "ok":
+                raise BackupError(
+                    f"policy revision {row.revision} of {home.path} loads {loaded.state}: "
+                    f"{loaded.detail}"
+                )
+            revisions.append((row.revision, row.content_hash))
+        snapshots = SnapshotStore(conn, org_id=info.org)
+        snapshot = None
+        if snapshots.compiled_from() is not None:
+            snapshot = snapshots.load(lookup=signing.key_lookup([home.public_key()])).ruleset_rev
+    except RenseiRoutingError as e:
+        if isinstance(e, BackupError):
+            raise
+        raise BackupError(f"{home.path} does not verify: {e}") from e
+    finally:
+        close_quietly(conn)
+    return BackupManifest(
+        created_at=created_at,
+        source=source,
+        org=info.org,
+        key_id=info.key_id,
+        schema_version=SCHEMA_VERSION,
+        records=result.records_checked,
+        head_hash=result.head_hash,
+        checkpoints=result.checkpoints_checked,
+        policy_revisions=tuple(revisions),
+        snapshot=snapshot,
+    )
+
+
+def _staging(target: Path) -> Path:
+    """A new private directory beside ``target`` (same file system, so a rename publishes it)."""
+    parent = target.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staged = parent / f".{target.name}.partial-{secrets.token_hex(4)}"
+    staged.mkdir(mode=0o700)
+    os.chmod(staged, 0o700)
+    return staged
+
+
+def _copy_home(source: Home, staged: Path, *, include_manifest: bool, live: bool) -> None:
+    """The database through the backup API, then the keys, host cache and config as files
+    (modes kept: the private key stays 0600)."""
+    conn = source.connect()
+    try:
+        copy_database(
+            conn,
+            Home(staged).db_path,
+            wal=live,
+            busy_timeout_ms=source.connect_options().busy_timeout_ms,
+        )
+    finally:
+        close_quietly(conn)
+    names = [*_EXTRA, MANIFEST] if include_manifest else list(_EXTRA)
+    for name in names:
+        src = source.path / name
+        if src.is_dir():
+            shutil.copytree(src, staged / name, copy_function=shutil.copy2)
+        elif src.is_file():
+            shutil.copy2(src, staged / name)
+
+
+def _publish(staged: Path, target: Path) -> None:
+    os.rename(staged, target)
+    fsync_dir(target.absolute().parent)
+
+
+def _discard(staged: Path) -> None:
+    shutil.rmtree(staged, ignore_errors=True)
+
+
+def backup_home(
+    home: Home,
+    target: Path,
+    *,
+    created_at: str,
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+) -> BackupManifest:
+    """Copy ``home`` to the new directory ``target`` while it stays in use, verify the copy,
+    and write its manifest; ``target`` appears only once all of that succeeded.
+
+    Raises:
+        BackupError: ``target`` exists, or the copy does not verify.
+        HomeError, StoreError: the home cannot be read or the copy cannot be written.
+    """
+    home.info()
+    if target.exists() or target.is_symlink():
+        raise BackupError(f"refusing to back up into {target}: it exists")
+    staged = _staging(target)
+    try:
+        _copy_home(home, staged, include_manifest=False, live=False)
+        manifest = verify_home(
+            Home(staged),
+            created_at=created_at,
+            source=str(home.path.resolve()),
+            vocabulary=vocabulary,
+        )
+        data = json.dumps(manifest.to_dict(), indent=2).encode("utf-8") + b"\n"
+        with open(staged / MANIFEST, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _publish(staged, target)
+    except BaseException:
+        _discard(staged)
+        raise
+    return manifest
+
+
+def read_manifest(source: Path) -> BackupManifest:
+    """Raises: BackupError (no manifest: not a backup made by ``rensei backup``)."""
+    try:
+        doc = json.loads((source / MANIFEST).read_text("utf-8"))
+    except FileNotFoundError as e:
+        raise BackupError(f"{source} is not a rensei backup (no {MANIFEST})") from e
+    except (OSError, ValueError) as e:
+        raise BackupError(f"cannot read {source / MANIFEST}: {e}") from e
+    return BackupManifest.from_dict(doc)
+
+
+def restore_home(
+    source: Path,
+    target: Path,
+    *,
+    force: bool,
+    created_at: str,
+    set_aside: Callable[[Path], Path],
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+) -> tuple[BackupManifest, Path | None]:
+    """Restore the backup ``source`` as the home ``target``: stage a copy, verify it (chain,
+    checkpoints, policy hashes, snapshot signature) and check it matches the backup's manifest,
+    then rename it into place. An existing ``target`` is refused unless ``force``; with it the
+    old home is renamed to ``set_aside(target)`` (kept, never deleted) and that path returned.
+
+    Raises:
+        BackupError: refused (a live home without ``force``), not a backup, or the copy does
+            not verify or does not match its manifest; ``target`` is left as it was.
+        HomeError, StoreError: the backup cannot be read.
+    """
+    expected = read_manifest(source)
+    if (target.exists() or target.is_symlink()) and not force:
+        live = (target / "rensei.db").exists()
+        what = "a live rensei home" if live else "an existing path"
+        raise BackupError(f"refusing to restore over {target}: it is {what} (--force replaces it)")
+    staged = _staging(target)
+    try:
+        _copy_home(Home(source), staged, include_manifest=True, live=True)
+        found = verify_home(
+            Home(staged), created_at=created_at, source=str(source), vocabulary=vocabulary
+        )
+        for name in ("org", "key_id", "records", "head_hash", "policy_revisions", "snapshot"):
+            if getattr(found, name) != getattr(expected, name):
+                raise BackupError(
+                    f"the backup {source} does not match its manifest: {name} is "
+                    f"{getattr(found, name)!r}, the manifest says {getattr(expected, name)!r}"
+                )
+        aside = None
+        if target.exists() or target.is_symlink():
+            aside = set_aside(target)
+            os.rename(target, aside)
+        _publish(staged, target)
+    except BaseException:
+        _discard(staged)
+        raise
+    return found, aside

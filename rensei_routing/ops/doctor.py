@@ -1,0 +1,195 @@
+"""The health checks of one home (``rensei doctor``): file modes, SQLite integrity, schema, WAL
+size, the audit chain against its stored checkpoints, the latest compiled snapshot.
+
+Adapter: reads the home (read-only connections; it never migrates, repairs or writes) and
+returns one :class:`Check` per line. Never raises for what it finds: a failure to look is a
+``fail`` check naming why. The host cache and plugins are checked by the CLI, which owns the
+clock and the plugin session.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from ..core.audit.note import STRICT_PAYLOADS
+from ..core.snapshot.envelope import compiled_moment
+from ..core.snapshot.freshness import format_age
+from ..errors import RenseiRoutingError
+from ..store.audit import AuditLog
+from ..store.db import SCHEMA_VERSION, WAL_SIZE_LIMIT, close_quietly
+from ..store.home import Home
+
+__all__ = ["FAIL", "OK", "UNPINNED_WARN_RECORDS", "WAL_WARN_BYTES", "WARN", "Check", "home_checks"]
+
+Status = Literal["ok", "warn", "fail"]
+OK: Final = "ok"
+WARN: Final = "warn"
+FAIL: Final = "fail"
+
+#: A WAL this large outlived several checkpoints: a long reader, or a writer that never ends.
+WAL_WARN_BYTES: Final = 4 * WAL_SIZE_LIMIT
+#: Records past the latest checkpoint that ``verify`` parses one by one (~16 µs each) before a
+#: warning suggests a new checkpoint: about 1.6 s of a verify's time.
+UNPINNED_WARN_RECORDS: Final = 100_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """One line of ``rensei doctor``."""
+
+    name: str
+    status: Status
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"check": self.name, "status": self.status, "detail": self.detail}
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _modes(home: Home) -> Iterator[Check]:
+    problems = []
+    mode = _mode(home.path)
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        problems.append(f"{home.path} is open to group/others (mode {mode:04o}; chmod 700)")
+    if home.keys_dir.is_dir():
+        mode = _mode(home.keys_dir)
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            problems.append(f"{home.keys_dir} is writable by group/others (mode {mode:04o})")
+    yield Check(
+        name="home",
+        status=WARN if problems else OK,
+        detail="; ".join(problems) or f"{home.path.resolve()} (mode 0700)",
+    )
+    key = home.private_key_path
+    if not key.is_file():
+        yield Check(name="keys", status=FAIL, detail=f"{key} is missing")
+        return
+    mode = _mode(key)
+    try:
+        public = home.private_key().public_key
+        recorded = home.info().key_id
+    except RenseiRoutingError as e:
+        yield Check(name="keys", status=FAIL, detail=str(e))
+        return
+    if public.key_id != recorded:
+        yield Check(name="keys", status=FAIL, detail=f"{key} is not this home's key {recorded}")
+    elif mode & 0o077:
+        yield Check(
+            name="keys", status=FAIL, detail=f"{key} is readable by others (mode {mode:04o}; 0600)"
+        )
+    else:
+        yield Check(name="keys", status=OK, detail=f"host key {public.key_id} (mode 0600)")
+
+
+def _database(home: Home) -> Iterator[Check]:
+    try:
+        conn = home.connect()
+    except RenseiRoutingError as e:
+        yield Check(name="schema", status=FAIL, detail=str(e))
+        return
+    try:
+        for pragma in ("integrity_check", "quick_check"):
+            rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}(20)")]
+            good = rows == ["ok"]
+            yield Check(
+                name=pragma, status=OK if good else FAIL, detail="ok" if good else "; ".join(rows)
+            )
+        version = int(str(conn.pragma("user_version")))
+        yield Check(
+            name="schema", status=OK, detail=f"version {version} (this code: {SCHEMA_VERSION})"
+        )
+    except Exception as e:  # apsw.Error: a damaged file
+        yield Check(name="integrity_check", status=FAIL, detail=f"cannot check: {e}")
+    finally:
+        close_quietly(conn)
+    wal = Path(f"{home.db_path}-wal")
+    size = wal.stat().st_size if wal.exists() else 0
+    yield Check(
+        name="wal",
+        status=WARN if size > WAL_WARN_BYTES else OK,
+        detail=f"{size:,} bytes"
+        + (
+            f" (over {WAL_WARN_BYTES:,}: a long reader or an unfinished writer holds it; it "
+            "shrinks at the next checkpoint once they finish)"
+            if size > WAL_WARN_BYTES
+            else f" (bounded at {WAL_SIZE_LIMIT:,} after each checkpoint)"
+        ),
+    )
+
+
+def _chain(home: Home) -> Check:
+    try:
+        with AuditLog.open(home) as log:
+            result = log.verify()
+            strict = [cp.size for cp in log.checkpoints() if STRICT_PAYLOADS in cp.extensions]
+    except RenseiRoutingError as e:
+        return Check(name="audit chain", status=FAIL, detail=f"could not verify: {e}")
+    if not result:
+        return Check(
+            name="audit chain",
+            status=FAIL,
+            detail=f"broken at seq {result.first_broken_seq}: {result.reason}: {result.detail}",
+        )
+    detail = f"{result.records_checked:,} records, {result.checkpoints_checked} checkpoint(s)"
+    if result.records_checked and not result.checkpoints_checked:
+        return Check(
+            name="audit chain",
+            status=WARN,
+            detail=f"{detail}: no checkpoint yet (rensei audit checkpoint -o FILE, off the host)",
+        )
+    # verify parses every record past the latest checkpoint that says its signer parsed them
+    unpinned = result.records_checked - max(strict, default=0)
+    if unpinned > UNPINNED_WARN_RECORDS or (result.records_checked and not strict):
+        return Check(
+            name="audit chain",
+            status=WARN,
+            detail=f"{detail}: {unpinned:,} records past the latest checkpoint"
+            + ("" if strict else " of this version")
+            + ", which verify parses one by one (rensei audit checkpoint pins them)",
+        )
+    return Check(name="audit chain", status=OK, detail=detail)
+
+
+def _snapshot(home: Home, now: datetime) -> Check:
+    from ..control.snapshots import latest_snapshot
+
+    try:
+        snap = latest_snapshot(home)
+    except RenseiRoutingError as e:
+        return Check(name="snapshot", status=FAIL, detail=f"latest snapshot unusable: {e}")
+    if snap is None:
+        return Check(name="snapshot", status=OK, detail="none compiled (control side unused)")
+    age = format_age(max(0, int((now - compiled_moment(snap)).total_seconds() * 1000)))
+    return Check(
+        name="snapshot",
+        status=OK,
+        detail=f"{snap.ruleset_rev} compiled {age} ago, signed by this home's key",
+    )
+
+
+def home_checks(home: Home, *, now: datetime) -> list[Check]:
+    """Every check of ``home``; a home that is not initialised is one ``fail``."""
+    try:
+        home.info()
+    except RenseiRoutingError as e:
+        return [Check(name="home", status=FAIL, detail=str(e))]
+    checks: list[Check] = []
+    steps: tuple[Callable[[], Iterator[Check] | Check], ...] = (
+        lambda: _modes(home),
+        lambda: _database(home),
+        lambda: _chain(home),
+        lambda: _snapshot(home, now),
+    )
+    for step in steps:
+        found = step()
+        checks.extend([found] if isinstance(found, Check) else found)
+    return checks

@@ -1,0 +1,609 @@
+"""The plugin manager: built-in plugins, installed entry points, and the collected contributions
+(seams, vocabulary, redaction patterns, snapshot validators, authorizers, CLI commands, record
+observers).
+
+Adapter: loads setuptools entry points (group ``rensei_routing``) only when asked; library
+modules never load plugins at import. Each hook is called once per plugin, in plugin-name order
+(never pluggy's LIFO order); contributions come through ``register`` callbacks, are sorted by a
+stable key, and a name claimed by two plugins is a typed error naming both. Whatever a plugin
+does wrong (raises, registers the wrong type, returns a value, misspells a hook) is a
+:class:`~rensei_routing.errors.PluginError` naming it, except where a plugin must never break a
+spawn or an append: :func:`safe_classify` and :func:`notify_recorded`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import pluggy
+
+from ..core.audit.chain import AuditRecord
+from ..core.redact import DEFAULT_PATTERNS, DEFAULT_REDACTOR, RedactionPattern, Redactor, marker
+from ..core.routing.vocabulary import (
+    EMPTY_VOCABULARY,
+    WORD_SETS,
+    LiteralFamily,
+    Provenance,
+    Vocabulary,
+    VocabularyExtension,
+)
+from ..core.shadow.compare import Seam, Stage
+from ..core.snapshot.authz import Authorizer
+from ..core.snapshot.validators import SnapshotValidator
+from ..errors import InputError, PluginError, UnknownSeamError
+from . import hookspecs
+
+if TYPE_CHECKING:
+    import click
+
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "HOOK_NAMES",
+    "LOAD_PLUGINS_ENV",
+    "UNCLASSIFIED",
+    "PluginInfo",
+    "RenseiPluginManager",
+    "SeamRegistry",
+    "allowed_plugin_names",
+    "authorizers",
+    "check_pending",
+    "classifier_problem",
+    "get_plugin_manager",
+    "has_observers",
+    "notify_recorded",
+    "plugin_commands",
+    "plugin_infos",
+    "redactor",
+    "register_plugin",
+    "safe_classify",
+    "seam_registry",
+    "snapshot_validators",
+    "vocabulary",
+]
+
+log = logging.getLogger(__name__)
+log.addHandler(logging.NullHandler())  # a library stays quiet unless the application configures
+
+#: Built-in plugins, registered like any installed one: they contribute the shipped defaults.
+DEFAULT_PLUGINS: Final[tuple[str, ...]] = (
+    "rensei_routing.plugins.default.seams",
+    "rensei_routing.plugins.default.vocabulary",
+)
+
+#: Comma list of installed plugin (entry point) names to load; empty = none; unset = all.
+LOAD_PLUGINS_ENV: Final = "RENSEI_ROUTING_LOAD_PLUGINS"
+
+#: The mechanism of a spawn whose seam classifier raised or answered nonsense.
+UNCLASSIFIED: Final = "unclassified"
+_MAX_DETAIL: Final = 1024
+_SEAM_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+T = TypeVar("T")
+
+
+class RenseiPluginManager(pluggy.PluginManager):
+    """A pluggy manager that also remembers which distribution each installed plugin came from."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        #: plugin name -> (distribution name, version), for plugins loaded from entry points.
+        self.distributions: dict[str, tuple[str, str]] = {}
+
+
+# -- building the manager -----------------------------------------------------------------------
+
+
+def allowed_plugin_names() -> frozenset[str] | None:
+    """The installed plugins ``RENSEI_ROUTING_LOAD_PLUGINS`` allows (``None``: unset, all)."""
+    allowed = os.environ.get(LOAD_PLUGINS_ENV)
+    if allowed is None:
+        return None
+    return frozenset(filter(None, (n.strip() for n in allowed.split(","))))
+
+
+def _one_line(error: Exception) -> str:
+    """pluggy's multi-line messages as one line (the CLI prints one line per error)."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
+    """Register ``plugin`` under ``name`` (call :func:`check_pending` when done registering).
+
+    Raises:
+        PluginError: a hook implementation has the wrong arguments, or the name or the plugin
+            object is already registered.
+    """
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as e:
+        raise PluginError(f"plugin {name!r}: {_one_line(e)}") from e
+    except ValueError as e:
+        raise PluginError(f"plugin {name!r} cannot be registered: {_one_line(e)}") from e
+
+
+def check_pending(pm: pluggy.PluginManager) -> None:
+    """Raises: PluginError naming the plugin that implements a hook that does not exist."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        name = pm.get_name(e.plugin) or repr(e.plugin)
+        raise PluginError(f"plugin {name!r}: {_one_line(e)}") from e
+
+
+def _load_entrypoints(pm: RenseiPluginManager, names: Collection[str] | None) -> None:
+    eps = importlib.metadata.entry_points(group=hookspecs.PROJECT)
+    for ep in sorted(eps, key=lambda e: e.name):
+        if names is not None and ep.name not in names:
+            continue
+        dist = ep.dist
+        where = f" ({dist.name} {dist.version})" if dist is not None else ""
+        if pm.has_plugin(ep.name):
+            other = " ".join(pm.distributions.get(ep.name, ("a built-in plugin",)))
+            raise PluginError(f"plugin {ep.name!r}{where}: {other} has the same name")
+        try:
+            plugin = ep.load()
+        except Exception as e:  # an installed plugin that cannot even be imported
+            raise PluginError(
+                f"plugin {ep.name!r}{where} failed to load: {type(e).__name__}: {_one_line(e)} "
+                f"(skip it with --no-plugins or {LOAD_PLUGINS_ENV})"
+            ) from e
+        register_plugin(pm, plugin, ep.name)
+        if dist is not None:
+            pm.distributions[ep.name] = (dist.name, dist.version)
+
+
+def get_plugin_manager(
+    *, load_entrypoints: bool = True, names: Collection[str] | None = None
+) -> RenseiPluginManager:
+    """A manager holding the built-in plugins and, unless ``load_entrypoints`` is false, the
+    installed ones: those in ``names`` if given, else those ``RENSEI_ROUTING_LOAD_PLUGINS``
+    allows (unset = all, empty = none). A name that matches no installed plugin loads nothing.
+
+    Raises:
+        PluginError: naming the plugin that cannot be imported or registered, or implements a
+            hook that does not exist (a misspelled name).
+    """
+    pm = RenseiPluginManager()
+    pm.add_hookspecs(hookspecs)
+    for name in DEFAULT_PLUGINS:
+        register_plugin(pm, importlib.import_module(name), name)
+    if load_entrypoints:
+        _load_entrypoints(pm, allowed_plugin_names() if names is None else names)
+    check_pending(pm)
+    return pm
+
+
+# -- calling hooks ------------------------------------------------------------------------------
+
+
+def _implementations(pm: pluggy.PluginManager, hook: str) -> list[tuple[str, Any]]:
+    """``(plugin name, hookimpl)`` of ``hook``, sorted by plugin name."""
+    caller = getattr(pm.hook, hook)
+    impls = [(pm.get_name(i.plugin) or repr(i.plugin), i) for i in caller.get_hookimpls()]
+    for plugin, impl in impls:
+        if impl.wrapper or impl.hookwrapper:
+            raise PluginError(f"plugin {plugin!r}: hook {hook} cannot be a wrapper")
+    return sorted(impls, key=lambda pi: pi[0])
+
+
+def _call(plugin: str, hook: str, impl: Any, kwargs: Mapping[str, Any]) -> None:
+    """Call one implementation; anything but ``None`` back, or an exception, names the plugin."""
+    try:
+        answer = impl.function(*[kwargs[a] for a in impl.argnames])
+    except PluginError:
+        raise
+    except Exception as e:
+        raise PluginError(
+            f"plugin {plugin!r} failed in {hook}: {type(e).__name__}: {_one_line(e)}"
+        ) from e
+    if answer is not None:
+        raise PluginError(
+            f"plugin {plugin!r}: {hook} returned {type(answer).__name__}; it must return None "
+            f"and call register(...) instead"
+        )
+
+
+def _contributions(pm: pluggy.PluginManager, hook: str, kind: type[T]) -> list[tuple[str, T]]:
+    """Every ``(plugin, value)`` registered through ``hook``, in plugin-name order.
+
+    Raises: PluginError (a value that is not a ``kind``, or the hook misbehaved).
+    """
+    out: list[tuple[str, T]] = []
+    for plugin, impl in _implementations(pm, hook):
+
+        def register(value: object, plugin: str = plugin) -> None:
+            if not isinstance(value, kind):
+                raise PluginError(
+                    f"plugin {plugin!r} registered {type(value).__name__} through {hook}, "
+                    f"not a {kind.__name__}"
+                )
+            out.append((plugin, value))
+
+        _call(plugin, hook, impl, {"register": register})
+    return out
+
+
+# -- vocabulary ---------------------------------------------------------------------------------
+
+
+def _check_words(plugin: str, field: str, words: object) -> frozenset[str]:
+    if isinstance(words, (frozenset, set, tuple, list)):
+        names = [w for w in words if isinstance(w, str) and w.strip()]
+        if len(names) == len(words):
+            return frozenset(names)
+    raise PluginError(f"plugin {plugin!r}: vocabulary {field} must be a set of non-empty names")
+
+
+def vocabulary(pm: pluggy.PluginManager) -> Vocabulary:
+    """The effective vocabulary: every ``register_vocabulary`` contribution (the shipped one
+    comes from the built-in plugin) merged onto the empty vocabulary.
+
+    Raises:
+        PluginError: naming both plugins when a literal family or provenance name is defined
+            twice differently, or a name is both a literal family and a capability class;
+            naming the plugin for a malformed extension or the reserved mechanism
+            ``unclassified``.
+    """
+    words: dict[str, set[str]] = {f: set() for f in WORD_SETS}
+    families: dict[str, tuple[str, LiteralFamily]] = {}
+    provenances: dict[str, tuple[str, Any]] = {}
+    capability_owner: dict[str, str] = {}
+    aliases: dict[str, tuple[str, Provenance]] = {}
+    for plugin, ext in _contributions(pm, "register_vocabulary", VocabularyExtension):
+        for alias, provenance in ext.model_aliases:
+            if not (isinstance(alias, str) and alias and isinstance(provenance, Provenance)):
+                raise PluginError(
+                    f"plugin {plugin!r}: model_aliases must be (name, Provenance) pairs"
+                )
+            seen = aliases.setdefault(alias.strip().lower(), (plugin, provenance))
+            if seen[1] != provenance:
+                raise PluginError(
+                    f"model alias {alias!r} is defined differently by {seen[0]!r} and {plugin!r}"
+                )
+        for f in WORD_SETS:
+            words[f] |= _check_words(plugin, f, getattr(ext, f))
+        for w in _check_words(plugin, "capability_classes", ext.capability_classes):
+            capability_owner.setdefault(w, plugin)
+        if UNCLASSIFIED in ext.legacy_mechanisms:
+            raise PluginError(f"plugin {plugin!r}: {UNCLASSIFIED!r} is reserved")
+        if not isinstance(ext.literal_families, (tuple, list)) or not all(
+            isinstance(fam, LiteralFamily) for fam in ext.literal_families
+        ):
+            raise PluginError(f"plugin {plugin!r}: literal_families must be LiteralFamily values")
+        for fam in ext.literal_families:
+            known = families.setdefault(fam.name, (plugin, fam))
+            if known[1] != fam:
+                raise PluginError(
+                    f"literal family {fam.name!r} is defined differently by {known[0]!r} "
+                    f"and {plugin!r}"
+                )
+            prov = provenances.setdefault(fam.provenance.name, (plugin, fam.provenance))
+            if prov[1] != fam.provenance:
+                raise PluginError(
+                    f"provenance {fam.provenance.name!r} is defined differently by "
+                    f"{prov[0]!r} and {plugin!r}"
+                )
+    clashes = sorted(families.keys() & capability_owner.keys())
+    if clashes:
+        name = clashes[0]
+        raise PluginError(
+            f"{name!r} is a literal family of {families[name][0]!r} and a capability class of "
+            f"{capability_owner[name]!r}"
+        )
+    return EMPTY_VOCABULARY.extended(
+        literal_families=[families[n][1] for n in sorted(families)],
+        model_aliases={a: aliases[a][1] for a in sorted(aliases)},
+        roles=sorted(words["roles"]),
+        capability_classes=sorted(words["capability_classes"]),
+        provider_bindings=sorted(words["provider_bindings"]),
+        repo_classes=sorted(words["repo_classes"]),
+        request_faces=sorted(words["request_faces"]),
+        transports=sorted(words["transports"]),
+        legacy_mechanisms=sorted(words["legacy_mechanisms"]),
+    )
+
+
+# -- seams --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SeamRegistry:
+    """Every registered seam by name, with the plugin that registered it."""
+
+    seams: Mapping[str, Seam]
+    owners: Mapping[str, str]
+
+    def get(self, name: str) -> Seam:
+        """Raises: UnknownSeamError."""
+        try:
+            return self.seams[name]
+        except KeyError:
+            known = ", ".join(sorted(self.seams)) or "none"
+            raise UnknownSeamError(f"no seam named {name!r} (registered: {known})") from None
+
+
+def _seam_problem(seam: Seam, vocab: Vocabulary) -> str | None:
+    if not isinstance(seam.name, str) or not _SEAM_NAME.fullmatch(seam.name):
+        return f"seam name {seam.name!r} must match {_SEAM_NAME.pattern}"
+    if seam.request_face not in vocab.request_faces:
+        return f"seam {seam.name!r}: request face {seam.request_face!r} is not in the vocabulary"
+    if not isinstance(seam.stages, tuple) or not seam.stages:
+        return f"seam {seam.name!r}: stages must be a non-empty tuple of mechanism names"
+    for stage in seam.stages:
+        if stage not in vocab.legacy_mechanisms:
+            return f"seam {seam.name!r}: stage {stage!r} is not a legacy mechanism"
+    if len(set(seam.stages)) != len(seam.stages):
+        return f"seam {seam.name!r}: a stage is listed twice"
+    if not callable(seam.classifier):
+        return f"seam {seam.name!r}: classifier is not callable"
+    direct = seam.direct_http_providers
+    if not isinstance(direct, frozenset) or not all(isinstance(x, str) for x in direct):
+        return f"seam {seam.name!r}: direct_http_providers must be a frozenset of names"
+    return None
+
+
+def seam_registry(pm: pluggy.PluginManager) -> SeamRegistry:
+    """Collect ``register_seams`` from every plugin, sorted by seam name; each seam's face and
+    stages are checked against :func:`vocabulary`.
+
+    Raises:
+        PluginError: two plugins register one seam name, or a plugin registers a non-Seam or a
+            seam whose name, face, stages or classifier are unusable.
+    """
+    vocab = vocabulary(pm)
+    seams: dict[str, Seam] = {}
+    owners: dict[str, str] = {}
+    for plugin, seam in _contributions(pm, "register_seams", Seam):
+        problem = _seam_problem(seam, vocab)
+        if problem is not None:
+            raise PluginError(f"plugin {plugin!r}: {problem}")
+        if seam.name in seams:
+            raise PluginError(
+                f"seam {seam.name!r} is registered by both {owners[seam.name]!r} and {plugin!r}"
+            )
+        seams[seam.name] = seam
+        owners[seam.name] = plugin
+    ordered = sorted(seams)
+    return SeamRegistry(
+        MappingProxyType({n: seams[n] for n in ordered}),
+        MappingProxyType({n: owners[n] for n in ordered}),
+    )
+
+
+def classifier_problem(seam: Seam, stages: Sequence[Stage]) -> tuple[Stage | None, str | None]:
+    """Run ``seam``'s classifier on non-empty ``stages``: ``(stage, None)`` when it named one of
+    them, else ``(None, "<ErrorType>: what went wrong")`` (it raised, returned a non-Stage, or
+    returned a stage whose mechanism and provider are not those of a stage it was given; it may
+    rewrite the detail)."""
+    try:
+        result: object = seam.classifier(stages)
+    except Exception as e:  # a plugin must never break a spawn
+        return None, f"{type(e).__name__}: {e}"
+    if not isinstance(result, Stage):
+        return None, (
+            f"WrongReturnType: classifier of seam {seam.name!r} returned "
+            f"{type(result).__name__}, not a Stage"
+        )
+    if (result.mechanism, result.provider) not in {(s.mechanism, s.provider) for s in stages}:
+        return None, (
+            f"WrongReturnValue: classifier of seam {seam.name!r} named "
+            f"{result.mechanism!r} on {result.provider!r}, which is not among the stages applied"
+        )
+    return result, None
+
+
+def safe_classify(registry: SeamRegistry, seam_name: str, stages: Sequence[Stage]) -> Stage:
+    """The stage that decided a spawn's route, by the seam's own classifier; never lets a plugin
+    break the spawn.
+
+    A classifier that raises (any ``Exception``), returns something other than a
+    :class:`Stage`, or returns a stage whose mechanism and provider are not those of a stage
+    it was given, yields ``Stage(mechanism="unclassified", provider=<the last stage's provider>,
+    detail="<ErrorType> in plugin '<owner>': ...")``, so the shadow record says so.
+
+    Raises:
+        UnknownSeamError: no seam of that name is registered (the caller's mistake).
+        InputError: ``stages`` is empty (a legacy route names at least one stage).
+    """
+    seam = registry.get(seam_name)
+    if not stages:
+        raise InputError("a legacy route must name at least one stage")
+    result, problem = classifier_problem(seam, stages)
+    if result is not None:
+        return result
+    owner = registry.owners.get(seam_name, "?")
+    kind, _, rest = (problem or "").partition(": ")
+    detail = f"{kind} in plugin {owner!r}: {rest}"
+    return Stage(mechanism=UNCLASSIFIED, provider=stages[-1].provider, detail=detail[:_MAX_DETAIL])
+
+
+# -- redaction, validators, commands, observers --------------------------------------------------
+
+
+def redactor(pm: pluggy.PluginManager) -> Redactor:
+    """The built-in patterns (always, first, in their order), then every plugin pattern sorted
+    by (label, regex, flags, triggers), an identical one kept once.
+
+    Raises:
+        PluginError: naming the plugin whose pattern matches a redaction marker (redaction
+            would never settle) or is not a RedactionPattern.
+    """
+    extra: dict[tuple[str, str, int, tuple[str, ...]], RedactionPattern] = {}
+    contributed = _contributions(pm, "register_redaction_patterns", RedactionPattern)
+    labels = {p.label for p in DEFAULT_PATTERNS} | {q.label for _, q in contributed}
+    for plugin, pat in contributed:
+        hit = next((lb for lb in sorted(labels) if pat.regex.search(marker(lb))), None)
+        if hit is not None:
+            raise PluginError(
+                f"plugin {plugin!r}: redaction pattern {pat.label!r} matches the marker "
+                f"{marker(hit)!r}"
+            )
+        extra.setdefault((pat.label, pat.regex.pattern, int(pat.regex.flags), pat.triggers), pat)
+    if not extra:
+        return DEFAULT_REDACTOR
+    return Redactor(DEFAULT_PATTERNS + tuple(extra[k] for k in sorted(extra)))
+
+
+def snapshot_validators(pm: pluggy.PluginManager) -> tuple[SnapshotValidator, ...]:
+    """Every registered snapshot validator sorted by name, ``plugin`` filled in.
+
+    Raises:
+        PluginError: two plugins register one validator name, or a plugin registers a value
+            that is not a SnapshotValidator (or whose check is not callable).
+    """
+    found: dict[str, SnapshotValidator] = {}
+    for plugin, v in _contributions(pm, "register_snapshot_validators", SnapshotValidator):
+        if not isinstance(v.name, str) or not v.name or not callable(v.check):
+            raise PluginError(f"plugin {plugin!r}: a validator needs a name and a callable check")
+        if v.name in found:
+            raise PluginError(
+                f"snapshot validator {v.name!r} is registered by both "
+                f"{found[v.name].plugin!r} and {plugin!r}"
+            )
+        found[v.name] = replace(v, plugin=plugin)
+    return tuple(found[n] for n in sorted(found))
+
+
+def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
+    """Every registered authorizer sorted by name, ``plugin`` filled in.
+
+    Raises:
+        PluginError: two plugins register one authorizer name, or a plugin registers a value
+            that is not an Authorizer (or whose prepare is not callable).
+    """
+    found: dict[str, Authorizer] = {}
+    for plugin, a in _contributions(pm, "register_authorizers", Authorizer):
+        if not isinstance(a.name, str) or not a.name or not callable(a.prepare):
+            raise PluginError(
+                f"plugin {plugin!r}: an authorizer needs a name and a callable prepare"
+            )
+        if a.name in found:
+            raise PluginError(
+                f"authorizer {a.name!r} is registered by both {found[a.name].plugin!r} "
+                f"and {plugin!r}"
+            )
+        found[a.name] = replace(a, plugin=plugin)
+    return tuple(found[n] for n in sorted(found))
+
+
+def plugin_commands(
+    pm: pluggy.PluginManager, *, reserved: Collection[str] = ()
+) -> dict[str, tuple[str, click.Command]]:
+    """Every command plugins attach through ``register_commands``: name -> (plugin, command).
+
+    Each plugin is handed its own empty group, so nothing is added to a live CLI.
+
+    Raises:
+        PluginError: a command name in ``reserved`` (the built-ins) or used by two plugins.
+    """
+    import click
+
+    out: dict[str, tuple[str, click.Command]] = {}
+    for plugin, impl in _implementations(pm, "register_commands"):
+        group = click.Group(name="rensei")
+        _call(plugin, "register_commands", impl, {"cli": group})
+        for name in sorted(group.commands):
+            if name in reserved:
+                raise PluginError(f"plugin {plugin!r}: command {name!r} is a built-in command")
+            if name in out:
+                raise PluginError(
+                    f"command {name!r} is registered by both {out[name][0]!r} and {plugin!r}"
+                )
+            out[name] = (plugin, group.commands[name])
+    return out
+
+
+def notify_recorded(pm: pluggy.PluginManager, records: Iterable[AuditRecord]) -> tuple[str, ...]:
+    """Call every ``decision_recorded`` observer for each record, in seq order, plugins in name
+    order. An observer that raises is logged (a warning naming the plugin) and skipped; the
+    records stay appended. Returns the failure messages.
+    """
+    impls = _implementations(pm, "decision_recorded")
+    failures: list[str] = []
+    if not impls:
+        return ()
+    for record in records:
+        for plugin, impl in impls:
+            try:
+                impl.function(*[{"record": record}[a] for a in impl.argnames])
+            except Exception as e:  # an observer never undoes or fails an append
+                msg = (
+                    f"plugin {plugin!r} failed observing audit record {record.seq}: "
+                    f"{type(e).__name__}: {e}"
+                )
+                log.warning("%s", msg)
+                failures.append(msg)
+    return tuple(failures)
+
+
+def has_observers(pm: pluggy.PluginManager) -> bool:
+    """Whether any plugin implements ``decision_recorded`` (so records need reading back)."""
+    return bool(pm.hook.decision_recorded.get_hookimpls())
+
+
+# -- introspection ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PluginInfo:
+    """One registered plugin: its name, where it came from, and the hooks it implements."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    hooks: tuple[str, ...]
+    builtin: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "hooks": list(self.hooks),
+            "builtin": self.builtin,
+        }
+
+
+def _own_version() -> str | None:
+    try:
+        return importlib.metadata.version("rensei-routing")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def plugin_infos(pm: pluggy.PluginManager) -> tuple[PluginInfo, ...]:
+    """Every registered plugin, sorted by name."""
+    dists: Mapping[str, tuple[str, str]] = getattr(pm, "distributions", {})
+    out = []
+    for name, plugin in sorted(pm.list_name_plugin(), key=lambda np: np[0]):
+        if plugin is None:
+            continue
+        builtin = name in DEFAULT_PLUGINS
+        dist, version = (
+            ("rensei-routing", _own_version()) if builtin else dists.get(name, (None, None))
+        )
+        callers = pm.get_hookcallers(plugin) or []
+        out.append(
+            PluginInfo(
+                name=name,
+                distribution=dist,
+                version=version,
+                hooks=tuple(sorted(c.name for c in callers)),
+                builtin=builtin,
+            )
+        )
+    return tuple(out)
+
+
+#: Every hook name of :mod:`rensei_routing.plugins.hookspecs` (the docs meta-test checks each).
+HOOK_NAMES: Final[tuple[str, ...]] = tuple(
+    sorted(n for n, f in vars(hookspecs).items() if hasattr(f, "rensei_routing_spec"))
+)

@@ -1,0 +1,315 @@
+"""Shadow recording at a spawn seam (document 001 §D6, §D7, Consequences): explain what policy
+would have chosen for a spawn, beside the route it actually took, and append one audit record.
+
+Adapter over the home (its policy store, audit log and kill switch) and the seam registry. It
+must never change, delay beyond its own append, or return a route: :func:`record_route_shadow`
+returns the record or ``None``. Recording is off unless the switch ``is True`` (a truthy mock or
+the string ``"true"`` cannot enable it); sink I/O errors (disk full, read-only home, a lock held
+past the busy timeout) are logged and swallowed, every other error propagates.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterable
+from contextlib import closing
+from types import TracebackType
+from typing import Final
+
+import apsw
+
+from ..core.audit.chain import encode_payload, format_timestamp
+from ..core.redact import DEFAULT_REDACTOR, Redactor
+from ..core.routing.context import RouteContext
+from ..core.routing.decision import STATE_ABSENT
+from ..core.routing.ids import ScanMemo
+from ..core.routing.policy import PolicySnapshot
+from ..core.routing.resolver import Trace, explain, explain_batch
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.shadow.compare import (
+    RECORD_KEYS,
+    ActualRoute,
+    ShadowDecision,
+    record_may_redact,
+    shadow_decision,
+)
+from ..core.shadow.spawn import Spawn, spawn_route
+from ..errors import StoreError
+from ..plugins.manager import SeamRegistry, safe_classify
+from ..store.audit import AppendResult, AuditLog
+from ..store.db import close_quietly
+from ..store.home import Home
+from ..store.policies import PolicyStore
+from ..store.settings import SHADOW_ENABLED, read_flag, write_flag
+
+__all__ = [
+    "SINK_ERRORS",
+    "ShadowRecorder",
+    "record_route_shadow",
+    "set_shadow_enabled",
+    "shadow_enabled",
+    "utc_now",
+]
+
+logger: Final = logging.getLogger("rensei_routing.shadow")
+
+#: What a sink can plausibly raise: the store failed (full disk, read-only or missing home,
+#: a lock held past the busy timeout, an unreadable database) or the OS refused the I/O.
+SINK_ERRORS: Final = (StoreError, OSError)
+
+
+def utc_now() -> str:
+    """The current time as an audit ``recorded_at`` (RFC 3339 UTC, microseconds)."""
+    return format_timestamp(dt.datetime.now(dt.UTC))
+
+
+def shadow_enabled(home: Home) -> bool:
+    """The home's shadow-recording switch: on unless an operator turned it off.
+
+    Raises:
+        HomeError: the home is not initialised.
+        MalformedError: the stored switch is neither true nor false.
+        StoreError: the database cannot be read.
+    """
+    with closing(home.connect()) as conn:
+        stored = read_flag(conn, SHADOW_ENABLED)
+    return stored is not False
+
+
+def set_shadow_enabled(home: Home, enabled: bool) -> None:
+    """Turn the home's shadow-recording switch on or off.
+
+    Raises:
+        HomeError: the home is not initialised.
+        StoreError: the database cannot be written.
+    """
+    with closing(home.connect(write=True)) as conn:
+        write_flag(conn, SHADOW_ENABLED, enabled)
+
+
+class ShadowRecorder:
+    """Records spawns of one home against its current policy revision. Opens nothing until the
+    first record (so a missing or read-only home is a sink error of that call, not of the
+    caller's start-up); keeps its connections for repeated calls, and reloads the policies only
+    when the current revision or its hash changed. Not for use by several threads at once.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_conn",
+        "_head",
+        "_home",
+        "_loaded",
+        "_log",
+        "_redactor",
+        "_registry",
+        "_store",
+        "_trace",
+        "_vocabulary",
+    )
+
+    def __init__(
+        self,
+        home: Home,
+        registry: SeamRegistry,
+        *,
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redactor: Redactor = DEFAULT_REDACTOR,
+        clock: Callable[[], str] = utc_now,
+        trace: Trace = "auto",
+    ) -> None:
+        self._home = home
+        self._registry = registry
+        self._vocabulary = vocabulary
+        self._redactor = redactor
+        self._clock = clock
+        self._trace: Trace = trace
+        self._log: AuditLog | None = None
+        self._conn: apsw.Connection | None = None
+        self._store: PolicyStore | None = None
+        self._head: tuple[int, str] | None = None
+        self._loaded: tuple[PolicySnapshot, str] | None = None
+
+    # -- resources ----------------------------------------------------------------------------
+
+    def _audit(self) -> AuditLog:
+        if self._log is None:
+            self._log = AuditLog.open(self._home, redactor=self._redactor)
+        return self._log
+
+    def _policies(self) -> PolicyStore:
+        if self._store is None:
+            self._conn = self._home.connect()
+            self._store = PolicyStore(self._conn, vocabulary=self._vocabulary)
+        return self._store
+
+    def close(self) -> None:
+        """Close what this recorder opened (idempotent)."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._conn is not None:
+            close_quietly(self._conn)
+        self._conn = self._store = None
+        self._loaded = self._head = None
+
+    def __enter__(self) -> ShadowRecorder:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def snapshot(self) -> tuple[PolicySnapshot, str]:
+        """The current revision and its load state (``ok``, ``absent`` or ``corrupt``), reloaded
+        only when the stored revision or its hash moved.
+
+        Raises:
+            HomeError: the home is not initialised.
+            StoreError: the database cannot be read.
+        """
+        store = self._policies()
+        head = store.head()
+        if self._loaded is None or head != self._head:
+            if head is None:
+                self._loaded = (PolicySnapshot.empty(), STATE_ABSENT)
+            else:
+                loaded = store.load()
+                self._loaded = (loaded.snapshot, loaded.state)
+            self._head = head
+        return self._loaded
+
+    # -- building -----------------------------------------------------------------------------
+
+    def route(self, spawn: Spawn) -> tuple[RouteContext, ActualRoute]:
+        """The context to explain and the route that ran (the seam's classifier names the
+        deciding stage; see :func:`.core.spawn.spawn_route`).
+
+        Raises:
+            UnknownSeamError: the spawn's seam is not registered.
+        """
+        seam = self._registry.get(spawn.seam)
+        stages = spawn.resolved_stages(seam)
+        return spawn_route(spawn, seam, safe_classify(self._registry, seam.name, stages))
+
+    def build_many(
+        self,
+        spawns: Iterable[Spawn],
+        snapshot: PolicySnapshot,
+        state: str,
+        *,
+        recorded_at: str,
+    ) -> list[ShadowDecision]:
+        """Shadow records for ``spawns`` against one snapshot (nothing is written).
+
+        Raises:
+            UnknownSeamError: a spawn's seam is not registered.
+        """
+        items = list(spawns)
+        routes = [self.route(s) for s in items]
+        decisions = explain_batch(
+            [c for c, _ in routes],
+            snapshot,
+            snapshot_state=state,
+            vocabulary=self._vocabulary,
+            trace=self._trace,
+            redactor=self._redactor,  # the log's own: a stored id is over what is stored
+        )
+        return [
+            shadow_decision(
+                recorded_at=recorded_at,
+                seam=spawn.seam,
+                principal_id=spawn.principal_id,
+                actual=actual,
+                proposed=decision,
+            )
+            for spawn, (_, actual), decision in zip(items, routes, decisions, strict=True)
+        ]
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def record(self, spawn: Spawn) -> ShadowDecision:
+        """Explain one spawn against the current revision and append its record (one durable
+        transaction). Ignores the kill switch: see :func:`record_route_shadow`.
+
+        Raises:
+            UnknownSeamError: the spawn's seam is not registered.
+            HomeError, StoreError: the home or its database cannot be used (nothing written).
+        """
+        snapshot, state = self.snapshot()
+        context, actual = self.route(spawn)
+        decision = explain(
+            context,
+            snapshot,
+            snapshot_state=state,
+            vocabulary=self._vocabulary,
+            trace=self._trace,
+            redactor=self._redactor,  # the log's own: a stored id is over what is stored
+        )
+        recorded_at = self._clock()
+        record = shadow_decision(
+            recorded_at=recorded_at,
+            seam=spawn.seam,
+            principal_id=spawn.principal_id,
+            actual=actual,
+            proposed=decision,
+        )
+        self._audit().append(record, recorded_at=recorded_at)
+        return record
+
+    def record_many(
+        self,
+        spawns: Iterable[Spawn],
+        *,
+        snapshot: tuple[PolicySnapshot, str] | None = None,
+    ) -> tuple[list[ShadowDecision], AppendResult]:
+        """Explain a batch of spawns against one revision (``snapshot``, else the current one)
+        and append their records in one transaction (all or nothing), in order.
+
+        Raises:
+            UnknownSeamError: a spawn's seam is not registered (nothing written).
+            HomeError, StoreError: the home or its database cannot be used (nothing written).
+        """
+        snap, state = self.snapshot() if snapshot is None else snapshot
+        recorded_at = self._clock()
+        records = self.build_many(spawns, snap, state, recorded_at=recorded_at)
+        # Each distinct string checked once per batch: a record with nothing credential-shaped
+        # is stored as its canonical bytes (exactly what ``encode_payload`` would return).
+        scan = ScanMemo(self._redactor)
+        keys_suspect = self._redactor.might_match(" ".join(RECORD_KEYS))
+        encoded = [
+            encode_payload(r, self._redactor)
+            if keys_suspect or record_may_redact(scan, r)
+            else r.canonical()
+            for r in records
+        ]
+        result = self._audit().append_encoded(encoded, recorded_at=recorded_at)
+        return records, result
+
+
+def record_route_shadow(
+    spawn: Spawn, *, enabled: object, recorder: ShadowRecorder
+) -> ShadowDecision | None:
+    """Record a spawn's shadow decision, or do nothing.
+
+    Off unless ``enabled is True`` (identity, not truthiness). Returns the record appended, or
+    ``None`` when off or when the sink failed (the failure is logged on the
+    ``rensei_routing.shadow`` logger). It never returns, changes or delays a route beyond its
+    own append; the caller's spawn goes ahead whatever happens here.
+
+    Raises:
+        UnknownSeamError: the spawn's seam is not registered (a wiring bug: it propagates, as
+            does any other programming error).
+    """
+    if enabled is not True:
+        return None
+    try:
+        return recorder.record(spawn)
+    except SINK_ERRORS as e:
+        logger.warning("shadow record not written (seam %s): %s", spawn.seam, e)
+        return None

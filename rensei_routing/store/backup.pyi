@@ -1,0 +1,2 @@
+# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.ops.backup.
+from rensei_routing.ops.backup import *

@@ -1,0 +1,2 @@
+# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.shadow.whatif.
+from rensei_routing.shadow.whatif import *
