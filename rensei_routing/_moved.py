@@ -47,6 +47,7 @@ MOVED: Final[dict[str, str]] = {
     "rensei_routing.core.whatif": "rensei_routing.core.shadow.whatif",
     "rensei_routing.core.report": "rensei_routing.core.shadow.report",
     "rensei_routing.host.server": "rensei_routing.control.server",
+    "rensei_routing.host.files": "rensei_routing.files",
     "rensei_routing.whatif": "rensei_routing.shadow.whatif",
     "rensei_routing.doctor": "rensei_routing.ops.doctor",
     "rensei_routing.store.backup": "rensei_routing.ops.backup",
@@ -89,6 +90,7 @@ FINDER: Final = _MovedFinder()
 
 
 def install() -> None:
-    """Put the finder on ``sys.meta_path`` once (idempotent)."""
+    """Put the finder first on ``sys.meta_path``, once (idempotent): first, so that an old path
+    whose directory holds only type stubs is not taken for a namespace package."""
     if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
-        sys.meta_path.append(FINDER)
+        sys.meta_path.insert(0, FINDER)

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.ops.doctor.
-from rensei_routing.ops.doctor import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.ops.doctor import *  # noqa: F403

@@ -123,6 +123,10 @@ class CheckpointFormatError(AuditError):
     """A checkpoint note could not be parsed."""
 
 
+class PartialRecordError(AuditError):
+    """A batch failed after earlier batches were committed (the message says what was kept)."""
+
+
 # -- ruleset snapshots ---------------------------------------------------------------------------
 
 

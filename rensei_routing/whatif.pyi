@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.shadow.whatif.
-from rensei_routing.shadow.whatif import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.shadow.whatif import *  # noqa: F403

@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from rensei_routing.cli import cli
-from rensei_routing.cli.quickstart import CANDIDATE_FILE, MARKER, POLICIES_FILE, SPAWNS_FILE
+from rensei_routing.cli.quickstart import CANDIDATE_FILE, POLICIES_FILE, SPAWNS_FILE
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
+from rensei_routing.ops.quickstart import MARKER
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 

@@ -6,18 +6,27 @@ Every failure is a typed :class:`InputError` whose message names the source (fil
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import re
 import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import click
 
 from ..core._parse import STRICT_DECODER
 from ..core.routing._quick import Memo, Pieces, quick_context, quick_line
 from ..core.routing.context import RouteContext
 from ..core.routing.policy import PolicySnapshot, hash_policies
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from ..errors import InputError, MalformedError
+from ..core.shadow.spawn import Spawn, check_spawn
+from ..errors import InputError, MalformedError, UnknownSeamError
+
+if TYPE_CHECKING:
+    from ..plugins.manager import SeamRegistry
 
 T = TypeVar("T")
 
@@ -170,3 +179,79 @@ def iter_context_lines(
     finally:
         if f is not sys.stdin.buffer:
             f.close()
+
+
+_RELATIVE = re.compile(r"(\d{1,9})([smhd])")
+
+
+_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+class SinceType(click.ParamType[dt.datetime, Any]):
+    """``--since``: an RFC 3339 time (``Z`` or an offset), a date (``YYYY-MM-DD``, midnight
+    UTC), or an age such as ``90m``, ``24h``, ``7d`` (before now)."""
+
+    name = "TIME"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dt.datetime:
+        if isinstance(value, dt.datetime):
+            return value
+        text = str(value).strip()
+        relative = _RELATIVE.fullmatch(text)
+        if relative:
+            try:
+                return dt.datetime.now(dt.UTC) - dt.timedelta(
+                    **{_UNITS[relative[2]]: int(relative[1])}
+                )
+            except OverflowError:
+                self.fail(f"{text!r} reaches back before the year 1")
+        try:
+            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            self.fail(f"{text!r} is not an RFC 3339 time, a date, or an age like 24h or 7d")
+        if moment.tzinfo is None:
+            if len(text) > 10:  # a time without a zone: refuse to guess one
+                self.fail(f"{text!r} has no time zone (add Z or an offset)")
+            moment = moment.replace(tzinfo=dt.UTC)
+        return moment.astimezone(dt.UTC)
+
+
+SINCE = SinceType()
+
+
+def since_option(f: Any) -> Any:
+    return click.option(
+        "--since",
+        type=SINCE,
+        default=None,
+        help="Only records at or after TIME (RFC 3339, YYYY-MM-DD, or an age: 90m, 24h, 7d).",
+    )(f)
+
+
+def read_spawn_lines(source: str, registry: SeamRegistry, seam: str | None) -> list[Spawn]:
+    """Every spawn of a JSON Lines file (blank lines skipped), each checked against its seam,
+    all before any is used.
+
+    Raises:
+        InputError: naming the line (and field) of the first bad one.
+    """
+    label = _label(source)
+    spawns = []
+    for number, line in enumerate(_read_text(source).splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{label}:{number}"
+        spawn = _named(
+            where, lambda doc: Spawn.from_dict(doc, default_seam=seam), parse_json(line, where)
+        )
+        if seam is not None and spawn.seam != seam:
+            raise MalformedError(f"{where}: seam", f"{spawn.seam!r} contradicts --seam {seam!r}")
+        try:
+            known = registry.get(spawn.seam)
+        except UnknownSeamError as e:
+            raise MalformedError(f"{where}: seam", str(e)) from e
+        _named(where, functools.partial(check_spawn, seam=known), spawn)
+        spawns.append(spawn)
+    return spawns

@@ -6,22 +6,45 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import sys
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+
+import click
 
 from ..core.audit.chain import AuditRecord
 from ..core.routing.decision import STATE_ABSENT, RouteDecision
 from ..core.routing.policy import PolicySnapshot
+from ..core.shadow.report import ShadowReport
+from ..core.shadow.spawn import Spawn
 from ..core.snapshot.freshness import StampedDecision
-from ..errors import HomeError
-from ..plugins.manager import has_observers, notify_recorded
+from ..errors import HomeError, InputError, PartialRecordError
+from ..plugins.manager import SeamRegistry, has_observers, notify_recorded
+from ..shadow.batch import DEFAULT_BATCH, Recorded
+from ..shadow.batch import record_spawns as batch_record
 from ..store.audit import AuditLog
 from ..store.db import close_quietly
 from ..store.home import Home
 from ..store.policies import PolicyStore
 from ._output import note
+from ._root import CommandError
 from ._session import session
+
+_HOMES = "rensei_routing.homes"
+
+
+def home_of(path: Path) -> Home:
+    """The invocation's one :class:`Home` for ``path`` (so a command reads a home's metadata
+    once, whichever helpers and services it goes through); a fresh one outside a command."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return Home(path)
+    homes: dict[Path, Home] = ctx.find_root().meta.setdefault(_HOMES, {})
+    key = Path(path)
+    if key not in homes:
+        homes[key] = Home(key)
+    return homes[key]
 
 
 def now_rfc3339() -> str:
@@ -53,7 +76,7 @@ def open_policy_store(home: Path, *, write: bool) -> Iterator[PolicyStore]:
         HomeError: the home is not initialised (``rensei init``).
     """
     vocabulary = session().vocabulary()
-    conn = Home(home).connect(write=write)
+    conn = home_of(home).connect(write=write)
     try:
         yield PolicyStore(conn, vocabulary=vocabulary)
     finally:
@@ -64,7 +87,7 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
     """The current revision and its load state. A home that does not exist yet is ``absent``
     (said on stderr, so a mistyped --home is visible), never an error."""
     try:
-        Home(home).info()
+        home_of(home).info()
     except HomeError:
         note(f"note: no store at {home}; resolving against the empty snapshot (absent)")
         return PolicySnapshot.empty(), STATE_ABSENT
@@ -82,7 +105,7 @@ def open_audit_log(home: Path) -> AuditLog:
         HomeError: the home is not initialised.
         PluginError: a plugin's redaction pattern is unusable.
     """
-    return AuditLog.open(Home(home), redactor=session().redactor())
+    return AuditLog.open(home_of(home), redactor=session().redactor())
 
 
 def notify_observers(records: Iterable[AuditRecord]) -> None:
@@ -101,3 +124,63 @@ def record_decisions(home: Path, decisions: Sequence[RouteDecision | StampedDeci
         if has_observers(pm):
             records = [log.get(seq) for seq in appended.seqs]
     notify_observers(records)
+
+
+def refuse_home_target(home: Home, target: Path) -> None:
+    """Refuse to write an export over the home's database, its WAL/SHM or its keys."""
+    resolved = target.resolve()
+    guarded = [home.db_path, Path(f"{home.db_path}-wal"), Path(f"{home.db_path}-shm")]
+    if resolved in {p.resolve() for p in guarded} or resolved.is_relative_to(
+        home.keys_dir.resolve()
+    ):
+        raise InputError(f"refusing to write {target}: it is part of the home {home.path}")
+
+
+def record_spawns(
+    where: Home,
+    registry: SeamRegistry,
+    items: list[Spawn],
+    *,
+    batch: int = DEFAULT_BATCH,
+    report: ShadowReport,
+    label: str = "recording",
+) -> Recorded:
+    """:func:`rensei_routing.shadow.batch.record_spawns` with a progress bar on a terminal's
+    stderr (for more than one batch), then the observers told (``shadow record``, quickstart).
+
+    Raises:
+        RenseiRoutingError: nothing was recorded; CommandError: a later batch failed (the
+            message says what was recorded).
+    """
+    show = sys.stderr.isatty() and len(items) > batch
+    bar = (
+        click.progressbar(length=len(items), label=label, file=sys.stderr)
+        if show
+        else nullcontext()
+    )
+    with bar as progress:
+        try:
+            recorded = batch_record(
+                where,
+                registry,
+                items,
+                clock=now_rfc3339,
+                vocabulary=session().vocabulary(),
+                redactor=session().redactor(),
+                report=report,
+                batch=batch,
+                progress=None if progress is None else progress.update,
+            )
+        except PartialRecordError as e:
+            raise CommandError(str(e)) from e
+    _notify(where, recorded.seqs)
+    return recorded
+
+
+def _notify(home: Home, seqs: range) -> None:
+    """Tell ``decision_recorded`` observers about the committed shadow records, in batches."""
+    if not seqs or not has_observers(session().pm):
+        return
+    with AuditLog.open(home) as log:
+        for start in range(seqs.start, seqs.stop, 1_000):
+            notify_observers([log.get(q) for q in range(start, min(start + 1_000, seqs.stop))])

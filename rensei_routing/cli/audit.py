@@ -37,12 +37,12 @@ from ..core.audit.chain import (
     verify_chain,
 )
 from ..errors import RenseiRoutingError
-from ..host.files import atomic_write
+from ..files import atomic_write
 from ..store.audit import AuditLog, read_checkpoint
-from ..store.home import Home
 from ._output import emit, json_text, note, printable
+from ._render import verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
-from .snapshot import refuse_home_target
+from ._store import home_of, refuse_home_target
 
 
 class ChainBrokenError(CommandError):
@@ -83,16 +83,6 @@ def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
             done = checked
 
         yield update
-
-
-def verdict_line(result: VerifyResult) -> str:
-    if result.ok:
-        return (
-            f"intact: {result.records_checked} records, head {result.head_hash}, "
-            f"{result.checkpoints_checked} checkpoint(s) checked"
-        )
-    where = "checkpoint" if result.first_broken_seq is None else f"seq {result.first_broken_seq}"
-    return printable(f"broken at {where}: {result.reason}: {result.detail}")
 
 
 @audit.command(name="verify")
@@ -152,7 +142,7 @@ def audit_verify(
             keys = [signing.load_public_key(p) for p in trust]
             start, result = verify_export(files, checkpoints, keys)
         else:
-            with AuditLog.open(Home(home)) as log:
+            with AuditLog.open(home_of(home)) as log:
                 total = log.count() if sys.stderr.isatty() else 0
                 with _progress(total) as progress:
                     result = log.verify(checkpoints, progress=progress)
@@ -241,7 +231,7 @@ def audit_export(target: Path, since: int, home: Path) -> None:
     record per line (the chain fields and the stored, redacted payload), atomically: for
     archiving to other systems. `rensei audit verify --file FILE.jsonl` checks it offline.
     A chain that does not verify is refused (exit 1, nothing written)."""
-    h = Home(home)
+    h = home_of(home)
     refuse_home_target(h, target)
     with AuditLog.open(h) as log:
         total = log.count() if sys.stderr.isatty() else 0
@@ -286,7 +276,7 @@ def audit_checkpoint(output: Path | None, home: Path) -> None:
     def show(cp: Checkpoint) -> None:
         emit(cp.to_text(), nl=False)
 
-    with AuditLog.open(Home(home)) as log:
+    with AuditLog.open(home_of(home)) as log:
         total = log.count() if sys.stderr.isatty() else 0
         with _progress(total) as progress:
             cp = log.checkpoint(
@@ -345,7 +335,7 @@ def audit_show(seq: int, home: Path, json_: bool) -> None:
     bytes in hex and escaped text (--json: "payload": null, "payload_raw_hex", "payload_error"),
     and a warning on stderr; the exit code is still 0.
     """
-    with AuditLog.open(Home(home)) as log:
+    with AuditLog.open(home_of(home)) as log:
         record = log.get(seq)
     _damaged_warning([record])
     if json_:
@@ -372,7 +362,7 @@ def audit_tail(n: int, home: Path, json_: bool) -> None:
     A damaged record's payload column reads UNPARSEABLE with its stored bytes in hex (--json:
     as in `audit show`); a warning goes to stderr and the exit code is still 0.
     """
-    with AuditLog.open(Home(home)) as log:
+    with AuditLog.open(home_of(home)) as log:
         records = log.tail(n)
     _damaged_warning(records)
     if json_:

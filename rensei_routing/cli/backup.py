@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from ..ops.backup import BackupManifest, backup_home, restore_home
-from ..store.home import Home
 from ._clock import now_text
 from ._output import emit, note, printable
 from ._root import cli, echo_json, home_option, json_option
 from ._session import session
+from ._store import home_of
 
 
 def _summary(m: BackupManifest) -> str:
@@ -36,7 +36,7 @@ def backup(dest: Path, home: Path, json_: bool) -> None:
     policy hashes, snapshot signature) before DEST appears; DEST must not exist. DEST holds
     the private key: keep it as safe as the home."""
     manifest = backup_home(
-        Home(home), dest, created_at=now_text(), vocabulary=session().vocabulary()
+        home_of(home), dest, created_at=now_text(), vocabulary=session().vocabulary()
     )
     if json_:
         echo_json({"backup": str(dest), **manifest.to_dict()})

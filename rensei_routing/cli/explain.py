@@ -14,14 +14,13 @@ from ..core.routing.validation import validate_policies
 from ..core.snapshot.freshness import Freshness, StampedDecision, format_age
 from ..errors import InputError, SnapshotError
 from ..host.cache import HostCache
-from ..store.home import Home
 from ._batch import run_batch
 from ._clock import now
 from ._inputs import read_context, read_policy_file
 from ._output import emit, held_notes, note, printable, release_notes
 from ._root import F, cli, echo_json, home_option, json_option
 from ._session import session
-from ._store import load_current_snapshot, record_decisions
+from ._store import home_of, load_current_snapshot, record_decisions
 
 _MARK = {"matched": "+", "outranked": "~"}
 
@@ -189,9 +188,8 @@ def explain_cmd(
 ) -> None:
     """Resolve one CONTEXT (a file, '-' for stdin, or inline JSON) and explain the decision."""
     if record:
-        Home(
-            home
-        ).info()  # refuse before resolving: a decision that cannot be recorded is not shown
+        # refuse before resolving: a decision that cannot be recorded is not shown
+        home_of(home).info()
     vocabulary = session().vocabulary()
     ctx = read_context(context, vocabulary=vocabulary)
     snapshot, state, stamp = _snapshot(policies, home, cached)
@@ -229,7 +227,7 @@ def explain_batch_cmd(
     last line has been resolved, in constant memory at any size.
     """
     if record:
-        Home(home).info()
+        home_of(home).info()
     vocabulary = session().vocabulary()
     # Notes about the snapshot wait until the input has been read: a bad line stays the one
     # line on stderr, as when the whole input was read before the snapshot was loaded.

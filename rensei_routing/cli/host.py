@@ -6,13 +6,11 @@ logic (host.cache); owns the loops, signals and output.
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -22,29 +20,23 @@ import click
 from .. import signing
 from ..core.snapshot.authz import (
     BUILTIN_AUTHORIZER,
-    AuthorizationDecision,
-    AuthorizationRequest,
-    EntityRef,
 )
 from ..core.snapshot.freshness import format_age
-from ..core.snapshot.postures import DecisionClass
-from ..errors import ExpiredError, KeyFormatError, RenseiRoutingError, SnapshotError
-from ..host.cache import HostCache, HostConfig, token_from_file
-from ..host.files import read_limited
-from ._clock import now, now_text
+from ..errors import KeyFormatError, SnapshotError
+from ..host.cache import HostCache, HostConfig, host_cache
+from ..host.poll import poll_once, run_polls
+from ..host.status import host_status_data, snapshot_line
+from ._clock import now
 from ._output import emit, note, printable
+from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
+from ._store import home_of
 
 if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
-    from ..control.server import RunningServer, SnapshotService
-    from ..store.home import Home
+    from ..control.server import RunningServer
 
 log = logging.getLogger("rensei_routing.host")
-
-
-def host_cache(home: Path) -> HostCache:
-    return HostCache(Path(home) / "host")
 
 
 @contextmanager
@@ -72,34 +64,6 @@ def _logging() -> None:
 # -- serve ---------------------------------------------------------------------------------------
 
 
-def snapshot_service(h: Home, *, reseal_after: float = 120.0) -> SnapshotService:
-    """The endpoint's snapshot source for ``h``, with this invocation's validators and
-    vocabulary (``serve`` and ``quickstart``)."""
-    from ..control.server import SnapshotService
-    from ..control.snapshots import compile_snapshot, latest_snapshot, refresh_snapshot
-    from ..plugins.manager import snapshot_validators
-
-    ctx = session()
-    validators, vocabulary = snapshot_validators(ctx.pm), ctx.vocabulary()
-    return SnapshotService(
-        latest=lambda: latest_snapshot(h),
-        compile_now=lambda: (
-            compile_snapshot(
-                h, compiled_at=now_text(), validators=validators, vocabulary=vocabulary
-            ).snapshot
-        ),
-        needs_refresh=lambda held: True,
-        refresh=lambda held: refresh_snapshot(
-            h,
-            held,
-            now=now(),
-            reseal_after=timedelta(seconds=reseal_after),
-            validators=validators,
-            vocabulary=vocabulary,
-        ),
-    )
-
-
 @cli.command(name="serve", short_help="Serve the signed ruleset snapshot over HTTP until SIGTERM.")
 @click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
@@ -117,13 +81,20 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     import waitress.server
 
     from ..control.server import make_app
-    from ..control.snapshots import ensure_serve_token
-    from ..store.home import Home
+    from ..control.snapshots import ensure_serve_token, snapshot_service
+    from ..plugins.manager import snapshot_validators
 
-    h = Home(home)
+    h = home_of(home)
     h.info()
     token = ensure_serve_token(h)
-    service = snapshot_service(h, reseal_after=reseal_after)
+    ctx = session()
+    service = snapshot_service(
+        h,
+        clock=now,
+        validators=snapshot_validators(ctx.pm),
+        vocabulary=ctx.vocabulary(),
+        reseal_after=reseal_after,
+    )
     app = make_app(now=now, token=token, service=service)
     _logging()
     server: Any = waitress.server.create_server(app, host=bind, port=port, threads=4)
@@ -189,52 +160,8 @@ def host_sync(
         }
     )
     cache.save_config(config)
-    result = poll_once(cache, config)
+    result = poll_once(cache, config, now=now())
     emit(printable(result))
-
-
-def poll_once(cache: HostCache, config: HostConfig) -> str:
-    """One fetch + verify + persist; the line to report.
-
-    Raises:
-        SnapshotError (and its refusals): the last known-good copy is kept.
-    """
-    moment = now()
-    if config.source_file is not None:
-        source = config.source_file
-        try:
-            data = read_limited(Path(source), 64 * 1024 * 1024)
-        except (OSError, ValueError) as e:
-            cache.record_fetch(now=moment, source=source, ok=False, detail=str(e))
-            raise SnapshotError(f"cannot read {source}: {e}") from e
-    elif config.endpoint is not None:
-        source = config.endpoint
-        try:
-            from ..host.fetch import fetch_snapshot
-
-            token = token_from_file(config.token_file or "")
-            held = cache.load()
-            result = fetch_snapshot(
-                source, token=token, etag=None if held is None else _etag_of(held)
-            )
-        except RenseiRoutingError as e:
-            cache.record_fetch(now=moment, source=source, ok=False, detail=str(e))
-            raise
-        if result.body is None:  # 304: what we hold is what is served
-            cache.record_fetch(now=moment, source=source, ok=True, detail="not modified")
-            return f"not modified: {held.ruleset_rev if held else '-'}"
-        data = result.body
-    else:
-        raise SnapshotError("no snapshot source configured (rensei host sync)")
-    accepted = cache.accept(data, now=moment, source=source)
-    verb = "adopted" if accepted.adopted else "unchanged"
-    return f"{verb}: {accepted.snapshot.ruleset_rev} (compiled {accepted.snapshot.compiled_at})"
-
-
-def _etag_of(snap: Any) -> str:
-    import hashlib
-
-    return hashlib.sha256(snap.to_bytes()).hexdigest()
 
 
 @host.command(name="run")
@@ -256,16 +183,10 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
         raise CommandError("no snapshot source configured: run `rensei host sync` first")
     period = config.interval_s if interval is None else interval
     spread = config.jitter_s if jitter is None else jitter
-    rng = random.Random()
     _logging()
     server = _status_server(cache, listen) if listen else None
     with _stop_on_sigterm() as stop:
-        while not stop.is_set():
-            try:
-                log.info("%s", poll_once(cache, config))
-            except RenseiRoutingError as e:
-                log.warning("poll failed, keeping the last known-good snapshot: %s", e)
-            stop.wait(period + rng.uniform(0, spread))
+        run_polls(cache, config, period=period, spread=spread, stop=stop, clock=now, log=log)
     if server is not None:
         server.stop()
     note("stopped")
@@ -277,65 +198,10 @@ def _status_server(cache: HostCache, listen: str) -> RunningServer:
     bind, _, port = listen.rpartition(":")
     if not bind or not port.isdigit():
         raise click.UsageError(f"--listen {listen!r} is not HOST:PORT")
-    app = make_app(now=now, host_status=lambda: host_status_data(cache))
+    app = make_app(now=now, host_status=lambda: host_status_data(cache, now=now()))
     server = serve_in_thread(app, host=bind, port=int(port))
     note(f"status on http://{bind}:{server.port}/api/daemon/routing/config")
     return server
-
-
-def host_status_data(cache: HostCache) -> dict[str, Any]:
-    """The cache's status as data (``host status --json`` and the config endpoint)."""
-    config = cache.config()
-    out: dict[str, Any] = {
-        "source": {
-            "endpoint": config.endpoint,
-            "file": config.source_file,
-            "configured": config.has_source,
-        },
-        "degradedAfterS": config.degraded_after_s,
-        "refuseAfterS": config.refuse_after_s,
-        "snapshot": None,
-        "lastFetch": cache.last_fetch(),
-    }
-    try:
-        snap = cache.load()
-    except SnapshotError as e:
-        out["error"] = str(e)
-        return out
-    if snap is None:
-        return out
-    entry: dict[str, Any] = {
-        "rulesetRev": snap.ruleset_rev,
-        "compiledAt": snap.compiled_at,
-        "contentHash": snap.content_hash,
-        "state": "fresh",
-    }
-    try:
-        _, fresh = cache.current(now=now(), config=config)
-        entry.update(fresh.to_dict())
-        entry["state"] = "degraded" if fresh.degraded else "fresh"
-    except ExpiredError as e:
-        entry.update({"snapshotAgeMs": e.age_ms, "degraded": True, "state": "expired"})
-    except SnapshotError as e:
-        entry.update({"state": "refused", "error": str(e)})
-    out["snapshot"] = entry
-    return out
-
-
-def snapshot_line(status: dict[str, Any]) -> str:
-    """The ``Ruleset snapshot: {org}@{rev} (age 3m12s)`` line of a :func:`host_status_data`."""
-    snap = status["snapshot"]
-    if snap is None:
-        return "Ruleset snapshot: none cached"
-    age = snap.get("snapshotAgeMs")
-    line = f"Ruleset snapshot: {snap['rulesetRev']}"
-    if age is not None:
-        line += f" (age {format_age(age)})"
-    if snap["state"] == "degraded":
-        line += " (degraded)"
-    elif snap["state"] in ("expired", "refused"):
-        line += f" ({snap['state']}: refusing to decide from it)"
-    return line
 
 
 @host.command(name="status")
@@ -343,7 +209,7 @@ def snapshot_line(status: dict[str, Any]) -> str:
 @json_option
 def host_status(home: Path, json_: bool) -> None:
     """The `Ruleset snapshot:` line (absent when no source is configured) and the last fetch."""
-    status = host_status_data(host_cache(home))
+    status = host_status_data(host_cache(home), now=now())
     if json_:
         echo_json(status)
         return
@@ -371,42 +237,16 @@ def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> No
     """Re-check a claim's permission against the cached snapshot (the grant check AND every
     plugin authorizer); record the decision in the audit log. Exit 0 admitted, 1 refused (not
     granted, not authorized, expired snapshot, ...)."""
-    from ..store.home import Home
-    from .authorize import decide_cached, denial, outcome_lines, record
+    from ..host.claims import claim_payload, claim_request, decide_cached, record
 
-    h = Home(home)
+    h = home_of(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
     moment = now()
-    context = {"pool": pool_id} if project is None else {"pool": pool_id, "project": project}
-    request = AuthorizationRequest.build(
-        EntityRef(type="Project", id=project or "*"),
-        EntityRef(type="Action", id="claim"),
-        EntityRef(type="Pool", id=pool_id),
-        context,
+    decision = decide_cached(
+        host_cache(home), claim_request(pool_id, project), moment, session().authorization
     )
-    decision = decide_cached(home, request, moment)
-    grant = next((o.result for o in decision.outcomes if o.name == BUILTIN_AUTHORIZER), None)
-    # the grant check's reason unless another authorizer denied (or nothing could run)
-    by_grant = grant is not None and decision.authorizer in (None, BUILTIN_AUTHORIZER)
-    reason, detail = (
-        (grant.reason, grant.detail)
-        if by_grant and grant
-        else (
-            decision.reason,
-            decision.detail,
-        )
-    )
-    payload: dict[str, Any] = {
-        "record_type": "claim-decision",
-        "decision_class": DecisionClass.PLACEMENT.value,
-        "pool_id": pool_id,
-        "project": project,
-        "admitted": decision.allowed,
-        "reason": reason,
-        "detail": detail,
-        **decision.freshness.to_dict(),
-        "authorization": _verdict(decision),
-    }
+    payload = claim_payload(decision, pool_id, project)
+    reason, detail = payload["reason"], payload["detail"]
     record(h, payload, moment)
     if decision.reason == "snapshot-expired":
         raise CommandError(decision.detail)
@@ -431,15 +271,3 @@ def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> No
         if decision.authorizer in (None, BUILTIN_AUTHORIZER):
             raise CommandError(f"claim refused: {reason} {detail}".rstrip())
         raise CommandError(f"claim refused: {denial(decision)}")
-
-
-def _verdict(decision: AuthorizationDecision) -> dict[str, Any]:
-    """The authorization verdict a claim record carries (the request's own fields and the
-    snapshot fields are already on the record)."""
-    full = decision.to_dict()
-    keep = ("principal", "action", "allowed", "reason", "authorizer", "detail", "policyIds")
-    return {
-        **{k: full[k] for k in keep},
-        "errors": full["errors"],
-        "authorizers": full["authorizers"],
-    }

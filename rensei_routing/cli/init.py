@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from ..control.snapshots import ensure_serve_token
-from ..store.home import DEFAULT_ORG, Home
+from ..store.home import DEFAULT_ORG
 from ._output import emit, note, printable
 from ._root import cli, echo_json, home_option, json_option
+from ._store import home_of
 
 
 @cli.command(name="init")
@@ -24,8 +25,8 @@ from ._root import cli, echo_json, home_option, json_option
 def init(org: str | None, home: Path, json_: bool) -> None:
     """Create the home, its SQLite store, the host signing key and the snapshot endpoint's
     bearer token (idempotent; an existing key or token is never replaced)."""
-    info = Home(home).init(org=org)
-    ensure_serve_token(Home(home))
+    info = home_of(home).init(org=org)
+    ensure_serve_token(home_of(home))
     for warning in info.warnings:
         note(f"warning: {warning}")
     where = info.path.resolve()

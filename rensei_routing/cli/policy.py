@@ -7,18 +7,14 @@ from pathlib import Path
 
 import click
 
-from ..core.routing.validation import ValidationIssue, validate
+from ..core.routing.validation import validate
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
 from ._output import emit, printable
+from ._render import issue_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import now_rfc3339, open_policy_store
-
-
-def _issue_line(issue: ValidationIssue) -> str:
-    cells = (issue.code, issue.policy_id or "-", issue.detail)
-    return "\t".join(printable(c) for c in cells)
 
 
 @cli.group()
@@ -51,7 +47,7 @@ def policy_validate(file: Path, json_: bool) -> None:
         emit(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
     else:
         for issue in report.issues:
-            emit(_issue_line(issue))
+            emit(issue_line(issue))
     if not report:
         raise CommandError(f"{_count(report.total, report.omitted)} in {file}")
 
@@ -82,7 +78,7 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
             saved = store.save(snapshot.policies, saved_at=now_rfc3339(), over_corrupt=over_corrupt)
         except PolicyValidationError as e:
             for issue in e.issues:
-                click.echo(_issue_line(issue), err=True)
+                click.echo(issue_line(issue), err=True)
             total = len(e.issues) + e.omitted
             raise CommandError(f"{_count(total, e.omitted)}; nothing was saved") from e
     if json_:

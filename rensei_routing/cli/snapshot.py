@@ -15,16 +15,16 @@ from ..control.snapshots import compile_snapshot, validator_results
 from ..core.snapshot.envelope import compiled_moment, verify_snapshot
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.org import OrgData
-from ..errors import InputError, KeyFormatError, RenseiRoutingError
-from ..host.files import atomic_write, read_limited
+from ..errors import KeyFormatError, RenseiRoutingError
+from ..files import atomic_write, read_limited
 from ..plugins.manager import snapshot_validators
-from ..store.home import Home
 from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text
 from ._inputs import _named, read_document
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
+from ._store import home_of, refuse_home_target
 
 _REV = click.IntRange(min=1, max=2**53 - 1)
 
@@ -41,7 +41,7 @@ def org_load(source: str, home: Path) -> None:
     """Validate FILE (or -) and store it as the org's current data (nothing written on error)."""
     doc, label = read_document(source)
     data = _named(label, OrgData.from_dict, doc)
-    h = Home(home)
+    h = home_of(home)
     with closing(h.connect(write=True)) as conn:
         revision = OrgStore(conn).save(data, saved_at=now_text())
     note(
@@ -56,7 +56,7 @@ def org_load(source: str, home: Path) -> None:
 @json_option
 def org_show(home: Path, json_: bool) -> None:
     """Show the org's current data (normalised: every list sorted by its key)."""
-    with closing(Home(home).connect()) as conn:
+    with closing(home_of(home).connect()) as conn:
         revision, data = OrgStore(conn).load()
     if json_:
         echo_json({"revision": revision, **data.to_dict()})
@@ -97,7 +97,7 @@ def snapshot_compile(home: Path, json_: bool) -> None:
     validator publishes nothing and is named (exit 1)."""
     ctx = session()
     result = compile_snapshot(
-        Home(home),
+        home_of(home),
         compiled_at=now_text(),
         validators=snapshot_validators(ctx.pm),
         vocabulary=ctx.vocabulary(),
@@ -128,7 +128,7 @@ def snapshot_compile(home: Path, json_: bool) -> None:
 @json_option
 def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
     """Show a stored snapshot, verified against the home's key."""
-    h = Home(home)
+    h = home_of(home)
     with closing(h.connect()) as conn:
         snap = SnapshotStore(conn, org_id=h.info().org).load(
             revision, lookup=signing.key_lookup([h.public_key()])
@@ -155,7 +155,7 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
 @json_option
 def snapshot_history(home: Path, json_: bool) -> None:
     """Every compiled snapshot, oldest first."""
-    h = Home(home)
+    h = home_of(home)
     with closing(h.connect()) as conn:
         rows = SnapshotStore(conn, org_id=h.info().org).history()
     if json_:
@@ -173,7 +173,7 @@ def snapshot_history(home: Path, json_: bool) -> None:
 @home_option
 def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     """Write the exact served bytes of a snapshot to FILE (the air-gap path), atomically."""
-    h = Home(home)
+    h = home_of(home)
     with closing(h.connect()) as conn:
         store = SnapshotStore(conn, org_id=h.info().org)
         data = store.envelope(revision)
@@ -232,11 +232,3 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
     )
 
 
-def refuse_home_target(home: Home, target: Path) -> None:
-    """Refuse to write an export over the home's database, its WAL/SHM or its keys."""
-    resolved = target.resolve()
-    guarded = [home.db_path, Path(f"{home.db_path}-wal"), Path(f"{home.db_path}-shm")]
-    if resolved in {p.resolve() for p in guarded} or resolved.is_relative_to(
-        home.keys_dir.resolve()
-    ):
-        raise InputError(f"refusing to write {target}: it is part of the home {home.path}")

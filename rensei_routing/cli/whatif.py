@@ -9,90 +9,26 @@ not evidence.
 from __future__ import annotations
 
 import datetime as dt
-import string
 from pathlib import Path
-from typing import Final
 
 import click
 
 from ..core.routing.validation import validate_policies
-from ..core.shadow.whatif import COUNTERS, Example, WhatIfSummary
 from ..shadow.whatif import compare_chain
 from ..store.audit import AuditLog
-from ..store.home import Home
-from ._inputs import read_verified_policy_file
+from ._inputs import read_verified_policy_file, since_option
 from ._output import emit, note, printable
+from ._render import issue_line, render_summary
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
-from ._store import collector_paused, open_policy_store
-from .policy import _issue_line, policy
-from .shadow import since_option
-
-_NAMES: Final = {
-    "changed": "changed",
-    "moved_provider": "would move provider",
-    "moved_model": "would move model",
-    "moved_account": "would move account",
-    "policy_changed": "winning policy changes",
-    "newly_held": "newly held",
-    "newly_rejected": "newly rejected",
-    "newly_selected": "newly selected",
-}
+from ._store import collector_paused, home_of, open_policy_store
+from .policy import policy
 
 
 class ChangeFoundError(CommandError):
     """``whatif --fail-on-change`` found a decision that would change: exit 1."""
 
     exit_code = 1
-
-
-def _short(decision_id: str) -> str:
-    return decision_id.removeprefix("sha256:")[:12]
-
-
-def _example_text(examples: tuple[Example, ...]) -> str:
-    return ", ".join(f"seq {e.seq} {_short(e.before_id)}->{_short(e.after_id)}" for e in examples)
-
-
-def render_summary(summary: WhatIfSummary) -> str:
-    """The comparison as text: counters, the before/after matrix, the changed cells."""
-    total = summary.contexts
-    lines = []
-    width = max(len(v) for v in _NAMES.values())
-    ex = dict(summary.examples)
-    for name in COUNTERS:
-        n = summary.count(name)
-        share = f" ({n / total * 100:.1f}%)" if name == "changed" and total else ""
-        tail = f"   e.g. {_example_text(ex[name])}" if n and ex[name] else ""
-        lines.append(f"  {_NAMES[name]:<{width}}  {n:>9,}{share}{tail}")
-    labels = sorted({c.before for c in summary.cells} | {c.after for c in summary.cells})
-    codes = {lab: string.ascii_uppercase[i] if i < 26 else str(i) for i, lab in enumerate(labels)}
-    lines.append("")
-    lines.append("outcome/reason:")
-    lines.extend(f"  {codes[lab]}  {lab}" for lab in labels)
-    grid = {(c.before, c.after): c for c in summary.cells}
-    counts = [f"{c.count:,}" for c in summary.cells]
-    cw = max([len(x) for x in counts] + [1]) + 1
-    lines.append("")
-    lines.append("before \\ after " + "".join(codes[a].rjust(cw) for a in labels))
-    for b in labels:
-        row = []
-        for a in labels:
-            cell = grid.get((b, a))
-            row.append(("." if cell is None else f"{cell.count:,}").rjust(cw))
-        lines.append(f"{codes[b]:<14} " + "".join(row))
-    changed = [c for c in summary.cells if c.changed]
-    if changed:
-        lines.append("")
-        lines.append(
-            "changed cells (before -> after: changed of count; examples seq before->after):"
-        )
-        for c in changed:
-            lines.append(
-                f"  {codes[c.before]} -> {codes[c.after]}  {c.changed:,} of {c.count:,}   "
-                f"{_example_text(c.examples)}"
-            )
-    return "\n".join(lines)
 
 
 @policy.command(name="whatif")
@@ -135,9 +71,9 @@ def policy_whatif(
     issues = validate_policies(proposed.policies, vocabulary=vocabulary)
     if issues:
         for issue in issues:
-            click.echo(_issue_line(issue), err=True)
+            click.echo(issue_line(issue), err=True)
         raise CommandError(f"{len(issues)} validation issue(s) in {candidate}; nothing compared")
-    where = Home(home)
+    where = home_of(home)
     where.info()
     with open_policy_store(home, write=False) as store, collector_paused():
         loaded = store.load()

@@ -8,10 +8,10 @@ module as the audit checkpoints). The clock is the caller's (``compiled_at``).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .. import signing
 from ..core.audit.chain import format_timestamp
@@ -19,22 +19,27 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError, StoreError
-from ..host.cache import token_from_file
-from ..host.files import create_private
+from ..files import create_private, token_from_file
 from ..store.home import Home
 from ..store.policies import PolicyStore
 from ..store.snapshots import CompileResult, OrgStore, SnapshotStore
+from .server import SnapshotService
 
 __all__ = [
+    "DEFAULT_RESEAL_AFTER_S",
     "compile_snapshot",
     "ensure_serve_token",
     "is_stale",
     "latest_snapshot",
     "refresh_snapshot",
     "serve_token_path",
+    "snapshot_service",
     "source_revisions",
     "validator_results",
 ]
+
+#: ``rensei serve --reseal-after``'s default: an unchanged snapshot is re-signed this often.
+DEFAULT_RESEAL_AFTER_S: Final = 120.0
 
 
 def compile_snapshot(
@@ -188,3 +193,35 @@ def refresh_snapshot(
 def validator_results(results: Iterable[ValidatorResult]) -> list[Mapping[str, Any]]:
     """JSON form of validator verdicts."""
     return [r.to_dict() for r in results]
+
+
+def snapshot_service(
+    home: Home,
+    *,
+    clock: Callable[[], datetime],
+    validators: Sequence[SnapshotValidator] = (),
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    reseal_after: float = DEFAULT_RESEAL_AFTER_S,
+) -> SnapshotService:
+    """The endpoint's view of ``home``: its latest snapshot, compiled on first need, recompiled
+    after a write and re-sealed after ``reseal_after`` seconds, all at ``clock()``."""
+    return SnapshotService(
+        latest=lambda: latest_snapshot(home),
+        compile_now=lambda: (
+            compile_snapshot(
+                home,
+                compiled_at=format_timestamp(clock()),
+                validators=validators,
+                vocabulary=vocabulary,
+            ).snapshot
+        ),
+        needs_refresh=lambda held: True,
+        refresh=lambda held: refresh_snapshot(
+            home,
+            held,
+            now=clock(),
+            reseal_after=timedelta(seconds=reseal_after),
+            validators=validators,
+            vocabulary=vocabulary,
+        ),
+    )

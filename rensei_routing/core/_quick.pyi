@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.core.routing._quick.
-from rensei_routing.core.routing._quick import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.core.routing._quick import *  # noqa: F403

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.core.routing.jsonl.
-from rensei_routing.core.routing.jsonl import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.core.routing.jsonl import *  # noqa: F403

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.core.audit.note.
-from rensei_routing.core.audit.note import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.core.audit.note import *  # noqa: F403

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.core.routing.resolver.
-from rensei_routing.core.routing.resolver import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.core.routing.resolver import *  # noqa: F403

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.core.routing.vocabulary.
-from rensei_routing.core.routing.vocabulary import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.core.routing.vocabulary import *  # noqa: F403

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.plugins.default.
-from rensei_routing.plugins.default import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.plugins.default import *  # noqa: F403

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.plugins.default.vocabulary.
-from rensei_routing.plugins.default.vocabulary import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.plugins.default.vocabulary import *  # noqa: F403

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,9 +28,9 @@ from ..core.snapshot.envelope import (
 )
 from ..core.snapshot.freshness import Freshness, FreshnessPolicy
 from ..errors import ConfigurationError, HomeError, KeyFormatError, SnapshotError
-from .files import atomic_write, read_limited
+from ..files import atomic_write, read_limited
 
-__all__ = ["AcceptResult", "HostCache", "HostConfig"]
+__all__ = ["AcceptResult", "HostCache", "HostConfig", "host_cache"]
 
 _SNAPSHOT: Final = "snapshot.json"
 _STATUS: Final = "status.json"
@@ -273,22 +272,6 @@ class HostCache:
             raise HomeError(f"cannot write host config in {self.directory}: {e}") from e
 
 
-def token_from_file(path: str) -> str:
-    """A bearer token file's text (one line).
-
-    Raises:
-        ConfigurationError: unreadable, empty or too large.
-    """
-    try:
-        data = read_limited(Path(path), 4096)
-    except (OSError, ValueError) as e:
-        raise ConfigurationError(f"cannot read token file {path}: {e}") from e
-    token = data.decode("ascii", errors="replace").strip()
-    if not token or any(c.isspace() for c in token):
-        raise ConfigurationError(f"token file {path} holds no single-line token")
-    return token
-
-
-def mode_is_private(path: Path) -> bool:
-    """Whether ``path`` is readable by its owner only."""
-    return (os.stat(path).st_mode & 0o077) == 0
+def host_cache(home: Path) -> HostCache:
+    """The host cache of the home at ``home`` (``<home>/host``)."""
+    return HostCache(Path(home) / "host")

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.control.server.
-from rensei_routing.control.server import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.control.server import *  # noqa: F403

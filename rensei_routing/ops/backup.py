@@ -22,7 +22,7 @@ from typing import Any, Final
 from .. import signing
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import BackupError, RenseiRoutingError
-from ..host.files import fsync_dir
+from ..files import fsync_dir
 from ..store.audit import AuditLog
 from ..store.db import SCHEMA_VERSION, close_quietly, copy_database
 from ..store.home import Home

@@ -3,29 +3,51 @@ size, the audit chain against its stored checkpoints, the latest compiled snapsh
 
 Adapter: reads the home (read-only connections; it never migrates, repairs or writes) and
 returns one :class:`Check` per line. Never raises for what it finds: a failure to look is a
-``fail`` check naming why. The host cache and plugins are checked by the CLI, which owns the
-clock and the plugin session.
+``fail`` check naming why; also the host cache (:func:`host_cache_check`) and the plugins
+(:func:`plugin_checks`). The clock and the plugin manager are the caller's.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import pluggy
+
 from ..core.audit.note import STRICT_PAYLOADS
 from ..core.snapshot.envelope import compiled_moment
 from ..core.snapshot.freshness import format_age
-from ..errors import RenseiRoutingError
+from ..errors import PluginError, RenseiRoutingError
+from ..host.cache import HostCache
+from ..host.status import host_status_data, snapshot_line
+from ..plugins.manager import (
+    plugin_commands,
+    plugin_infos,
+    redactor,
+    seam_registry,
+    snapshot_validators,
+    vocabulary,
+)
 from ..store.audit import AuditLog
 from ..store.db import SCHEMA_VERSION, WAL_SIZE_LIMIT, close_quietly
 from ..store.home import Home
 
-__all__ = ["FAIL", "OK", "UNPINNED_WARN_RECORDS", "WAL_WARN_BYTES", "WARN", "Check", "home_checks"]
+__all__ = [
+    "FAIL",
+    "OK",
+    "UNPINNED_WARN_RECORDS",
+    "WAL_WARN_BYTES",
+    "WARN",
+    "Check",
+    "home_checks",
+    "host_cache_check",
+    "plugin_checks",
+]
 
 Status = Literal["ok", "warn", "fail"]
 OK: Final = "ok"
@@ -192,4 +214,60 @@ def home_checks(home: Home, *, now: datetime) -> list[Check]:
     for step in steps:
         found = step()
         checks.extend([found] if isinstance(found, Check) else found)
+    return checks
+
+
+def host_cache_check(cache: HostCache, *, now: datetime) -> Check:
+    """The host cache at ``now``: its snapshot's state, trusted keys, the last fetch."""
+    try:
+        status = host_status_data(cache, now=now)
+        trusted = len(cache.trusted_keys())
+    except Exception as e:  # a config or key file we cannot read is a finding
+        return Check(name="host cache", status=FAIL, detail=f"unreadable: {e}")
+    if not status["source"]["configured"]:
+        return Check(name="host cache", status=OK, detail="no snapshot source configured")
+    snap = status["snapshot"]
+    line = snapshot_line(status).removeprefix("Ruleset snapshot: ")
+    detail = f"{line}; {trusted} trusted key(s)"
+    last = status["lastFetch"] or {}
+    if last and not last.get("ok"):
+        detail += f"; last fetch failed: {last.get('detail')}"
+    if snap is None or status.get("error") or snap["state"] in ("expired", "refused"):
+        return Check(name="host cache", status=FAIL, detail=status.get("error") or detail)
+    bad = snap["state"] == "degraded" or (last and not last.get("ok"))
+    return Check(name="host cache", status=WARN if bad else OK, detail=detail)
+
+
+def plugin_checks(
+    load: Callable[[], pluggy.PluginManager], *, reserved: Collection[str]
+) -> list[Check]:
+    """The installed plugins (``load()`` builds the manager) and whether each hook's
+    contributions collect without error; ``reserved`` are the built-in command names."""
+    try:
+        pm = load()
+    except PluginError as e:
+        return [Check(name="plugins", status=FAIL, detail=str(e))]
+    infos = [i for i in plugin_infos(pm) if not i.builtin]
+    names = ", ".join(f"{i.name} {i.version or ''}".strip() for i in infos) or "none installed"
+    checks = [Check(name="plugins", status=OK, detail=f"loaded: {names}")]
+    hooks: dict[str, Callable[[], object]] = {
+        "vocabulary": lambda: vocabulary(pm),
+        "seams": lambda: seam_registry(pm),
+        "redaction": lambda: redactor(pm),
+        "validators": lambda: snapshot_validators(pm),
+        "commands": lambda: plugin_commands(pm, reserved=reserved),
+    }
+    errors = []
+    for hook, collect in hooks.items():
+        try:
+            collect()
+        except PluginError as e:
+            errors.append(f"{hook}: {e}")
+    checks.append(
+        Check(
+            name="plugin hooks",
+            status=FAIL if errors else OK,
+            detail="; ".join(errors) or f"{', '.join(hooks)} collected without error",
+        )
+    )
     return checks

@@ -1,2 +1,3 @@
-# Type information for an old module path (rensei_routing/_moved.py): rensei_routing.ops.backup.
-from rensei_routing.ops.backup import *
+"""Types of an old module path (rensei_routing/_moved.py)."""
+
+from rensei_routing.ops.backup import *  # noqa: F403

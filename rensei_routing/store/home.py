@@ -23,7 +23,7 @@ import os
 import re
 import stat
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -81,6 +81,10 @@ class Home:
 
     path: Path
     vfs: str | None = None
+    #: ``info()`` once read (a home's org and key id do not change under a running command).
+    _memo: dict[str, HomeInfo] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -232,12 +236,16 @@ class Home:
         return public
 
     def info(self) -> HomeInfo:
-        """The org and key id of an initialised home.
+        """The org and key id of an initialised home, read from its database once per
+        :class:`Home` object (a command makes one per home, so it reads them once).
 
         Raises:
             HomeError: the home is not initialised (the message says to run ``rensei init``).
             StoreError: the database cannot be read.
         """
+        known = self._memo.get("info")
+        if known is not None:
+            return known
         if not self.db_path.is_file():
             raise self._not_initialised()
         conn = self._connect_db(write=False)
@@ -247,7 +255,9 @@ class Home:
             close_quietly(conn)
         if _META_ORG not in meta or _META_KEY not in meta:
             raise self._not_initialised()
-        return HomeInfo(path=self.path, org=meta[_META_ORG], key_id=meta[_META_KEY])
+        info = HomeInfo(path=self.path, org=meta[_META_ORG], key_id=meta[_META_KEY])
+        self._memo["info"] = info
+        return info
 
     def connect(self, *, write: bool = False) -> apsw.Connection:
         """A connection to this home's database; the caller closes it.

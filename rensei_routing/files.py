@@ -1,5 +1,6 @@
-"""Crash-safe small files: write a temp file, fsync it, rename over the target, fsync the
-directory. A crash at any point leaves the old file or the new one, never half of either.
+"""Files, for every side: crash-safe small files (write a temp file, fsync it, rename over the
+target, fsync the directory: a crash at any point leaves the old file or the new one, never half
+of either), bounded reads, bearer-token files, owner-only modes.
 
 Adapter: file I/O only; decides nothing about what is written.
 """
@@ -11,7 +12,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["atomic_write", "fsync_dir", "read_limited"]
+from .errors import ConfigurationError
+
+__all__ = ["atomic_write", "fsync_dir", "mode_is_private", "read_limited", "token_from_file"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -95,3 +98,24 @@ def create_private(path: Path, data: bytes) -> bool:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def token_from_file(path: str) -> str:
+    """A bearer token file's text (one line).
+
+    Raises:
+        ConfigurationError: unreadable, empty or too large.
+    """
+    try:
+        data = read_limited(Path(path), 4096)
+    except (OSError, ValueError) as e:
+        raise ConfigurationError(f"cannot read token file {path}: {e}") from e
+    token = data.decode("ascii", errors="replace").strip()
+    if not token or any(c.isspace() for c in token):
+        raise ConfigurationError(f"token file {path} holds no single-line token")
+    return token
+
+
+def mode_is_private(path: Path) -> bool:
+    """Whether ``path`` is readable by its owner only."""
+    return (os.stat(path).st_mode & 0o077) == 0

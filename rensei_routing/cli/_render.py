@@ -1,0 +1,175 @@
+"""Text the commands print, shared between them: verify verdicts, agreement tables, what-if
+summaries, authorization outcomes, validation issues. Pure formatting: reads nothing, prints
+nothing (the commands print what these return).
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Final
+
+from ..core.audit.chain import VerifyResult
+from ..core.routing.validation import ValidationIssue
+from ..core.shadow.compare import DIVERGENCES
+from ..core.shadow.report import ReportRow
+from ..core.shadow.whatif import COUNTERS, Example, WhatIfSummary
+from ..core.snapshot.authz import AuthorizationDecision
+from ._output import printable
+
+
+def verdict_line(result: VerifyResult) -> str:
+    if result.ok:
+        return (
+            f"intact: {result.records_checked} records, head {result.head_hash}, "
+            f"{result.checkpoints_checked} checkpoint(s) checked"
+        )
+    where = "checkpoint" if result.first_broken_seq is None else f"seq {result.first_broken_seq}"
+    return printable(f"broken at {where}: {result.reason}: {result.detail}")
+
+
+def tally_line(row: ReportRow) -> str:
+    div = ", ".join(f"{k} {v:,}" for k, v in row.divergence if k != "none" and v)
+    return (
+        f"agreed {row.agreed:,} ({_pct(row.agreement_rate)}); divergence: {div or 'none'}; "
+        f"held {row.held:,}, rejected {row.rejected:,}; direct-http {row.direct_http:,} "
+        f"({_pct(row.direct_http_share)})"
+    )
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+_HEADER: Final = (
+    "spawns",
+    "agreed",
+    "rate",
+    *(k for k in DIVERGENCES if k != "none"),
+    "direct-http",
+    "share",
+    "held",
+    "rejected",
+)
+
+
+def render_report(by: str | None, rows: tuple[ReportRow, ...], total: ReportRow) -> str:
+    """The report as an aligned text table, one row per group and a total row."""
+    table: list[tuple[str, ...]] = [(by or "group", *_HEADER)]
+
+    def cells(row: ReportRow) -> tuple[str, ...]:
+        div = dict(row.divergence)
+        return (
+            printable(row.group),
+            f"{row.spawns:,}",
+            f"{row.agreed:,}",
+            _pct(row.agreement_rate),
+            *(f"{div[k]:,}" for k in DIVERGENCES if k != "none"),
+            f"{row.direct_http:,}",
+            _pct(row.direct_http_share),
+            f"{row.held:,}",
+            f"{row.rejected:,}",
+        )
+
+    table.extend(cells(r) for r in rows)
+    if by is not None:
+        table.append(cells(total))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = []
+    for r in table:
+        first = r[0].ljust(widths[0])
+        lines.append(
+            "  ".join([first, *(c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))])
+        )
+    return "\n".join(lines)
+
+
+_NAMES: Final = {
+    "changed": "changed",
+    "moved_provider": "would move provider",
+    "moved_model": "would move model",
+    "moved_account": "would move account",
+    "policy_changed": "winning policy changes",
+    "newly_held": "newly held",
+    "newly_rejected": "newly rejected",
+    "newly_selected": "newly selected",
+}
+
+
+def _short(decision_id: str) -> str:
+    return decision_id.removeprefix("sha256:")[:12]
+
+
+def _example_text(examples: tuple[Example, ...]) -> str:
+    return ", ".join(f"seq {e.seq} {_short(e.before_id)}->{_short(e.after_id)}" for e in examples)
+
+
+def render_summary(summary: WhatIfSummary) -> str:
+    """The comparison as text: counters, the before/after matrix, the changed cells."""
+    total = summary.contexts
+    lines = []
+    width = max(len(v) for v in _NAMES.values())
+    ex = dict(summary.examples)
+    for name in COUNTERS:
+        n = summary.count(name)
+        share = f" ({n / total * 100:.1f}%)" if name == "changed" and total else ""
+        tail = f"   e.g. {_example_text(ex[name])}" if n and ex[name] else ""
+        lines.append(f"  {_NAMES[name]:<{width}}  {n:>9,}{share}{tail}")
+    labels = sorted({c.before for c in summary.cells} | {c.after for c in summary.cells})
+    codes = {lab: string.ascii_uppercase[i] if i < 26 else str(i) for i, lab in enumerate(labels)}
+    lines.append("")
+    lines.append("outcome/reason:")
+    lines.extend(f"  {codes[lab]}  {lab}" for lab in labels)
+    grid = {(c.before, c.after): c for c in summary.cells}
+    counts = [f"{c.count:,}" for c in summary.cells]
+    cw = max([len(x) for x in counts] + [1]) + 1
+    lines.append("")
+    lines.append("before \\ after " + "".join(codes[a].rjust(cw) for a in labels))
+    for b in labels:
+        row = []
+        for a in labels:
+            cell = grid.get((b, a))
+            row.append(("." if cell is None else f"{cell.count:,}").rjust(cw))
+        lines.append(f"{codes[b]:<14} " + "".join(row))
+    changed = [c for c in summary.cells if c.changed]
+    if changed:
+        lines.append("")
+        lines.append(
+            "changed cells (before -> after: changed of count; examples seq before->after):"
+        )
+        for c in changed:
+            lines.append(
+                f"  {codes[c.before]} -> {codes[c.after]}  {c.changed:,} of {c.count:,}   "
+                f"{_example_text(c.examples)}"
+            )
+    return "\n".join(lines)
+
+
+def outcome_lines(decision: AuthorizationDecision) -> list[str]:
+    """One line per authorizer: name, verdict, reason, determining policies, detail."""
+    lines = []
+    for o in decision.outcomes:
+        r = o.result
+        line = f"  {o.name:<14} {'allowed' if r.allowed else 'denied':<8} {r.reason}"
+        if r.policy_ids:
+            line += f"  policies: {', '.join(r.policy_ids)}"
+        if r.detail:
+            line += f"  ({r.detail})"
+        lines.append(line)
+    return lines
+
+
+def denial(decision: AuthorizationDecision) -> str:
+    """The one-line refusal: reason, who denied, the determining policies, the detail."""
+    text = f"not authorized: {decision.reason}"
+    if decision.authorizer:
+        text += f" by {decision.authorizer}"
+    if decision.policy_ids:
+        text += f" (policies: {', '.join(decision.policy_ids)})"
+    if decision.detail:
+        text += f": {decision.detail}"
+    return text
+
+
+def issue_line(issue: ValidationIssue) -> str:
+    cells = (issue.code, issue.policy_id or "-", issue.detail)
+    return "\t".join(printable(c) for c in cells)

@@ -1,0 +1,90 @@
+"""The host's fetch step: one fetch + verify + persist from the configured source (a file or a
+``rensei serve`` endpoint), and the poll loop that repeats it.
+
+Owns the order (read or fetch, record the fetch, accept into the cache); the verification and
+succession rules are the cache's and the core's. The clock and the stop signal are the caller's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from ..core.snapshot.envelope import RulesetSnapshot
+from ..errors import RenseiRoutingError, SnapshotError
+from ..files import read_limited, token_from_file
+from .cache import HostCache, HostConfig
+
+__all__ = ["MAX_SOURCE_BYTES", "etag_of", "poll_once", "run_polls"]
+
+#: The largest snapshot file ``host sync --from`` reads.
+MAX_SOURCE_BYTES: Final = 64 * 1024 * 1024
+
+
+def etag_of(snap: RulesetSnapshot) -> str:
+    """The entity tag ``rensei serve`` gives the snapshot's bytes."""
+    return hashlib.sha256(snap.to_bytes()).hexdigest()
+
+
+def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
+    """One fetch + verify + persist at ``now``; the line to report.
+
+    Raises:
+        SnapshotError (and its refusals): the last known-good copy is kept.
+    """
+    if config.source_file is not None:
+        source = config.source_file
+        try:
+            data = read_limited(Path(source), MAX_SOURCE_BYTES)
+        except (OSError, ValueError) as e:
+            cache.record_fetch(now=now, source=source, ok=False, detail=str(e))
+            raise SnapshotError(f"cannot read {source}: {e}") from e
+    elif config.endpoint is not None:
+        source = config.endpoint
+        try:
+            from .fetch import fetch_snapshot
+
+            token = token_from_file(config.token_file or "")
+            held = cache.load()
+            result = fetch_snapshot(
+                source, token=token, etag=None if held is None else etag_of(held)
+            )
+        except RenseiRoutingError as e:
+            cache.record_fetch(now=now, source=source, ok=False, detail=str(e))
+            raise
+        if result.body is None:  # 304: what we hold is what is served
+            cache.record_fetch(now=now, source=source, ok=True, detail="not modified")
+            return f"not modified: {held.ruleset_rev if held else '-'}"
+        data = result.body
+    else:
+        raise SnapshotError("no snapshot source configured (rensei host sync)")
+    accepted = cache.accept(data, now=now, source=source)
+    verb = "adopted" if accepted.adopted else "unchanged"
+    return f"{verb}: {accepted.snapshot.ruleset_rev} (compiled {accepted.snapshot.compiled_at})"
+
+
+def run_polls(
+    cache: HostCache,
+    config: HostConfig,
+    *,
+    period: float,
+    spread: float,
+    stop: threading.Event,
+    clock: Callable[[], datetime],
+    log: logging.Logger,
+) -> None:
+    """:func:`poll_once` every ``period`` + up to ``spread`` seconds until ``stop`` is set; a
+    failed poll is logged and keeps the last known-good copy."""
+    rng = random.Random()
+    while not stop.is_set():
+        try:
+            log.info("%s", poll_once(cache, config, now=clock()))
+        except RenseiRoutingError as e:
+            log.warning("poll failed, keeping the last known-good snapshot: %s", e)
+        stop.wait(period + rng.uniform(0, spread))

@@ -1,0 +1,323 @@
+"""The layout's rules (docs/architecture.md), checked on the source so they stay true: the core is
+pure and self-contained, its domains form a DAG with routing at the bottom, the store imports only
+the core and the leaf modules, the sides and services never import the CLI nor each other's side,
+no import cycle, no module over 600 lines, every package opens with a docstring saying what it
+owns, and docs/architecture.md names exactly the packages of the tree."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rensei_routing._moved import MOVED
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "rensei_routing"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+MAX_LINES = 600
+
+#: Leaf modules: import nothing of the package but ``errors``; every layer may use them.
+LEAVES = frozenset({"rensei_routing.errors", "rensei_routing.signing", "rensei_routing.files"})
+#: The core's shared pieces (no domain may be imported by them).
+SHARED = frozenset(
+    {"rensei_routing.core.canonical", "rensei_routing.core._parse", "rensei_routing.core.redact"}
+)
+#: A core domain -> the domains it may import (besides itself and the shared pieces).
+DOMAINS: dict[str, frozenset[str]] = {
+    "routing": frozenset(),
+    "audit": frozenset({"routing"}),
+    "snapshot": frozenset({"routing", "audit"}),
+    "shadow": frozenset({"routing", "audit"}),
+}
+#: Sides and services: never the CLI; the two sides never each other.
+SERVICES = ("control", "host", "shadow", "ops", "plugins")
+SIDES = {"control": "host", "host": "control"}
+#: The pytest plugin for plugin authors runs ``rensei`` commands: it sits above the CLI.
+DRIVES_THE_CLI = frozenset({"rensei_routing.plugins.testing"})
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(name: str, *, top_level_only: bool = False) -> Iterator[tuple[str, int]]:
+    """Every module of the package that ``name`` imports (resolved; a name imported from a
+    package that is a module of its own counts as that module), with its line. Imports under
+    ``if TYPE_CHECKING:`` are skipped (they never run)."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def walk(nodes: list[ast.stmt], nested: bool) -> Iterator[ast.stmt]:
+        for node in nodes:
+            if isinstance(node, ast.If) and _is_type_checking(node):
+                continue
+            yield node
+            if top_level_only and isinstance(
+                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+            ):
+                continue
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    yield from walk([n for n in inner if isinstance(n, ast.stmt)], True)
+                elif field == "handlers" and inner:
+                    for h in inner:
+                        yield from walk(h.body, True)
+
+    for node in walk(tree.body, False):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("rensei_routing"):
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("rensei_routing"):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield (sub if sub in MODULES else target), node.lineno
+
+
+def _edges(*, top_level_only: bool = False) -> dict[str, set[str]]:
+    return {
+        m: {t for t, _ in _imports(m, top_level_only=top_level_only) if t != m} for m in MODULES
+    }
+
+
+def _domain(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[1] == "core" and parts[2] in DOMAINS:
+        return parts[2]
+    return None
+
+
+def _violations(check: str) -> list[str]:
+    found = []
+    for module in MODULES:
+        for target, line in _imports(module):
+            problem = RULES[check](module, target)
+            if problem:
+                found.append(f"{MODULES[module].relative_to(ROOT)}:{line}: {problem}")
+    return found
+
+
+def _core_pure(module: str, target: str) -> str | None:
+    if module.startswith("rensei_routing.core") and not (
+        target.startswith("rensei_routing.core") or target == "rensei_routing.errors"
+    ):
+        return f"the core imports {target}"
+    return None
+
+
+def _domains(module: str, target: str) -> str | None:
+    if module in SHARED and _domain(target):
+        return f"a shared core piece imports the {_domain(target)} domain"
+    mine, theirs = _domain(module), _domain(target)
+    if mine and theirs and mine != theirs and theirs not in DOMAINS[mine]:
+        return f"core.{mine} imports core.{theirs}"
+    return None
+
+
+def _store(module: str, target: str) -> str | None:
+    if module.startswith("rensei_routing.store") and not (
+        target.startswith(("rensei_routing.core", "rensei_routing.store")) or target in LEAVES
+    ):
+        return f"the store imports {target}"
+    return None
+
+
+def _leaves(module: str, target: str) -> str | None:
+    if module in LEAVES and target != "rensei_routing.errors":
+        return f"a leaf module imports {target}"
+    return None
+
+
+def _sides(module: str, target: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in SERVICES or module in DRIVES_THE_CLI:
+        return None
+    if target.startswith("rensei_routing.cli"):
+        return f"rensei_routing.{parts[1]} imports the CLI ({target})"
+    other = SIDES.get(parts[1])
+    if other and target.startswith(f"rensei_routing.{other}"):
+        return f"the {parts[1]} side imports the {other} side ({target})"
+    return None
+
+
+def _old_paths(module: str, target: str) -> str | None:
+    if target in MOVED:
+        return f"imports the old path {target} (use {MOVED[target]})"
+    return None
+
+
+#: Command modules import no other command module; the one exception attaches a subcommand.
+ATTACHES = frozenset({("rensei_routing.cli.whatif", "rensei_routing.cli.policy")})
+
+
+def _commands(module: str, target: str) -> str | None:
+    def is_command(name: str) -> bool:
+        parts = name.split(".")
+        return len(parts) == 3 and parts[1] == "cli" and not parts[2].startswith("_")
+
+    if is_command(module) and is_command(target) and (module, target) not in ATTACHES:
+        return f"command module {module} imports command module {target}"
+    return None
+
+
+RULES = {
+    "commands-import-no-command": _commands,
+    "core-pure": _core_pure,
+    "core-domains": _domains,
+    "store-only-core": _store,
+    "leaves": _leaves,
+    "sides-never-import-cli": _sides,
+    "no-old-paths": _old_paths,
+}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_layering_rule_holds(rule: str) -> None:
+    assert _violations(rule) == []
+
+
+def test_the_rules_catch_what_they_forbid() -> None:
+    assert _core_pure("rensei_routing.core.routing.resolver", "rensei_routing.store.db")
+    assert _domains("rensei_routing.core.routing.jsonl", "rensei_routing.core.snapshot.freshness")
+    assert _domains("rensei_routing.core.redact", "rensei_routing.core.routing.context")
+    assert not _domains("rensei_routing.core.snapshot.org", "rensei_routing.core.routing.policy")
+    assert _store("rensei_routing.store.audit", "rensei_routing.plugins.manager")
+    assert _sides("rensei_routing.host.poll", "rensei_routing.cli._clock")
+    assert _sides("rensei_routing.host.claims", "rensei_routing.control.snapshots")
+    assert not _sides("rensei_routing.ops.doctor", "rensei_routing.host.status")
+    assert _old_paths("rensei_routing.cli.host", "rensei_routing.core.authz")
+    assert _commands("rensei_routing.cli.quickstart", "rensei_routing.cli.host")
+    assert not _commands("rensei_routing.cli.quickstart", "rensei_routing.cli._render")
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in MODULES:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in MODULES:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _without_packages(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """A package's ``__init__`` re-exporting its modules is not a cycle with them: drop the
+    edge from a module to its own enclosing packages."""
+    return {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in edges.items()}
+
+
+def test_no_import_cycle_among_modules() -> None:
+    """Imports run at import time (module level, outside TYPE_CHECKING) form no cycle."""
+    assert _cycles(_without_packages(_edges(top_level_only=True))) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    a, b = "rensei_routing.core.canonical", "rensei_routing.core._parse"
+    assert _cycles({a: {b}, b: {a}}) == [sorted([a, b])]
+
+
+def test_no_module_over_600_lines() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in MODULES.values()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_every_module_and_package_opens_with_a_docstring() -> None:
+    missing = [
+        str(p.relative_to(ROOT))
+        for p in MODULES.values()
+        if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))
+    ]
+    assert missing == []
+
+
+def _packages() -> set[str]:
+    return {
+        str(p.parent.relative_to(PACKAGE)).replace("\\", "/")
+        for p in PACKAGE.rglob("__init__.py")
+        if p.parent != PACKAGE
+    }
+
+
+def test_architecture_md_names_every_package_and_only_real_ones() -> None:
+    """The doc's package table (rows starting with a package path in backquotes) matches the
+    tree: every package it names exists, every package of the tree is named."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    named = set(re.findall(r"^\| `rensei_routing/([a-z_/]+)/` \|", text, flags=re.M))
+    assert named, "docs/architecture.md has no package table"
+    assert named - _packages() == set(), "named but not in the tree"
+    assert _packages() - named == set(), "in the tree but not named"
+
+
+def test_every_old_path_resolves_to_its_module_and_has_type_stubs() -> None:
+    import importlib
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+        parts = old.split(".")[1:]
+        stub = PACKAGE.joinpath(*parts).with_suffix(".pyi")
+        package_stub = PACKAGE.joinpath(*parts, "__init__.pyi")
+        assert stub.is_file() or package_stub.is_file(), f"no type stub for {old}"
+        found = stub if stub.is_file() else package_stub
+        assert f"from {new} import *" in found.read_text(encoding="utf-8")
+        assert not PACKAGE.joinpath(*parts).with_suffix(".py").exists(), f"{old} is a module"
