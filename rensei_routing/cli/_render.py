@@ -6,15 +6,17 @@ nothing (the commands print what these return).
 from __future__ import annotations
 
 import string
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ..core.audit.chain import VerifyResult
-from ..core.routing.validation import ValidationIssue
 from ..core.shadow.compare import DIVERGENCES
-from ..core.shadow.report import ReportRow
-from ..core.shadow.whatif import COUNTERS, Example, WhatIfSummary
-from ..core.snapshot.authz import AuthorizationDecision
 from ._output import printable
+
+if TYPE_CHECKING:  # types only: `host status` imports this module and must start light
+    from ..core.audit.chain import VerifyResult
+    from ..core.routing.validation import ValidationIssue
+    from ..core.shadow.report import ReportRow
+    from ..core.shadow.whatif import Example, WhatIfSummary
+    from ..core.snapshot.authz import AuthorizationDecision
 
 
 def verdict_line(result: VerifyResult) -> str:
@@ -105,6 +107,8 @@ def _example_text(examples: tuple[Example, ...]) -> str:
 
 def render_summary(summary: WhatIfSummary) -> str:
     """The comparison as text: counters, the before/after matrix, the changed cells."""
+    from ..core.shadow.whatif import COUNTERS
+
     total = summary.contexts
     lines = []
     width = max(len(v) for v in _NAMES.values())

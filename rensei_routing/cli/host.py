@@ -31,7 +31,6 @@ from ._output import emit, note, printable
 from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
-from ._store import home_of
 
 if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
     from ..control.server import RunningServer
@@ -83,6 +82,7 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     from ..control.server import make_app
     from ..control.snapshots import ensure_serve_token, snapshot_service
     from ..plugins.manager import snapshot_validators
+    from ._store import home_of
 
     h = home_of(home)
     h.info()
@@ -238,6 +238,7 @@ def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> No
     plugin authorizer); record the decision in the audit log. Exit 0 admitted, 1 refused (not
     granted, not authorized, expired snapshot, ...)."""
     from ..host.claims import claim_payload, claim_request, decide_cached, record
+    from ._store import home_of
 
     h = home_of(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
