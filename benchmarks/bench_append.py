@@ -20,7 +20,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from rensei_routing.core.audit.chain import ROW_COLUMNS, format_timestamp
+from rensei_routing.core.audit.chain import ROW_COLUMNS
+from rensei_routing.core.timestamps import format_timestamp
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.db import connect
 

@@ -28,9 +28,10 @@ from pathlib import Path
 from types import MappingProxyType
 
 from rensei_routing import PolicySnapshot, explain_batch
-from rensei_routing.core.audit.chain import encode_payload, format_timestamp
+from rensei_routing.core.audit.chain import encode_payload
 from rensei_routing.core.shadow.compare import Seam
 from rensei_routing.core.shadow.spawn import Spawn
+from rensei_routing.core.timestamps import format_timestamp
 from rensei_routing.plugins.manager import SeamRegistry
 from rensei_routing.shadow.recorder import ShadowRecorder, record_route_shadow
 from rensei_routing.shadow.whatif import compare_chain

@@ -43,9 +43,9 @@ from rensei_routing.core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
     encode_payload,
-    format_timestamp,
     link_rows,
 )
+from rensei_routing.core.timestamps import format_timestamp
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.codec import Codec
 from rensei_routing.store.db import connect

@@ -20,7 +20,7 @@ from contextlib import closing
 from pathlib import Path
 
 from rensei_routing import PolicySnapshot, explain_batch
-from rensei_routing.core.audit.chain import format_timestamp
+from rensei_routing.core.timestamps import format_timestamp
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.db import connect
 from rensei_routing.store.policies import PolicyStore

@@ -12,21 +12,17 @@ _moved.install()  # the module paths of before the re-layout, for plugins (docs/
 
 if TYPE_CHECKING:
     from .core.canonical import canonical_bytes, digest
-    from .core.routing.context import (
+    from .core.routing.context import RouteContext
+    from .core.routing.decision import RouteDecision
+    from .core.routing.explanation import ConsideredPolicy, Explanation, RejectedAccount
+    from .core.routing.ids import record_decision_id
+    from .core.routing.members import (
         Account,
         LegacyRoute,
         ModelRequirement,
         RepoIdentity,
-        RouteContext,
         canonicalize_repo,
     )
-    from .core.routing.decision import (
-        ConsideredPolicy,
-        Explanation,
-        RejectedAccount,
-        RouteDecision,
-    )
-    from .core.routing.ids import record_decision_id
     from .core.routing.policy import (
         PolicySnapshot,
         RequirementMapping,
@@ -51,18 +47,18 @@ if TYPE_CHECKING:
 #: Public name -> the module defining it: imported on first use (PEP 562), so ``import
 #: rensei_routing`` (and the CLI's start-up) costs nothing until a name is used.
 _LAZY: dict[str, str] = {
-    "Account": ".core.routing.context",
-    "ConsideredPolicy": ".core.routing.decision",
+    "Account": ".core.routing.members",
+    "ConsideredPolicy": ".core.routing.explanation",
     "DEFAULT_VOCABULARY": ".core.routing.vocabulary",
-    "Explanation": ".core.routing.decision",
-    "LegacyRoute": ".core.routing.context",
+    "Explanation": ".core.routing.explanation",
+    "LegacyRoute": ".core.routing.members",
     "LiteralFamily": ".core.routing.vocabulary",
-    "ModelRequirement": ".core.routing.context",
+    "ModelRequirement": ".core.routing.members",
     "PolicySnapshot": ".core.routing.policy",
     "Provenance": ".core.routing.vocabulary",
-    "RejectedAccount": ".core.routing.decision",
+    "RejectedAccount": ".core.routing.explanation",
     "RenseiRoutingError": ".errors",
-    "RepoIdentity": ".core.routing.context",
+    "RepoIdentity": ".core.routing.members",
     "RequirementMapping": ".core.routing.policy",
     "RouteContext": ".core.routing.context",
     "RouteDecision": ".core.routing.decision",
@@ -73,7 +69,7 @@ _LAZY: dict[str, str] = {
     "Vocabulary": ".core.routing.vocabulary",
     "canonical_bytes": ".core.canonical",
     "canonical_worker_role": ".core.routing.vocabulary",
-    "canonicalize_repo": ".core.routing.context",
+    "canonicalize_repo": ".core.routing.members",
     "decision_id": ".core.routing.resolver",
     "digest": ".core.canonical",
     "explain": ".core.routing.resolver",

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rensei_routing.core.routing._quick as quick_module
+import rensei_routing.core.routing.context as quick_module
 from rensei_routing.core.audit.chain import encode_payload
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.redact import DEFAULT_REDACTOR
-from rensei_routing.core.routing._quick import quick_context
-from rensei_routing.core.routing.context import RouteContext
-from rensei_routing.core.routing.decision import COMPACT_RIVALS, RouteDecision
+from rensei_routing.core.routing.context import RouteContext, quick_context
+from rensei_routing.core.routing.decision import RouteDecision
+from rensei_routing.core.routing.explanation import COMPACT_RIVALS
 from rensei_routing.core.routing.ids import ScanMemo
 from rensei_routing.core.routing.jsonl import LineMemo, decision_line
 from rensei_routing.core.routing.policy import PolicySnapshot, RoutingPolicy

@@ -22,10 +22,8 @@ from rensei_routing.core.audit.chain import (
     AuditRecord,
     Checkpoint,
     NoteSignature,
-    check_timestamp,
     checkpoint_origin,
     encode_payload,
-    format_timestamp,
     link_rows,
     note_key_hash,
     parse_checkpoint,
@@ -35,6 +33,7 @@ from rensei_routing.core.audit.chain import (
 )
 from rensei_routing.core.canonical import digest
 from rensei_routing.core.redact import redact
+from rensei_routing.core.timestamps import check_timestamp, format_timestamp
 from rensei_routing.errors import CheckpointFormatError, MalformedError
 
 T0 = "2025-03-01T12:00:00.000000Z"

@@ -14,7 +14,7 @@ from rensei_routing import (
     explain_batch,
     hash_policies,
 )
-from rensei_routing.core.routing.decision import MATCH_REASONS
+from rensei_routing.core.routing.explanation import MATCH_REASONS
 
 from .strategies import context_dicts, policy_dicts
 

@@ -17,7 +17,8 @@ import rensei_routing.core.routing._quick as quick
 from rensei_routing.cli._inputs import read_context_lines
 from rensei_routing.core._parse import STRICT_DECODER
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.routing._quick import Memo, Pieces, quick_line
+from rensei_routing.core.routing._quick import Pieces, quick_line
+from rensei_routing.core.routing._quick_members import Memo
 from rensei_routing.core.routing.context import CONTEXT_FIELDS, RouteContext
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.errors import InputError, MalformedError, RenseiRoutingError

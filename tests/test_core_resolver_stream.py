@@ -25,7 +25,7 @@ from rensei_routing import (
     explain_iter,
 )
 from rensei_routing.core.routing import ids, resolver
-from rensei_routing.core.routing.decision import COMPACT_RIVALS, Explanation
+from rensei_routing.core.routing.explanation import COMPACT_RIVALS, Explanation
 
 from .strategies import context_dicts, policy_dicts
 

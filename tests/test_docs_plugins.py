@@ -12,7 +12,8 @@ import pytest
 
 from rensei_routing.cli import cli
 from rensei_routing.cli._root import load_all_builtins
-from rensei_routing.plugins.manager import HOOK_NAMES, hookspecs
+from rensei_routing.plugins import hookspecs
+from rensei_routing.plugins.info import HOOK_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")

@@ -28,6 +28,7 @@ from rensei_routing.plugins.checks import (
     check_plugin_manager,
     stage_sequences,
 )
+from rensei_routing.plugins.info import plugin_infos
 from rensei_routing.plugins.manager import (
     UNCLASSIFIED,
     RenseiPluginManager,
@@ -35,7 +36,6 @@ from rensei_routing.plugins.manager import (
     get_plugin_manager,
     notify_recorded,
     plugin_commands,
-    plugin_infos,
     redactor,
     register_plugin,
     safe_classify,

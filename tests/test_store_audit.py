@@ -37,9 +37,10 @@ from rensei_routing.errors import (
     NotFoundError,
     StoreError,
 )
-from rensei_routing.store.audit import AuditLog, read_checkpoint
+from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.codec import Codec
 from rensei_routing.store.home import Home
+from rensei_routing.store.notes import read_checkpoint
 
 from .test_core_redact import CREDENTIALS, IDS
 

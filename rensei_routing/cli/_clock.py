@@ -11,7 +11,7 @@ from typing import Final
 
 import click
 
-from ..core.audit.chain import format_timestamp
+from ..core.timestamps import format_timestamp
 from ._output import note
 
 OFFSET_ENV: Final = "RENSEI_REHEARSAL_CLOCK_OFFSET_S"

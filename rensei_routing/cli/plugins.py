@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from ..plugins.checks import check_plugin
-from ..plugins.manager import plugin_infos
+from ..plugins.info import plugin_infos
 from ._output import emit, printable
 from ._root import CommandError, builtin_command_names, cli, echo_json, json_option
 from ._session import session

@@ -40,16 +40,15 @@ from ..core.snapshot.authz import Authorizer
 from ..core.snapshot.validators import SnapshotValidator
 from ..errors import InputError, PluginError, UnknownSeamError
 from . import hookspecs
+from .info import DEFAULT_PLUGINS, plugin_infos
 
 if TYPE_CHECKING:
     import click
 
+#: ``plugin_infos`` is :mod:`.info`'s, re-exported for the modules that still import it here.
 __all__ = [
-    "DEFAULT_PLUGINS",
-    "HOOK_NAMES",
     "LOAD_PLUGINS_ENV",
     "UNCLASSIFIED",
-    "PluginInfo",
     "RenseiPluginManager",
     "SeamRegistry",
     "allowed_plugin_names",
@@ -71,12 +70,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())  # a library stays quiet unless the application configures
-
-#: Built-in plugins, registered like any installed one: they contribute the shipped defaults.
-DEFAULT_PLUGINS: Final[tuple[str, ...]] = (
-    "rensei_routing.plugins.default.seams",
-    "rensei_routing.plugins.default.vocabulary",
-)
 
 #: Comma list of installed plugin (entry point) names to load; empty = none; unset = all.
 LOAD_PLUGINS_ENV: Final = "RENSEI_ROUTING_LOAD_PLUGINS"
@@ -547,63 +540,3 @@ def notify_recorded(pm: pluggy.PluginManager, records: Iterable[AuditRecord]) ->
 def has_observers(pm: pluggy.PluginManager) -> bool:
     """Whether any plugin implements ``decision_recorded`` (so records need reading back)."""
     return bool(pm.hook.decision_recorded.get_hookimpls())
-
-
-# -- introspection ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PluginInfo:
-    """One registered plugin: its name, where it came from, and the hooks it implements."""
-
-    name: str
-    distribution: str | None
-    version: str | None
-    hooks: tuple[str, ...]
-    builtin: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "distribution": self.distribution,
-            "version": self.version,
-            "hooks": list(self.hooks),
-            "builtin": self.builtin,
-        }
-
-
-def _own_version() -> str | None:
-    try:
-        return importlib.metadata.version("rensei-routing")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def plugin_infos(pm: pluggy.PluginManager) -> tuple[PluginInfo, ...]:
-    """Every registered plugin, sorted by name."""
-    dists: Mapping[str, tuple[str, str]] = getattr(pm, "distributions", {})
-    out = []
-    for name, plugin in sorted(pm.list_name_plugin(), key=lambda np: np[0]):
-        if plugin is None:
-            continue
-        builtin = name in DEFAULT_PLUGINS
-        dist, version = (
-            ("rensei-routing", _own_version()) if builtin else dists.get(name, (None, None))
-        )
-        callers = pm.get_hookcallers(plugin) or []
-        out.append(
-            PluginInfo(
-                name=name,
-                distribution=dist,
-                version=version,
-                hooks=tuple(sorted(c.name for c in callers)),
-                builtin=builtin,
-            )
-        )
-    return tuple(out)
-
-
-#: Every hook name of :mod:`rensei_routing.plugins.hookspecs` (the docs meta-test checks each).
-HOOK_NAMES: Final[tuple[str, ...]] = tuple(
-    sorted(n for n, f in vars(hookspecs).items() if hasattr(f, "rensei_routing_spec"))
-)

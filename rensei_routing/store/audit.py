@@ -1,6 +1,7 @@
 """The hash-chained audit log in the home database: append, read, verify, checkpoint. Owns the
 ``audit_records`` and ``audit_checkpoints`` tables; must not read the clock (callers pass
-``recorded_at``) and leaves the link rules to :mod:`rensei_routing.core.audit.chain`.
+``recorded_at``) and leaves the link rules to :mod:`rensei_routing.core.audit.chain` and the
+note files (reading, atomic export, protected targets) to :mod:`.notes`.
 
 Appends read the chain head inside their own ``BEGIN IMMEDIATE`` transaction, so any number of
 processes appending to one database produce one unbroken chain; a batch is one transaction.
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,14 +24,12 @@ import apsw
 from .. import signing
 from ..core.audit.chain import (
     GENESIS_HASH,
-    NOTE_MAX_BYTES,
     ROW_COLUMNS,
     STRICT_PAYLOADS,
     AuditRecord,
     Checkpoint,
     NoteSignature,
     VerifyResult,
-    check_timestamp,
     checkpoint_origin,
     encode_payload,
     link_rows,
@@ -40,11 +38,11 @@ from ..core.audit.chain import (
     verify_chain,
 )
 from ..core.redact import DEFAULT_REDACTOR, Redactor
+from ..core.timestamps import check_timestamp
 from ..errors import (
     AuditError,
     CheckpointFormatError,
     HomeError,
-    InputError,
     MalformedError,
     NotFoundError,
     StoreError,
@@ -52,8 +50,10 @@ from ..errors import (
 from .codec import FUNCTION, Codec
 from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
+from .notes import publish, read_checkpoint, refuse_protected, stage
 
-__all__ = ["AppendResult", "AuditLog", "read_checkpoint", "write_checkpoint"]
+#: ``read_checkpoint`` is :mod:`.notes`'s, re-exported for the modules that still import it here.
+__all__ = ["AppendResult", "AuditLog", "read_checkpoint"]
 
 _COLUMNS: Final = ", ".join(ROW_COLUMNS)
 #: Every read sees the canonical payload bytes, however they are stored (see .codec).
@@ -495,7 +495,7 @@ class AuditLog:
         """
         target = None if export_to is None else Path(export_to)
         if target is not None:
-            self._refuse_protected(target)
+            refuse_protected(target, self._path, self._protected)
         key = self._private_key()
         public = key.public_key
         if self._public is not None and self._public.raw != public.raw:
@@ -527,14 +527,14 @@ class AuditLog:
         cp = cp.with_signature(
             NoteSignature(name=self.origin, key_hash=key_hash, signature=key.sign(cp.body))
         )
-        staged = None if target is None else _stage(cp, target)
+        staged = None if target is None else stage(cp, target)
         published = delivered = False
         try:
             writer = self._write_conn()
             with writer:
                 writer.execute(_INSERT_CHECKPOINT, (cp.size, cp.head_hash, cp.to_text()))
                 if staged is not None and target is not None:
-                    _publish(staged, target)  # raising here rolls the row back
+                    publish(staged, target)  # raising here rolls the row back
                     published = True
                 if deliver is not None:
                     deliver(cp)  # and so does raising here
@@ -549,25 +549,6 @@ class AuditLog:
                 with contextlib.suppress(OSError):
                     os.unlink(staged)
         return cp
-
-    def _refuse_protected(self, target: Path) -> None:
-        """Refuse an export target that is, or (symlinks resolved) lands on, the database, one of
-        its companion files, or anything inside a protected directory.
-
-        Raises:
-            AuditError: naming the target.
-        """
-        db = self._path
-        files = {_resolved(db.with_name(db.name + s)) for s in ("", "-wal", "-shm", "-journal")}
-        dirs = [_resolved(d) for d in self._protected]
-        # The rename replaces the entry in the target's (resolved) directory; a symlink at the
-        # target itself is also followed, to refuse the more cautious reading too.
-        for where in {_resolved(target.parent) / target.name, _resolved(target)}:
-            if where in files or any(d == where or d in where.parents for d in dirs):
-                raise AuditError(
-                    f"refusing to export the checkpoint to {target}: it is inside the home "
-                    "(its database, WAL or keys); export it off the home"
-                )
 
     def _private_key(self) -> signing.PrivateKey:
         key = self._key
@@ -589,84 +570,3 @@ class AuditLog:
         except apsw.Error as e:
             raise store_error("cannot read checkpoints", e, self._path) from e
         return stored
-
-
-def read_checkpoint(path: Path) -> Checkpoint:
-    """Read and parse a checkpoint note file (at most ``NOTE_MAX_BYTES``).
-
-    Raises:
-        InputError: the file cannot be read.
-        CheckpointFormatError: the file is not a checkpoint note (the message names the file).
-    """
-    try:
-        with open(path, "rb") as f:
-            data = f.read(NOTE_MAX_BYTES + 1)
-    except OSError as e:
-        raise InputError(f"cannot read checkpoint {path}: {e.strerror}") from e
-    try:
-        return parse_checkpoint(data)
-    except CheckpointFormatError as e:
-        raise CheckpointFormatError(f"{path}: {e}") from e
-
-
-def write_checkpoint(cp: Checkpoint, path: Path) -> None:
-    """Write a checkpoint note to ``path`` atomically: a temporary file in the same directory,
-    fsynced, then renamed over ``path`` (and the directory fsynced). On failure ``path`` is
-    untouched and no temporary file is left.
-
-    Raises:
-        AuditError: the file cannot be written (the message names it).
-    """
-    path = Path(path)
-    staged = _stage(cp, path)
-    try:
-        _publish(staged, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(staged)
-        raise
-
-
-def _resolved(path: Path) -> Path:
-    """``path`` made absolute with every symlink that exists resolved (the rest kept)."""
-    return Path(os.path.realpath(path))
-
-
-def _stage(cp: Checkpoint, path: Path) -> Path:
-    """Write the note to a fresh temporary file next to ``path`` and fsync it.
-
-    Raises:
-        AuditError: it cannot be written (nothing is left behind).
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    created = False
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as f:
-            created = True  # exclusively: only a file made here is ever removed below
-            f.write(cp.to_text())
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as e:
-        if created:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise AuditError(f"cannot export the checkpoint to {path}: {e.strerror or e}") from e
-    return tmp
-
-
-def _publish(staged: Path, path: Path) -> None:
-    """Rename a staged note over ``path``, then fsync the directory (where the OS allows it).
-
-    Raises:
-        AuditError: the rename failed (``path`` is untouched).
-    """
-    try:
-        os.replace(staged, path)
-    except OSError as e:
-        raise AuditError(f"cannot export the checkpoint to {path}: {e.strerror or e}") from e
-    with contextlib.suppress(OSError):
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -19,7 +19,9 @@ The chain (SEMANTICS.md "Audit chain", document 001 §D6):
   :func:`verify_chain` may take its word (see there).
 
 Checkpoints (C2SP signed notes) are parsed and written by :mod:`.note`; the names are re-exported
-here.
+here. ``recorded_at`` is checked and written by the shared :mod:`rensei_routing.core.timestamps`;
+``check_timestamp`` and ``format_timestamp`` are re-exported here for the modules that still
+import them from here.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from json.encoder import encode_basestring as _e
 from typing import Any, Final, Literal
 
@@ -36,6 +37,7 @@ from ...errors import MalformedError
 from .. import _parse as p
 from ..canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
 from ..redact import DEFAULT_REDACTOR, Redactor
+from ..timestamps import check_timestamp, format_timestamp, is_timestamp
 from .note import (
     NOTE_MAX_BYTES,
     STRICT_PAYLOADS,
@@ -97,46 +99,11 @@ ROW_COLUMNS: Final = ("seq", "recorded_at", "prev_hash", "payload_hash", "record
 Row = tuple[int, str, str, str, str, bytes]
 
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
-_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
 PROGRESS_EVERY: Final = 10_000
 
 
 # -- records ------------------------------------------------------------------------------------
 _MAX_SAFE_INT: Final = 2**53 - 1
-
-
-def _is_timestamp(text: str) -> bool:
-    """Whether ``text`` is RFC 3339 UTC (``...Z``, at most 6 fraction digits) naming a real
-    date and time."""
-    if not _TIMESTAMP.fullmatch(text):
-        return False
-    try:
-        datetime.fromisoformat(text[:-1] + "+00:00")
-    except ValueError:
-        return False
-    return True
-
-
-def check_timestamp(recorded_at: str) -> str:
-    """Return ``recorded_at`` if it is RFC 3339 UTC (``...Z``, at most 6 fraction digits).
-
-    Raises:
-        MalformedError: anything else.
-    """
-    if not isinstance(recorded_at, str) or not _is_timestamp(recorded_at):
-        raise MalformedError("recorded_at", f"not an RFC 3339 UTC timestamp: {recorded_at!r}")
-    return recorded_at
-
-
-def format_timestamp(moment: datetime) -> str:
-    """RFC 3339 UTC text of an aware datetime, in microseconds: ``2025-01-02T03:04:05.000000Z``.
-
-    Raises:
-        MalformedError: ``moment`` is naive (no time zone).
-    """
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise MalformedError("recorded_at", "a naive datetime has no defined UTC instant")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def encode_payload(payload: Any, redactor: Redactor = DEFAULT_REDACTOR) -> bytes:
@@ -472,7 +439,7 @@ def _walk(
             == r_hash
             and (
                 seq < parsed_below
-                or ((recorded_at == stamp or _is_timestamp(recorded_at)) and _parses(parse, data))
+                or ((recorded_at == stamp or is_timestamp(recorded_at)) and _parses(parse, data))
             )
         ):
             if seq >= parsed_below:
@@ -541,7 +508,7 @@ def _check_row(row: Sequence[Any], expected: int, prev: str) -> VerifyResult | N
             f"record {expected} has a field of the wrong type or form",
             prev,
         )
-    if not _is_timestamp(recorded_at):
+    if not is_timestamp(recorded_at):
         return _broken(
             expected,
             expected,

@@ -1,8 +1,12 @@
-"""What a spawn brings to the resolver: repo identity, role, requirement, accounts, legacy route.
+"""What a spawn brings to the resolver: the routing context (repo identity, role, requirement,
+accounts, legacy route), its canonical and compact texts, and its readers: the general
+``RouteContext.from_dict`` and the quick one it tries first (:func:`quick_context`).
 
 Pure: frozen values with ``from_dict`` / ``to_dict``; no I/O, no clock. ``from_dict`` refuses
 what cannot be a context at all (unknown field, wrong type, value outside the vocabulary) with a
-:class:`~rensei_routing.errors.MalformedError` naming the field path.
+:class:`~rensei_routing.errors.MalformedError` naming the field path. The members' own types and
+readers are :mod:`.members`; the quick readers of the members are :mod:`._quick_members`, and the
+line reader is :mod:`._quick` (which imports this module, never the other way round).
 
 ``from_dict(..., redacted=True)`` reads a context as the audit log stored it: a string holding a
 redaction marker (``[REDACTED:<label>]``) is taken verbatim (a repo id so rewritten is kept with
@@ -13,7 +17,6 @@ both kept.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from json.encoder import encode_basestring as _e
@@ -21,399 +24,31 @@ from typing import Any, Final
 
 from .. import _parse as p
 from ..canonical import json_string as _s
-from ..redact import MARKER_PREFIX
-from .vocabulary import (
-    CAPABILITY,
-    CONCRETE_MODEL,
-    DEFAULT_VOCABULARY,
-    LITERAL_FAMILY,
-    REQUIREMENT_KINDS,
-    Vocabulary,
+from ._quick_members import (
+    Memo,
+    NotQuick,
+    not_quick,
+    quick_accounts,
+    quick_choice,
+    quick_legacy,
+    quick_repo,
+    quick_requirement,
+    quick_text,
+    remember_new,
 )
+from .members import (
+    MAX_ID,
+    Account,
+    LegacyRoute,
+    ModelRequirement,
+    RepoIdentity,
+    length_bound,
+    repo_json,
+    requirement_json,
+)
+from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
-__all__ = [
-    "CANONICAL",
-    "LEGACY_LOSSY",
-    "Account",
-    "LegacyRoute",
-    "ModelRequirement",
-    "RepoIdentity",
-    "RouteContext",
-    "canonicalize_repo",
-]
-
-CANONICAL: Final = "canonical"
-LEGACY_LOSSY: Final = "legacy-lossy"
-_SEGMENT: Final = re.compile(r"[a-z0-9_][a-z0-9._-]*")
-_MAX_ID: Final = 256
-#: The length bound of a redacted stored string: what redaction can grow, not what input allows.
-_UNBOUNDED: Final = 1 << 30
-
-
-def _redacted(value: Any, redacted: bool) -> bool:
-    """Whether ``value`` is a stored string that redaction rewrote (read back verbatim)."""
-    return redacted and isinstance(value, str) and MARKER_PREFIX in value
-
-
-def _bound(value: Any, limit: int, redacted: bool) -> int:
-    return _UNBOUNDED if _redacted(value, redacted) else limit
-
-
-def canonicalize_repo(value: object) -> str | None:
-    """``owner/repo`` (stripped, lowercased) when ``value`` is exactly that, else ``None``.
-
-    Exactly one slash between two segments, each starting with ``[a-z0-9_]`` then
-    ``[a-z0-9._-]*``, and no ``..``. A bare runtime slug (no slash) is never canonical.
-    """
-    if not isinstance(value, str):
-        return None
-    text = value.strip().lower()
-    owner, slash, name = text.partition("/")
-    if not slash or "/" in name or ".." in text:
-        return None
-    if not (_SEGMENT.fullmatch(owner) and _SEGMENT.fullmatch(name)):
-        return None
-    return text
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelRequirement:
-    """What a spawn asks for.
-
-    ``kind`` is ``literal_family``, ``capability`` or ``concrete_model``.
-    """
-
-    kind: str
-    value: str
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """The identity used for matching and mapping: ``(kind, lowercased value)``."""
-        return (self.kind, self.value.lower())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "value": self.value}
-
-    @classmethod
-    def from_dict(
-        cls,
-        data: Any,
-        *,
-        path: p.Path = "",
-        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
-        redacted: bool = False,
-    ) -> ModelRequirement:
-        """Read ``{"kind": ..., "value": ...}``, or a bare string whose kind is inferred.
-
-        A bare string names a literal family or a capability class when the vocabulary knows
-        it, and is a concrete model id otherwise.
-
-        Raises:
-            MalformedError: unknown kind, unknown family or class, or a bad concrete id.
-        """
-        if isinstance(data, str):
-            text = p.string(data, path, max_len=_bound(data, 64, redacted))
-            lowered = text.lower()
-            if lowered in vocabulary.literal_families:
-                return cls(kind=LITERAL_FAMILY, value=lowered)
-            if lowered in vocabulary.capability_classes:
-                return cls(kind=CAPABILITY, value=lowered)
-            return cls(kind=CONCRETE_MODEL, value=text)
-        d = p.obj(data, path, required=("kind", "value"))
-        kind = p.choice(d["kind"], p.at(path, "kind"), REQUIREMENT_KINDS, what="requirement kind")
-        vpath = p.at(path, "value")
-        if kind == LITERAL_FAMILY:
-            value = p.choice(d["value"], vpath, vocabulary.literal_families, what="literal family")
-        elif kind == CAPABILITY:
-            value = p.choice(
-                d["value"], vpath, vocabulary.capability_classes, what="capability class"
-            )
-        else:
-            value = p.string(d["value"], vpath, max_len=_bound(d["value"], 64, redacted))
-        return cls(kind=kind, value=value)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RepoIdentity:
-    """A repository identity: ``canonical`` (owner/repo) or ``legacy-lossy`` (a runtime slug)."""
-
-    value: str
-    version: str
-
-    @classmethod
-    def from_canonical(cls, value: str) -> RepoIdentity:
-        """The canonical identity of ``owner/repo``.
-
-        Raises:
-            MalformedError: ``value`` is not a canonical repository id.
-        """
-        canonical = canonicalize_repo(value)
-        if canonical is None:
-            raise p.fail("repo", f"not a canonical owner/repo id: {value!r}")
-        return cls(value=canonical, version=CANONICAL)
-
-    @classmethod
-    def from_runtime_slug(cls, slug: str) -> RepoIdentity:
-        """A lossy identity from a path-safe slug (``/`` became ``-``); it never joins a policy."""
-        return cls(value=slug.strip().lower(), version=LEGACY_LOSSY)
-
-    @property
-    def canonical(self) -> bool:
-        return self.version == CANONICAL
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "version": self.version}
-
-    @classmethod
-    def from_dict(cls, data: Any, *, path: p.Path = "", redacted: bool = False) -> RepoIdentity:
-        """Read ``"owner/name"`` or ``{"value", "version"}``.
-
-        A plain string that is not canonical becomes a ``legacy-lossy`` identity: the route is
-        still resolved, only the join to repo-scoped policies is refused. With ``redacted``, a
-        value holding a redaction marker is kept verbatim with its stated version (a plain
-        string: ``legacy-lossy``), as the audit log stored it.
-
-        Raises:
-            MalformedError: wrong shape, or ``version: canonical`` on a non-canonical value.
-        """
-        if _redacted(data, redacted):
-            return cls(value=p.string(data, path, max_len=_UNBOUNDED), version=LEGACY_LOSSY)
-        if isinstance(data, str):
-            text = p.string(data, path, max_len=_MAX_ID)
-            canonical = canonicalize_repo(text)
-            if canonical is not None:
-                return cls(value=canonical, version=CANONICAL)
-            return cls.from_runtime_slug(text)
-        d = p.obj(data, path, required=("value",), optional=("version",))
-        marked = _redacted(d["value"], redacted)
-        value = p.string(d["value"], p.at(path, "value"), max_len=_UNBOUNDED if marked else _MAX_ID)
-        version = p.choice(
-            d.get("version", CANONICAL),
-            p.at(path, "version"),
-            (CANONICAL, LEGACY_LOSSY),
-            what="identity version",
-        )
-        if marked:
-            return cls(value=value, version=version)
-        if version == LEGACY_LOSSY:
-            return cls.from_runtime_slug(value)
-        canonical = canonicalize_repo(value)
-        if canonical is None:
-            raise p.fail(p.at(path, "value"), f"not a canonical owner/repo id: {value!r}")
-        return cls(value=canonical, version=CANONICAL)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Account:
-    """An account the host can route to, and whether it is usable right now."""
-
-    account_id: str
-    provider_binding: str
-    configured: bool = True
-    administrative_state: str = "active"
-    _json: str | None = field(default=None, init=False, repr=False, compare=False)
-    _display: str | None = field(default=None, init=False, repr=False, compare=False)
-
-    def canonical_json(self) -> str:
-        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
-        text = self._json
-        if text is None:
-            text = (
-                f'{{"account_id":{_e(self.account_id)},'
-                f'"administrative_state":{_e(self.administrative_state)},'
-                f'"configured":{"true" if self.configured else "false"},'
-                f'"provider_binding":{_e(self.provider_binding)}}}'
-            )
-            object.__setattr__(self, "_json", text)
-        return text
-
-    def display_json(self) -> str:
-        """Compact JSON text of :meth:`to_dict` in its own key order (what ``json.dumps``
-        writes with ``separators=(",", ":")``), written directly and kept."""
-        text = self._display
-        if text is None:
-            text = (
-                f'{{"account_id":{_e(self.account_id)},'
-                f'"provider_binding":{_e(self.provider_binding)},'
-                f'"configured":{"true" if self.configured else "false"},'
-                f'"administrative_state":{_e(self.administrative_state)}}}'
-            )
-            object.__setattr__(self, "_display", text)
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "account_id": self.account_id,
-            "provider_binding": self.provider_binding,
-            "configured": self.configured,
-            "administrative_state": self.administrative_state,
-        }
-
-    @classmethod
-    def from_dict(
-        cls,
-        data: Any,
-        *,
-        path: p.Path = "",
-        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
-        redacted: bool = False,
-    ) -> Account:
-        """Raises: MalformedError."""
-        d = p.obj(
-            data,
-            path,
-            required=("account_id", "provider_binding"),
-            optional=("configured", "administrative_state"),
-        )
-        return cls(
-            account_id=p.string(
-                d["account_id"],
-                p.at(path, "account_id"),
-                max_len=_bound(d["account_id"], _MAX_ID, redacted),
-            ),
-            provider_binding=p.choice(
-                d["provider_binding"],
-                p.at(path, "provider_binding"),
-                vocabulary.provider_bindings,
-                what="provider binding",
-            ),
-            configured=p.boolean(d.get("configured", True), p.at(path, "configured")),
-            administrative_state=p.choice(
-                d.get("administrative_state", "active"),
-                p.at(path, "administrative_state"),
-                vocabulary.administrative_states,
-                what="administrative state",
-            ),
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LegacyRoute:
-    """The route the legacy mechanisms actually took for this spawn, reported as it ran.
-
-    ``provider_binding`` is free text (a legacy provider name such as ``zai`` or ``gateway``),
-    because legacy dials never spoke the policy vocabulary.
-    """
-
-    provider_binding: str
-    account_id: str | None = None
-    model: str | None = None
-    mechanism: str | None = None
-    mechanism_detail: str | None = None
-    _json: str | None = field(default=None, init=False, repr=False, compare=False)
-    _display: str | None = field(default=None, init=False, repr=False, compare=False)
-
-    def canonical_json(self) -> str:
-        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
-        text = self._json
-        if text is None:
-            text = (
-                f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
-                f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
-                f'"provider_binding":{_e(self.provider_binding)}}}'
-            )
-            object.__setattr__(self, "_json", text)
-        return text
-
-    def display_json(self) -> str:
-        """Compact JSON text of :meth:`to_dict` in its own key order, written directly and
-        kept."""
-        text = self._display
-        if text is None:
-            text = (
-                f'{{"account_id":{_s(self.account_id)},'
-                f'"provider_binding":{_e(self.provider_binding)},"model":{_s(self.model)},'
-                f'"mechanism":{_s(self.mechanism)},'
-                f'"mechanism_detail":{_s(self.mechanism_detail)}}}'
-            )
-            object.__setattr__(self, "_display", text)
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "account_id": self.account_id,
-            "provider_binding": self.provider_binding,
-            "model": self.model,
-            "mechanism": self.mechanism,
-            "mechanism_detail": self.mechanism_detail,
-        }
-
-    @classmethod
-    def from_dict(
-        cls,
-        data: Any,
-        *,
-        path: p.Path = "",
-        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
-        redacted: bool = False,
-    ) -> LegacyRoute:
-        """Raises: MalformedError."""
-        d = p.obj(
-            data,
-            path,
-            required=("provider_binding",),
-            optional=("account_id", "model", "mechanism", "mechanism_detail"),
-        )
-        mechanism = d.get("mechanism")
-
-        def bound(key: str, limit: int) -> int:
-            return _bound(d.get(key), limit, redacted)
-
-        return cls(
-            # Reported exactly as it ran: no case folding, no trimming.
-            provider_binding=p.string(
-                d["provider_binding"],
-                p.at(path, "provider_binding"),
-                max_len=bound("provider_binding", 64),
-                verbatim=True,
-            ),
-            account_id=p.opt_string(
-                d.get("account_id"),
-                p.at(path, "account_id"),
-                max_len=bound("account_id", _MAX_ID),
-                verbatim=True,
-            ),
-            model=p.opt_string(
-                d.get("model"), p.at(path, "model"), max_len=bound("model", 256), verbatim=True
-            ),
-            mechanism=None
-            if mechanism is None
-            else p.choice(
-                mechanism, p.at(path, "mechanism"), vocabulary.legacy_mechanisms, what="mechanism"
-            ),
-            mechanism_detail=p.opt_string(
-                d.get("mechanism_detail"),
-                p.at(path, "mechanism_detail"),
-                max_len=bound("mechanism_detail", 1024),
-            ),
-        )
-
-
-def repo_json(repo: RepoIdentity | None) -> str:
-    """The JSON text of a repo (or ``null``): compact and canonical alike (its keys sort)."""
-    return "null" if repo is None else f'{{"value":{_e(repo.value)},"version":{_e(repo.version)}}}'
-
-
-def requirement_json(requirement: ModelRequirement | None) -> str:
-    """The JSON text of a requirement (or ``null``): compact and canonical alike."""
-    if requirement is None:
-        return "null"
-    return f'{{"kind":{_e(requirement.kind)},"value":{_e(requirement.value)}}}'
-
-
-def legacy_texts(legacy: LegacyRoute | None) -> tuple[str, str]:
-    """The canonical and the compact JSON text of a legacy route (or ``null``)."""
-    if legacy is None:
-        return ("null", "null")
-    return (legacy.canonical_json(), legacy.display_json())
-
-
-def accounts_texts(accounts: tuple[Account, ...]) -> tuple[str, str]:
-    """The canonical and the compact JSON text of an account list."""
-    return (
-        f"[{','.join([a.canonical_json() for a in accounts])}]",
-        f"[{','.join([a.display_json() for a in accounts])}]",
-    )
+__all__ = ["CONTEXT_FIELDS", "RouteContext", "quick_context"]
 
 
 def context_canonical(
@@ -555,7 +190,7 @@ class RouteContext:
             MalformedError: naming the first offending field path.
         """
         if not redacted:
-            quick = _quick.quick_context(data, vocabulary)  # the common case, without field paths
+            quick = quick_context(data, vocabulary)  # the common case, without field paths
             if quick is not None:
                 return quick
         d: Mapping[str, Any] = p.obj(data, path, optional=CONTEXT_FIELDS)
@@ -564,12 +199,12 @@ class RouteContext:
         principal = p.opt_string(
             d.get("principal_id"),
             p.at(path, "principal_id"),
-            max_len=_bound(d.get("principal_id"), _MAX_ID, redacted),
+            max_len=length_bound(d.get("principal_id"), MAX_ID, redacted),
         )
         role_in = d.get("role")
         if role_in is not None:
             role = vocabulary.canonical_worker_role(
-                p.string(role_in, p.at(path, "role"), max_len=_MAX_ID)
+                p.string(role_in, p.at(path, "role"), max_len=MAX_ID)
             )
         else:
             role = vocabulary.canonical_worker_role(principal)
@@ -659,6 +294,65 @@ def context_with_texts(
     return ctx
 
 
-# A module import, not a name: whichever of the two modules is imported first, the other finds
-# it in sys.modules, and the name is looked up only when a context is read.
-from . import _quick  # noqa: E402  (it reads this module's classes)
+# -- the quick reader ---------------------------------------------------------------------------
+
+#: The same fields as the general reader: a document with any other key takes that path.
+_CONTEXT_KEYS: Final = frozenset(CONTEXT_FIELDS)
+_ABSENT: Final = object()
+
+
+def quick_context(
+    data: Any, vocabulary: Vocabulary, memo: Memo | None = None
+) -> RouteContext | None:
+    """The context ``RouteContext.from_dict(data, vocabulary=vocabulary)`` reads, when ``data``
+    is a plain, valid document; ``None`` when the general reader must look (it then raises or
+    reads what this one was unsure of).
+
+    ``memo`` (one per reader of one vocabulary, e.g. per batch) lets repeated pieces (account
+    entries, legacy routes, repos, requirements) be read once and their values shared, with
+    the text the encoders keep on them.
+    """
+    if type(data) is not dict or not data.keys() <= _CONTEXT_KEYS:
+        return None
+    if memo is None:
+        memo = {}
+    try:
+        get = data.get
+        principal = get("principal_id")
+        if principal is not None:
+            principal = quick_text(principal, MAX_ID)
+        role_in = get("role")
+        role = vocabulary.canonical_worker_role(
+            principal if role_in is None else quick_text(role_in, MAX_ID)
+        )
+        repo, repo_class = get("repo"), get("repo_class")
+        requirement, legacy = get("model_requirement"), get("legacy_route")
+        accounts = get("accounts", _ABSENT)
+        face = get("request_face", "unknown")
+        # request_face and repo_class: strings (checked first: a memo key must be one)
+        face_key = ("face", face if type(face) is str else not_quick())
+        known_face = memo.get(face_key)
+        if known_face is None:
+            known_face = remember_new(memo, face_key, quick_choice(face, vocabulary.request_faces))
+        if repo_class is not None:
+            class_key = ("class", repo_class if type(repo_class) is str else not_quick())
+            known_class = memo.get(class_key)
+            if known_class is None:
+                known_class = remember_new(
+                    memo, class_key, quick_choice(repo_class, vocabulary.repo_classes)
+                )
+            repo_class = known_class
+        return RouteContext(
+            repo=None if repo is None else quick_repo(repo, memo),
+            repo_class=repo_class,
+            principal_id=principal,
+            role=role,
+            model_requirement=None
+            if requirement is None
+            else quick_requirement(requirement, vocabulary, memo),
+            request_face=known_face,
+            legacy_route=None if legacy is None else quick_legacy(legacy, vocabulary, memo),
+            accounts=() if accounts is _ABSENT else quick_accounts(accounts, vocabulary, memo),
+        )
+    except NotQuick:
+        return None

@@ -1,4 +1,6 @@
-"""A resolved route: the decision, its reason code, and the self-sufficient explanation.
+"""A resolved route: the decision, its outcome and reason codes, and the fast builder the
+resolver fills it with (:func:`decision_of`). The explanation it carries is
+:mod:`.explanation`'s; reading one back (``RouteDecision.from_dict``) is here.
 
 Pure: frozen values with ``to_dict`` / ``from_dict``; the JSON field names and every code string
 are those of SEMANTICS.md.
@@ -6,22 +8,26 @@ are those of SEMANTICS.md.
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass, field
+from dataclasses import FrozenInstanceError
 from json.encoder import encode_basestring as _e
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from .. import _parse as p
 from ..canonical import canonical_bytes
 from ..canonical import json_string as _s
 from .context import RouteContext
+from .explanation import (
+    ACCOUNT_REASONS,
+    MATCH_REASONS,
+    ConsideredPolicy,
+    Explanation,
+    RejectedAccount,
+    TraceSource,
+    explanation_of,
+)
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
-__all__ = [
-    "ConsideredPolicy",
-    "Explanation",
-    "RejectedAccount",
-    "RouteDecision",
-]
+__all__ = ["RouteDecision"]
 
 #: The stamp members a recorded decision may carry besides the decision's own fields.
 STAMP_FIELDS: Final = ("rulesetRev", "snapshotAgeMs", "degraded")
@@ -66,267 +72,8 @@ DECISION_REASONS: Final = (
     MATCHED_POLICY,
 )
 
-# Match reasons, in evaluation order (the first failing dimension wins).
-POLICY_DISABLED: Final = "policy-disabled"
-REPO_IDENTITY_NOT_CANONICAL: Final = "repo-identity-not-canonical"
-REPO_NOT_IN_SET: Final = "repo-not-in-set"
-REPO_CLASS_NOT_IN_SET: Final = "repo-class-not-in-set"
-ROLE_NOT_CANONICAL: Final = "role-not-canonical"
-ROLE_NOT_IN_SET: Final = "role-not-in-set"
-PRINCIPAL_NOT_IN_SET: Final = "principal-not-in-set"
-REQUIREMENT_NOT_IN_SET: Final = "requirement-not-in-set"
-REQUEST_FACE_NOT_IN_SET: Final = "request-face-not-in-set"
-MATCHED: Final = "matched"
-OUTRANKED: Final = "outranked"
-MATCH_REASONS: Final = (
-    POLICY_DISABLED,
-    REPO_IDENTITY_NOT_CANONICAL,
-    REPO_NOT_IN_SET,
-    REPO_CLASS_NOT_IN_SET,
-    ROLE_NOT_CANONICAL,
-    ROLE_NOT_IN_SET,
-    PRINCIPAL_NOT_IN_SET,
-    REQUIREMENT_NOT_IN_SET,
-    REQUEST_FACE_NOT_IN_SET,
-    MATCHED,
-    OUTRANKED,
-)
-
-# Account rejection reasons, in the order they are checked.
-NOT_CONFIGURED: Final = "not-configured"
-ADMINISTRATIVE_DISABLED: Final = "administrative-disabled"
-ADMINISTRATIVE_DRAINING: Final = "administrative-draining"
-PROVIDER_LOCK_MISMATCH: Final = "provider-lock-mismatch"
-NOT_IN_POOL: Final = "not-in-pool"
-LITERAL_FAMILY_INCOMPATIBLE: Final = "literal-family-incompatible"
-ACCOUNT_REASONS: Final = (
-    NOT_CONFIGURED,
-    ADMINISTRATIVE_DISABLED,
-    ADMINISTRATIVE_DRAINING,
-    PROVIDER_LOCK_MISMATCH,
-    NOT_IN_POOL,
-    LITERAL_FAMILY_INCOMPATIBLE,
-)
-
 LEGACY_RUNG: Final = 9
-#: The outranked rivals a compact trace lists after the winner and its ties (see Explanation).
-COMPACT_RIVALS: Final = 8
 _MAX_SAFE_INT: Final = 2**53 - 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConsideredPolicy:
-    """One policy as the resolver saw it for this context."""
-
-    policy_id: str
-    precedence_level: int
-    priority: int
-    matched: bool
-    reason: str
-    _json: str | None = field(default=None, init=False, repr=False, compare=False)
-    _display: str | None = field(default=None, init=False, repr=False, compare=False)
-
-    def canonical_json(self) -> str:
-        """RFC 8785 text of :meth:`to_dict`, written directly and kept (entries are shared)."""
-        text = self._json
-        if text is None:
-            text = (
-                f'{{"matched":{"true" if self.matched else "false"},'
-                f'"policy_id":{_e(self.policy_id)},"precedence_level":{self.precedence_level},'
-                f'"priority":{self.priority},"reason":{_e(self.reason)}}}'
-            )
-            object.__setattr__(self, "_json", text)
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "policy_id": self.policy_id,
-            "precedence_level": self.precedence_level,
-            "priority": self.priority,
-            "matched": self.matched,
-            "reason": self.reason,
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RejectedAccount:
-    """An account the winning policy could not use, with the first rule that excluded it."""
-
-    account_id: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"account_id": self.account_id, "reason": self.reason}
-
-
-class TraceSource(Protocol):
-    """Builds an explanation's ``considered`` list on first read, from what the resolver kept
-    of the decision (one source is shared by every decision of a call)."""
-
-    def considered(
-        self, context: RouteContext, keys: tuple[Any, ...], matched: tuple[int, ...], last: int
-    ) -> tuple[ConsideredPolicy, ...]: ...
-
-
-class _ExplanationFields:
-    """An :class:`Explanation`'s storage, assignable: see :func:`explanation_of`."""
-
-    __slots__ = (
-        "_considered",
-        "_keys",
-        "_last",
-        "_matched",
-        "_source",
-        "conflicting_policy_ids",
-        "context",
-        "eligible_account_ids",
-        "rejected_accounts",
-        "unlisted_outranked_count",
-        "unlisted_policy_count",
-    )
-
-    context: RouteContext
-    eligible_account_ids: tuple[str, ...]
-    rejected_accounts: tuple[RejectedAccount, ...]
-    conflicting_policy_ids: tuple[str, ...]
-    unlisted_policy_count: int
-    unlisted_outranked_count: int
-    _considered: tuple[ConsideredPolicy, ...] | None
-    _source: TraceSource | None
-    _keys: tuple[Any, ...]
-    _matched: tuple[int, ...]
-    _last: int
-
-
-class Explanation(_ExplanationFields):
-    """Everything needed to re-check a decision without the resolver's process.
-
-    ``considered`` lists every policy in rank order under a full trace. Under a compact trace
-    (large snapshots) it is bounded: the winner and every policy tied with it, then the
-    nearest outranked rivals, at most ``COMPACT_RIVALS`` of them, best (most specific) first;
-    ``unlisted_outranked_count`` counts the outranked rivals beyond those (in the JSON only
-    when not zero, so a decision within the bound reads as before), and
-    ``unlisted_policy_count`` counts the rest, none of which matched.
-
-    The resolver keeps what the trace needs at decision time (:func:`explanation_of`) and
-    ``considered`` is built on first read, so a batch that only routes never pays for listing
-    every policy; the value read is the same either way. Immutable: attributes cannot be set
-    after construction.
-    """
-
-    __slots__ = ()
-
-    def __init__(
-        self,
-        *,
-        context: RouteContext,
-        considered: tuple[ConsideredPolicy, ...] = (),
-        eligible_account_ids: tuple[str, ...] = (),
-        rejected_accounts: tuple[RejectedAccount, ...] = (),
-        conflicting_policy_ids: tuple[str, ...] = (),
-        unlisted_policy_count: int = 0,
-        unlisted_outranked_count: int = 0,
-    ) -> None:
-        init = object.__setattr__
-        init(self, "context", context)
-        init(self, "_considered", considered)
-        init(self, "_source", None)
-        init(self, "_keys", ())
-        init(self, "_matched", ())
-        init(self, "_last", -1)
-        init(self, "eligible_account_ids", eligible_account_ids)
-        init(self, "rejected_accounts", rejected_accounts)
-        init(self, "conflicting_policy_ids", conflicting_policy_ids)
-        init(self, "unlisted_policy_count", unlisted_policy_count)
-        init(self, "unlisted_outranked_count", unlisted_outranked_count)
-
-    @property
-    def considered(self) -> tuple[ConsideredPolicy, ...]:
-        """The policies as the resolver saw them, best first."""
-        considered = self._considered
-        if considered is None:
-            source = self._source
-            if source is None:  # another thread built it between the two reads
-                considered = self._considered
-                assert considered is not None
-                return considered
-            considered = source.considered(self.context, self._keys, self._matched, self._last)
-            # ``_considered`` first: a reader that then finds no source finds the list.
-            object.__setattr__(self, "_considered", considered)
-            object.__setattr__(self, "_source", None)
-        return considered
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"Explanation is immutable; cannot set {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Explanation is immutable; cannot delete {name!r}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_explanation_from_fields, self._key())
-
-    def _key(self) -> tuple[Any, ...]:
-        return (
-            self.context,
-            self.considered,
-            self.eligible_account_ids,
-            self.rejected_accounts,
-            self.conflicting_policy_ids,
-            self.unlisted_policy_count,
-            self.unlisted_outranked_count,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Explanation):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return (
-            f"Explanation(context={self.context!r}, considered={self.considered!r}, "
-            f"eligible_account_ids={self.eligible_account_ids!r}, "
-            f"rejected_accounts={self.rejected_accounts!r}, "
-            f"conflicting_policy_ids={self.conflicting_policy_ids!r}, "
-            f"unlisted_policy_count={self.unlisted_policy_count!r}, "
-            f"unlisted_outranked_count={self.unlisted_outranked_count!r})"
-        )
-
-    def canonical_json(self) -> str:
-        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
-        conflicting = ",".join(_e(i) for i in self.conflicting_policy_ids)
-        considered = ",".join(c.canonical_json() for c in self.considered)
-        eligible = ",".join(_e(i) for i in self.eligible_account_ids)
-        rejected = ",".join(
-            f'{{"account_id":{_e(r.account_id)},"reason":{_e(r.reason)}}}'
-            for r in self.rejected_accounts
-        )
-        return (
-            f'{{"conflicting_policy_ids":[{conflicting}],"considered":[{considered}],'
-            f'"context":{self.context.canonical_text()},'
-            f'"eligible_account_ids":[{eligible}],"rejected_accounts":[{rejected}],'
-            + (
-                f'"unlisted_outranked_count":{self.unlisted_outranked_count},'
-                if self.unlisted_outranked_count
-                else ""
-            )
-            + f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "context": self.context.to_dict(),
-            "considered": [c.to_dict() for c in self.considered],
-            "eligible_account_ids": list(self.eligible_account_ids),
-            "rejected_accounts": [r.to_dict() for r in self.rejected_accounts],
-            "conflicting_policy_ids": list(self.conflicting_policy_ids),
-            "unlisted_policy_count": self.unlisted_policy_count,
-        }
-        if self.unlisted_outranked_count:
-            out["unlisted_outranked_count"] = self.unlisted_outranked_count
-        return out
 
 
 #: A decision's fields (and its JSON keys), in declaration (and ``to_dict``) order.
@@ -717,67 +464,13 @@ class RouteDecision(_DecisionFields):
 
 # -- fast construction --------------------------------------------------------------------------
 #
-# The resolver makes one decision and one explanation per context, and their public
-# constructors pay one ``object.__setattr__`` call per field (the classes refuse assignment).
-# The builders below fill the assignable storage class with plain stores and then retype the
-# object to its immutable subclass, which adds no slots (CPython allows ``__class__`` to be
-# assigned between such layouts): the same object, about a sixth of the cost (see
-# docs/performance.md). Nothing else ever sees the storage class.
-
-
-def explanation_of(
-    context: RouteContext,
-    eligible_account_ids: tuple[str, ...],
-    rejected_accounts: tuple[RejectedAccount, ...],
-    conflicting_policy_ids: tuple[str, ...],
-    unlisted_policy_count: int,
-    unlisted_outranked_count: int,
-    considered: tuple[ConsideredPolicy, ...] | None,
-    source: TraceSource | None = None,
-    keys: tuple[Any, ...] = (),
-    matched: tuple[int, ...] = (),
-    last: int = -1,
-) -> Explanation:
-    """An explanation whose ``considered`` is given, or (``None``) built on first read by
-    ``source.considered(context, keys, matched, last)``."""
-    if considered is None and source is None:
-        raise ValueError("an explanation needs considered policies or a source to build them")
-    e = _ExplanationFields()
-    e.context = context
-    e.eligible_account_ids = eligible_account_ids
-    e.rejected_accounts = rejected_accounts
-    e.conflicting_policy_ids = conflicting_policy_ids
-    e.unlisted_policy_count = unlisted_policy_count
-    e.unlisted_outranked_count = unlisted_outranked_count
-    e._considered = considered
-    e._source = None if considered is not None else source
-    e._keys = keys
-    e._matched = matched
-    e._last = last
-    e.__class__ = Explanation
-    assert isinstance(e, Explanation)
-    return e
-
-
-def _explanation_from_fields(
-    context: RouteContext,
-    considered: tuple[ConsideredPolicy, ...],
-    eligible_account_ids: tuple[str, ...],
-    rejected_accounts: tuple[RejectedAccount, ...],
-    conflicting_policy_ids: tuple[str, ...],
-    unlisted_policy_count: int,
-    unlisted_outranked_count: int,
-) -> Explanation:
-    """Unpickling: the arguments in ``Explanation._key`` order."""
-    return Explanation(
-        context=context,
-        considered=considered,
-        eligible_account_ids=eligible_account_ids,
-        rejected_accounts=rejected_accounts,
-        conflicting_policy_ids=conflicting_policy_ids,
-        unlisted_policy_count=unlisted_policy_count,
-        unlisted_outranked_count=unlisted_outranked_count,
-    )
+# The resolver makes one decision per context, and the public constructor pays one
+# ``object.__setattr__`` call per field (the class refuses assignment). :func:`decision_of`
+# fills the assignable storage class with plain stores and then retypes the object to its
+# immutable subclass, which adds no slots (CPython allows ``__class__`` to be assigned between
+# such layouts): the same object, about a sixth of the cost (see docs/performance.md). Nothing
+# else ever sees the storage class (``explanation.explanation_of`` does the same for an
+# explanation).
 
 
 def decision_of(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .context import RouteContext
-from .decision import (
+from .explanation import (
     MATCHED,
     OUTRANKED,
     POLICY_DISABLED,

@@ -15,12 +15,25 @@ line holds none (what the batch's printable check relies on).
 from __future__ import annotations
 
 from json.encoder import encode_basestring as _e
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from ..snapshot.freshness import Freshness
-from .decision import ConsideredPolicy, Explanation, RouteDecision
+from .decision import RouteDecision
+from .explanation import ConsideredPolicy, Explanation
 
-__all__ = ["LINE_MEMO_LIMIT", "LineMemo", "decision_line"]
+__all__ = ["LINE_MEMO_LIMIT", "LineMemo", "Stamp", "decision_line"]
+
+
+class Stamp(Protocol):
+    """What a decision line reads of a snapshot stamp (``core.snapshot.freshness.Freshness`` is
+    one): routing knows the stamp's three members (``STAMP_FIELDS``), not the snapshot domain."""
+
+    @property
+    def ruleset_rev(self) -> str | None: ...
+    @property
+    def age_ms(self) -> int | None: ...
+    @property
+    def degraded(self) -> bool: ...
+
 
 _LIVE: Final = ',"rulesetRev":null,"snapshotAgeMs":null,"degraded":false}'
 _OUTRANKED: Final = '"unlisted_outranked_count":'
@@ -89,7 +102,7 @@ def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
 
 
 def decision_line(
-    decision: RouteDecision, stamp: Freshness | None = None, memo: LineMemo | None = None
+    decision: RouteDecision, stamp: Stamp | None = None, memo: LineMemo | None = None
 ) -> str:
     """The compact JSON of ``decision.to_dict()``, or with ``stamp`` of
     ``StampedDecision(decision, stamp).to_dict()`` (the stamp's three members last).

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from .. import _parse as p
 from ..canonical import SHA256_PREFIX, canonical_bytes
-from .context import ModelRequirement, canonicalize_repo
+from .members import ModelRequirement, canonicalize_repo
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [

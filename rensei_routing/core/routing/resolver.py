@@ -17,25 +17,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal
 
 from ..redact import DEFAULT_REDACTOR, Redactor
-from .context import Account, ModelRequirement, RouteContext
+from .context import RouteContext
 from .decision import (
-    ADMINISTRATIVE_DISABLED,
-    ADMINISTRATIVE_DRAINING,
     CAPABILITY_UNMAPPED,
-    COMPACT_RIVALS,
     HELD,
     LEGACY_RUNG,
-    LITERAL_FAMILY_INCOMPATIBLE,
     LITERAL_FAMILY_UNSATISFIABLE,
     MATCHED_POLICY,
     MODEL_NOT_ALLOWED,
     NO_ELIGIBLE_ACCOUNT,
     NO_LEGACY_ROUTE,
     NO_POLICY_APPLIES,
-    NOT_CONFIGURED,
-    NOT_IN_POOL,
     POLICY_CONFLICT,
-    PROVIDER_LOCK_MISMATCH,
     REJECTED,
     SELECTED,
     SNAPSHOT_STATES,
@@ -44,12 +37,22 @@ from .decision import (
     SOURCE_MANAGED,
     SOURCE_NONE,
     STATE_CORRUPT,
-    RejectedAccount,
     RouteDecision,
     decision_of,
 )
+from .explanation import (
+    ADMINISTRATIVE_DISABLED,
+    ADMINISTRATIVE_DRAINING,
+    COMPACT_RIVALS,
+    LITERAL_FAMILY_INCOMPATIBLE,
+    NOT_CONFIGURED,
+    NOT_IN_POOL,
+    PROVIDER_LOCK_MISMATCH,
+    RejectedAccount,
+)
 from .ids import MEMO_LIMIT, ScanMemo, _decision_id, decision_id
 from .index import ALL, Compiled, TraceSource, compile_index, context_keys
+from .members import Account, ModelRequirement
 from .policy import PolicySnapshot, RoutingAction, RoutingPolicy, account_key
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 

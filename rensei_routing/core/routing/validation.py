@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .context import canonicalize_repo
+from .members import canonicalize_repo
 from .policy import (
     MATCH_DIMENSIONS,
     POLICY_ID_PATTERN,

@@ -17,9 +17,9 @@ from ...errors import InputError
 from .. import _parse as p
 from ..canonical import canonical_bytes
 from ..canonical import json_string as _s
-from ..routing.context import LegacyRoute
 from ..routing.decision import SELECTED, RouteDecision
 from ..routing.ids import ScanMemo
+from ..routing.members import LegacyRoute
 from ..routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [

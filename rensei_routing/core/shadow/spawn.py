@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .. import _parse as p
-from ..routing.context import Account, ModelRequirement, RepoIdentity, RouteContext
+from ..routing.context import RouteContext
+from ..routing.members import Account, ModelRequirement, RepoIdentity
 from ..routing.vocabulary import (
     CAPABILITY,
     CONCRETE_MODEL,

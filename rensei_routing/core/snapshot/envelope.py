@@ -25,8 +25,8 @@ from ...errors import (
     SnapshotVerificationError,
 )
 from .. import _parse as p
-from ..audit.chain import check_timestamp
 from ..canonical import canonical_bytes
+from ..timestamps import check_timestamp
 
 __all__ = [
     "ALGORITHM",

@@ -1,0 +1,52 @@
+"""RFC 3339 UTC timestamps (``...Z``, at most six fraction digits), as the audit chain's
+``recorded_at`` and a snapshot's ``compiledAt`` hold them: checking text and formatting a moment.
+
+Shared by the core's domains. Pure: never reads the clock (the caller passes the moment) and
+knows nothing of records or snapshots.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Final
+
+from ..errors import MalformedError
+
+__all__ = ["check_timestamp", "format_timestamp", "is_timestamp"]
+
+_TIMESTAMP: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
+
+
+def is_timestamp(text: str) -> bool:
+    """Whether ``text`` is RFC 3339 UTC (``...Z``, at most 6 fraction digits) naming a real
+    date and time."""
+    if not _TIMESTAMP.fullmatch(text):
+        return False
+    try:
+        datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        return False
+    return True
+
+
+def check_timestamp(recorded_at: str) -> str:
+    """Return ``recorded_at`` if it is RFC 3339 UTC (``...Z``, at most 6 fraction digits).
+
+    Raises:
+        MalformedError: anything else.
+    """
+    if not isinstance(recorded_at, str) or not is_timestamp(recorded_at):
+        raise MalformedError("recorded_at", f"not an RFC 3339 UTC timestamp: {recorded_at!r}")
+    return recorded_at
+
+
+def format_timestamp(moment: datetime) -> str:
+    """RFC 3339 UTC text of an aware datetime, in microseconds: ``2025-01-02T03:04:05.000000Z``.
+
+    Raises:
+        MalformedError: ``moment`` is naive (no time zone).
+    """
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise MalformedError("recorded_at", "a naive datetime has no defined UTC instant")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
