@@ -23,7 +23,9 @@ from . import (
     bench_batch,
     bench_cli,
     bench_policies,
+    bench_replay,
     bench_resolution,
+    bench_sessions,
     bench_shadow,
     bench_snapshot,
     bench_validation,
@@ -43,6 +45,8 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_cli,
     bench_shadow,
     bench_snapshot,
+    bench_sessions,
+    bench_replay,
     bench_batch,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"

@@ -7,6 +7,11 @@ same module object, so a name patched or read through either path is one name. N
 imported until an old path is asked for, and no old path is used inside the package (the
 layering test checks that).
 
+Two old modules were split in two (``core.decision`` into ``core.routing.decision`` and
+``core.routing.explanation``; ``core.context`` into ``core.routing.context`` and
+``core.routing.members``): their old paths load a module of their own holding every name of both
+(the same objects), so everything they exported still imports from them.
+
 Old paths that became packages (``rensei_routing.plugins``, ``rensei_routing.shadow``,
 ``rensei_routing.control``, ``rensei_routing.core.snapshot``, ``rensei_routing.core.shadow``)
 need no alias: the package re-exports the names the module had.
@@ -23,16 +28,23 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Final
 
-#: Old dotted path -> the module that holds its code now.
-MOVED: Final[dict[str, str]] = {
+#: Old dotted path -> the module that holds its code now (or, for a split module, the modules,
+#: the one that holds the old name's main class last).
+MOVED: Final[dict[str, str | tuple[str, ...]]] = {
     "rensei_routing.core.vocabulary": "rensei_routing.core.routing.vocabulary",
-    "rensei_routing.core.context": "rensei_routing.core.routing.context",
+    "rensei_routing.core.context": (
+        "rensei_routing.core.routing.members",
+        "rensei_routing.core.routing.context",
+    ),
     "rensei_routing.core._quick": "rensei_routing.core.routing._quick",
     "rensei_routing.core.policy": "rensei_routing.core.routing.policy",
     "rensei_routing.core.validation": "rensei_routing.core.routing.validation",
     "rensei_routing.core.index": "rensei_routing.core.routing.index",
     "rensei_routing.core.resolver": "rensei_routing.core.routing.resolver",
-    "rensei_routing.core.decision": "rensei_routing.core.routing.decision",
+    "rensei_routing.core.decision": (
+        "rensei_routing.core.routing.explanation",
+        "rensei_routing.core.routing.decision",
+    ),
     "rensei_routing.core.ids": "rensei_routing.core.routing.ids",
     "rensei_routing.core.jsonl": "rensei_routing.core.routing.jsonl",
     "rensei_routing.core.chain": "rensei_routing.core.audit.chain",
@@ -77,13 +89,23 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        module = importlib.import_module(MOVED[spec.name])
+        target = MOVED[spec.name]
+        if isinstance(target, tuple):  # a split module: one of its own, with both halves' names
+            combined = ModuleType(spec.name, f"Old path of {', '.join(target)}.")
+            for name in target:
+                source = importlib.import_module(name)
+                combined.__dict__.update(
+                    {k: v for k, v in vars(source).items() if not k.startswith("__")}
+                )
+            return combined
+        module = importlib.import_module(target)
         self._specs[module.__name__] = module.__spec__
         return module
 
     def exec_module(self, module: ModuleType) -> None:
         # The import system set the alias's spec on the shared module: give it back its own.
-        module.__spec__ = self._specs[module.__name__]
+        if module.__name__ in self._specs:
+            module.__spec__ = self._specs[module.__name__]
 
 
 FINDER: Final = _MovedFinder()

@@ -176,6 +176,15 @@ class ExpiredError(SnapshotError):
         )
 
 
+class ReceiptError(SnapshotError):
+    """An admission receipt or a session under one was refused; ``reason`` names why."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
 class FetchError(SnapshotError):
     """A snapshot could not be fetched (unreachable, timed out, refused, too large)."""
 

@@ -162,3 +162,20 @@ def test_checkpoint_example_signs_the_record() -> None:
 
     result = verify_chain([_record_row()], checkpoints=[cp], signature_ok=signature_ok)
     assert result and result.checkpoints_checked == 1
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """A doc that points at a test (``tests/x.py::test_y``) points at one that exists."""
+    root = Path(__file__).resolve().parent.parent
+    named = []
+    for doc in sorted((root / "docs").glob("*.md")):
+        for path, name in re.findall(r"(tests/[\w/]+\.py)::(\w+)", doc.read_text("utf-8")):
+            named.append((doc.name, path, name))
+    assert named, "no test is named in docs/"
+    missing = [
+        (doc, path, name)
+        for doc, path, name in named
+        if not (root / path).is_file()
+        or not re.search(rf"^def {name}\(", (root / path).read_text("utf-8"), re.M)
+    ]
+    assert missing == []

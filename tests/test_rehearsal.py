@@ -1,8 +1,12 @@
 """The outage rehearsal of document 000, automated, with real processes: a real `rensei serve`
 on loopback, a real `rensei host run` polling it, claims from the command line, and an injected
 clock (RENSEI_REHEARSAL_CLOCK_OFFSET_S) to cross DegradedAfter and RefuseAfter. It also reaches
-what the document admits its own rehearsal did not: a permission-denied claim refusing against
-the cached snapshot, an admitted claim continuing through the outage, and ExpiredError firing.
+the three invariants the document admits its own rehearsal did not: an admitted session (started
+under an admission receipt) continuing uninterrupted through the outage, the host restart,
+DegradedAfter and RefuseAfter; a permission-denied claim refusing against the cached snapshot;
+and ExpiredError firing past RefuseAfter. At restore, a session on a pool the restored snapshot
+revokes learns ``grant-revoked`` on its next heartbeat (and, by its ``finish`` policy, keeps
+running until it ends).
 """
 
 from __future__ import annotations
@@ -119,6 +123,13 @@ def _claim(host: Path, pool: str, offset: float = 0) -> subprocess.CompletedProc
     )
 
 
+def _heartbeat(host: Path, session_id: str, offset: float = 0) -> dict[str, Any]:
+    beat = rensei(
+        "host", "session", "heartbeat", session_id, "--home", str(host), "--json", offset=offset
+    )
+    return dict(json.loads(beat.stdout))
+
+
 def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
     control, host = tmp_path / "control", tmp_path / "host"
     org_file = tmp_path / "org.json"
@@ -139,8 +150,28 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
     assert _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@1"
 
     with background("host", "run", "--interval", "0.2", "--jitter", "0", "--home", str(host)):
-        # a claim admitted before the outage (the in-flight work of the rehearsal)
-        assert _claim(host, "pool-a").returncode == 0
+        # admitted work before the outage: a claim with a receipt (a lease long enough for the
+        # rehearsal's clock jumps), and a session running under it
+        receipt = tmp_path / "receipt.json"
+        admitted = rensei(
+            "host",
+            "claim",
+            "--pool",
+            "pool-a",
+            "--receipt",
+            str(receipt),
+            "--lease",
+            "7200",
+            "--home",
+            str(host),
+            "--json",
+        )
+        assert json.loads(admitted.stdout)["receipt"]["rulesetRev"] == "org_a1b2c3@1"
+        assert rensei("host", "receipt", "verify", str(receipt), "--home", str(host))
+        started = rensei(
+            "host", "session", "start", "--receipt", str(receipt), "--home", str(host), "--json"
+        )
+        session_id = json.loads(started.stdout)["sessionId"]
         assert _claim(host, "pool-b").returncode == 0
         # revoke pool-b's grant before the outage: served from a background recompile, and the
         # polling host adopts it
@@ -150,10 +181,11 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
         rensei("org", "load", str(org_file), "--home", str(control))
         _wait_for(lambda: _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@2")
 
-        # the outage: the endpoint becomes unreachable
+        # the outage: the endpoint becomes unreachable; the session keeps running
         _stop(serve, serve_ctx, secret)
         _wait_for(lambda: (_status(host)["lastFetch"] or {}).get("ok") is False)
         assert _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@2"
+        assert _heartbeat(host, session_id)["action"] == "continue"
 
     # the host restarts mid-outage and still serves the same revision, from its disk copy; its
     # local HTTP API reports the same status as `host status`
@@ -183,6 +215,8 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
         assert status["snapshot"]["rulesetRev"] == "org_a1b2c3@2"
         assert status["lastFetch"]["ok"] is False
         assert "cannot fetch" in status["lastFetch"]["detail"]
+        # the session survived the host's restart: it lives in the host's store
+        assert _heartbeat(host, session_id)["state"] == "open"
 
     # cross DegradedAfter (5 min): still admitting, flagged; the revoked grant refuses
     degraded = _status(host, offset=400)["snapshot"]
@@ -200,24 +234,41 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
     refused = _claim(host, "pool-b", offset=400)
     assert refused.returncode == 1 and "pool-not-granted" in refused.stderr
     assert "Traceback" not in refused.stderr
+    assert _heartbeat(host, session_id, offset=400)["action"] == "continue"
 
     # cross RefuseAfter (30 min): a loud, typed refusal carrying revision, age and bound
     expired = _claim(host, "pool-a", offset=1900)
     assert expired.returncode == 1
     assert "org_a1b2c3@2" in expired.stderr and "RefuseAfter (1800s)" in expired.stderr
     assert _status(host, offset=1900)["snapshot"]["state"] == "expired"
+    # ...while the admitted session continues: only new claims refuse
+    past = _heartbeat(host, session_id, offset=1900)
+    assert (past["action"], past["state"], past["grantRevoked"]) == ("continue", "open", False)
 
-    # restore: the control side recompiles, the endpoint comes back, the next poll advances
+    # restore: the control side recompiles (its org now grants only the batch profile, so
+    # pool-a is revoked), the endpoint comes back, the next poll advances
     serve, _, serve_ctx = _serve(control, port)
-    rensei("policy", "save", str(EXAMPLES / "policies.json"), "--home", str(control))
+    restored = json.loads(json.dumps(ORG))
+    restored["capacityProfiles"]["grants"] = [{"profile": "batch"}]
+    org_file.write_text(json.dumps(restored))
+    rensei("org", "load", str(org_file), "--home", str(control))
     with background("host", "run", "--interval", "0.2", "--jitter", "0", "--home", str(host)):
         _wait_for(lambda: _status(host)["snapshot"]["rulesetRev"] == "org_a1b2c3@3")
     assert _status(host)["lastFetch"]["ok"] is True
     _stop(serve, serve_ctx, secret)
+    # the session on the revoked pool learns it on its next heartbeat, and by its `finish`
+    # policy keeps running until its work ends
+    told = _heartbeat(host, session_id)
+    assert (told["grantRevoked"], told["revokedRev"], told["action"]) == (
+        True,
+        "org_a1b2c3@3",
+        "continue",
+    )
+    rensei("host", "session", "end", session_id, "--home", str(host))
 
     # every claim decision is in the host's audit log with its snapshot fields, and it verifies
     rensei("audit", "verify", "--home", str(host))
-    tail = json.loads(rensei("audit", "tail", "-n", "20", "--json", "--home", str(host)).stdout)
+    tail = json.loads(rensei("audit", "tail", "-n", "50", "--json", "--home", str(host)).stdout)
     claims = [r["payload"] for r in tail if r["payload"].get("record_type") == "claim-decision"]
     assert [(c["pool_id"], c["admitted"], c["reason"]) for c in claims] == [
         ("pool-a", True, "granted"),
@@ -227,3 +278,14 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
         ("pool-a", False, "snapshot-expired"),
     ]
     assert all({"rulesetRev", "snapshotAgeMs", "degraded"} <= set(c) for c in claims)
+    assert claims[0]["receipt"]["receiptId"] == json.loads(receipt.read_text())["receiptId"]
+    moves = [
+        (r["payload"]["from"], r["payload"]["to"], r["payload"]["reason"])
+        for r in tail
+        if r["payload"].get("record_type") == "session-transition"
+    ]
+    assert moves == [
+        ("none", "open", "started"),
+        ("open", "open", "grant-revoked"),
+        ("open", "ended", "ended"),
+    ]

@@ -26,7 +26,10 @@ DEFAULT_HOME = ".rensei"
 #: Every built-in command: the modules (under ``rensei_routing.cli``) that define it, in import
 #: order, and its short help as listed by ``rensei --help``.
 BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
-    "audit": (("audit",), "The hash-chained decision log: verify, checkpoint, export, show, tail."),
+    "audit": (
+        ("audit", "replay"),
+        "The hash-chained decision log: verify, replay, checkpoint, export, show, tail.",
+    ),
     "authorize": (
         ("authorize",),
         "Explain one authorization against the host's cached snapshot: the snapshot grant check "
@@ -43,7 +46,11 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "Resolve every context of a JSON Lines file against ONE snapshot; one JSON decision a "
         "line.",
     ),
-    "host": (("host",), "The host's verified snapshot cache: trust, sync, run, status, claim."),
+    "host": (
+        ("host", "sessions"),
+        "The host's verified snapshot cache: trust, sync, run, status, claim; receipts and "
+        "sessions.",
+    ),
     "init": (
         ("init",),
         "Create the home, its SQLite store, the host signing key and the snapshot endpoint's "

@@ -65,7 +65,7 @@ _SEQ = click.IntRange(min=0, max=_MAX_INT64)
 
 @cli.group(name="audit")
 def audit() -> None:
-    """The hash-chained decision log: verify, checkpoint, export, show, tail."""
+    """The hash-chained decision log: verify, replay, checkpoint, export, show, tail."""
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from ..core.snapshot.authz import (
     BUILTIN_AUTHORIZER,
 )
 from ..core.snapshot.freshness import format_age
+from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
 from ..errors import KeyFormatError, SnapshotError
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
@@ -115,7 +116,8 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
 
 @cli.group(name="host")
 def host() -> None:
-    """The host's verified snapshot cache: trust, sync, run, status, claim."""
+    """The host's verified snapshot cache: trust, sync, run, status, claim; receipts and
+    sessions."""
 
 
 @host.command(name="trust")
@@ -231,24 +233,67 @@ def host_status(home: Path, json_: bool) -> None:
 @host.command(name="claim")
 @click.option("--pool", "pool_id", required=True, help="The pool to claim capacity in.")
 @click.option("--project", default=None, help="The claiming project (checked against grants).")
+@click.option(
+    "--lease",
+    "lease_s",
+    type=click.IntRange(min=1, max=MAX_LEASE_MS // 1000),
+    default=DEFAULT_LEASE_MS // 1000,
+    show_default=True,
+    help="Seconds a session under the receipt lives without a heartbeat.",
+)
+@click.option(
+    "--receipt",
+    "receipt_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the admission receipt (signed by this host's key) to this file.",
+)
 @home_option
 @json_option
-def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> None:
+def host_claim(
+    pool_id: str,
+    project: str | None,
+    lease_s: int,
+    receipt_file: Path | None,
+    home: Path,
+    json_: bool,
+) -> None:
     """Re-check a claim's permission against the cached snapshot (the grant check AND every
-    plugin authorizer); record the decision in the audit log. Exit 0 admitted, 1 refused (not
-    granted, not authorized, expired snapshot, ...)."""
-    from ..host.claims import claim_payload, claim_request, decide_cached, record
+    plugin authorizer); record the decision in the audit log. An admitted claim gets an
+    admission receipt, signed by this host's key, for `rensei host session start`. Exit 0
+    admitted, 1 refused (not granted, not authorized, expired snapshot, ...)."""
+    from ..files import atomic_write
+    from ..host.claims import claim_payload, claim_request, decide_cached
+    from ..host.sessions import HostSessions
     from ._store import home_of
 
+    if receipt_file is not None and not receipt_file.parent.is_dir():
+        raise CommandError(f"--receipt {receipt_file}: {receipt_file.parent} is not a directory")
     h = home_of(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
     moment = now()
-    decision = decide_cached(
-        host_cache(home), claim_request(pool_id, project), moment, session().authorization
-    )
+    cache = host_cache(home)
+    request = claim_request(pool_id, project)
+    decision = decide_cached(cache, request, moment, session().authorization)
     payload = claim_payload(decision, pool_id, project)
     reason, detail = payload["reason"], payload["detail"]
-    record(h, payload, moment)
+    with HostSessions(h, cache, redactor=session().redactor()) as sessions:
+        receipt = (
+            sessions.issue(
+                decision,
+                pool=pool_id,
+                project=project,
+                admitted_at=moment,
+                lease_ms=lease_s * 1000,
+            )
+            if decision.allowed
+            else None
+        )
+        sessions.record_claim(payload, moment, receipt)
+    if receipt is not None:
+        payload = {**payload, "receipt": receipt.to_dict()}
+        if receipt_file is not None:
+            atomic_write(receipt_file, receipt.to_bytes(), mode=0o600)
     if decision.reason == "snapshot-expired":
         raise CommandError(decision.detail)
     if decision.reason == "snapshot-unavailable":
@@ -268,6 +313,9 @@ def host_claim(pool_id: str, project: str | None, home: Path, json_: bool) -> No
         if len(decision.outcomes) > 1:
             for line in outcome_lines(decision):
                 emit(printable(line))
+        if receipt is not None:
+            where = f" -> {receipt_file}" if receipt_file is not None else ""
+            emit(printable(f"receipt {receipt.receipt_id} (lease {lease_s}s){where}"))
     if not decision.allowed:
         if decision.authorizer in (None, BUILTIN_AUTHORIZER):
             raise CommandError(f"claim refused: {reason} {detail}".rstrip())

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-from ..core.audit.chain import format_timestamp
 from ..core.snapshot.authz import (
     BUILTIN_AUTHORIZER,
     AuthorizationDecision,
@@ -23,6 +22,7 @@ from ..core.snapshot.authz import (
 )
 from ..core.snapshot.freshness import Freshness
 from ..core.snapshot.postures import DecisionClass
+from ..core.timestamps import format_timestamp
 from ..errors import ExpiredError, SnapshotError
 from ..store.audit import AuditLog
 from ..store.home import Home

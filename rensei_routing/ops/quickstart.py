@@ -25,7 +25,7 @@ from ..control.snapshots import (
     serve_token_path,
     snapshot_service,
 )
-from ..core.audit.chain import VerifyResult, format_timestamp
+from ..core.audit.chain import VerifyResult
 from ..core.audit.note import Checkpoint
 from ..core.redact import Redactor
 from ..core.routing.policy import PolicySnapshot
@@ -35,6 +35,7 @@ from ..core.shadow.spawn import Spawn
 from ..core.shadow.whatif import WhatIfSummary
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
+from ..core.timestamps import format_timestamp
 from ..errors import InputError
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once

@@ -231,6 +231,20 @@ class AuditLog:
         encoded = [encode_payload(p, redactor) for p in payloads]
         return self._append(encoded, recorded_at)[0]
 
+    def append_within(
+        self, change: Callable[[apsw.Connection], Iterable[Any]], *, recorded_at: str
+    ) -> AppendResult:
+        """Run ``change(conn)`` inside the append's write transaction and append the payloads
+        it returns: a state change kept in this database (a session's, say) and the records
+        of it commit together, or neither does. Whatever ``change`` raises rolls both back and
+        propagates (an ``apsw.Error`` as a ``StoreError``). When ``change`` returns nothing, the
+        change commits alone (``count`` 0, no ``head_hash``).
+
+        Raises:
+            MalformedError, CanonicalEncodingError, StoreError: nothing was written.
+        """
+        return self._append((), recorded_at, within=change)[0]
+
     def append_encoded(self, encoded: Iterable[bytes], *, recorded_at: str) -> AppendResult:
         """Append payloads already in their stored form (``encode_payload`` with this log's
         redactor: the caller vouches for that) in one transaction, streaming: ``encoded`` is
@@ -244,10 +258,16 @@ class AuditLog:
         return self._append(encoded, recorded_at, keep=False)[0]
 
     def _append(
-        self, encoded: Iterable[bytes], recorded_at: str, *, keep: bool = True
+        self,
+        encoded: Iterable[bytes],
+        recorded_at: str,
+        *,
+        keep: bool = True,
+        within: Callable[[apsw.Connection], Iterable[Any]] | None = None,
     ) -> tuple[AppendResult, list[tuple[int, str, str, str, str, bytes]]]:
-        """Link and insert ``encoded`` after the head in one transaction, a chunk at a time;
-        the rows are returned only with ``keep``."""
+        """Link and insert ``encoded`` (or what ``within(conn)`` returns, run first inside the
+        transaction) after the head in one transaction, a chunk at a time; the rows are
+        returned only with ``keep``."""
         check_timestamp(recorded_at)
         conn = self._write_conn()
         kept: list[tuple[int, str, str, str, str, bytes]] = []
@@ -255,6 +275,10 @@ class AuditLog:
         try:
             compress = self._codec(conn).compress
             with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
+                if within is not None:
+                    encoded = [encode_payload(p, self._redactor) for p in within(conn)]
+                    if not encoded:  # the change alone (a heartbeat): nothing to link
+                        return AppendResult(first_seq=0, count=0, head_hash=""), kept
                 head = conn.execute(_HEAD).fetchone()
                 first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
                 it = iter(encoded)

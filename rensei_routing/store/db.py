@@ -108,6 +108,37 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     # 3: the zstd dictionaries audit payloads are compressed with (issue 11; see .codec). Rows
     #    written before stay as they are (canonical bytes) and read the same.
     migrate_dictionaries,
+    # 4: admission receipts issued by this host and the sessions running under them (issue
+    #    24; see .sessions).
+    """
+    CREATE TABLE receipts(
+        receipt_id TEXT PRIMARY KEY,
+        pool TEXT NOT NULL,
+        project TEXT,
+        ruleset_rev TEXT NOT NULL,
+        admitted_ms INTEGER NOT NULL,
+        lease_ms INTEGER NOT NULL,
+        body BLOB NOT NULL
+    ) STRICT;
+    CREATE TABLE sessions(
+        session_id TEXT PRIMARY KEY,
+        receipt_id TEXT NOT NULL UNIQUE REFERENCES receipts(receipt_id),
+        pool TEXT NOT NULL,
+        project TEXT,
+        ruleset_rev TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('open', 'ended', 'expired')),
+        on_revoke TEXT NOT NULL CHECK (on_revoke IN ('finish', 'drain')),
+        started_ms INTEGER NOT NULL,
+        heartbeat_ms INTEGER NOT NULL,
+        lease_ms INTEGER NOT NULL CHECK (lease_ms > 0),
+        expires_ms INTEGER NOT NULL,
+        ended_ms INTEGER,
+        end_reason TEXT,
+        revoked_rev TEXT
+    ) STRICT;
+    CREATE INDEX sessions_by_expiry ON sessions(state, expires_ms);
+    CREATE INDEX sessions_by_project ON sessions(project, state);
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -1,0 +1,79 @@
+"""``rensei audit replay``: every recorded decision decided again from its stored inputs
+(:mod:`rensei_routing.ops.replay` owns the rules; this module parses and prints). Attached to
+the ``audit`` group.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ._output import emit, note, printable
+from ._root import CommandError, echo_json, home_option, json_option
+from ._session import session
+from .audit import audit
+
+_SEQ = click.IntRange(min=0, max=2**63 - 1)
+
+
+class ReplayMismatchError(CommandError):
+    """A replayed decision disagreed with its record: exit 1."""
+
+    exit_code = 1
+
+
+@audit.command(name="replay")
+@click.option("--since", type=_SEQ, default=0, show_default=True, help="The first seq to replay.")
+@home_option
+@json_option
+def audit_replay(since: int, home: Path, json_: bool) -> None:
+    """Re-run the resolver on every recorded decision's stored context against the policy
+    revision it cites (and every claim's grant check against its snapshot), and check outcome,
+    reason, policy, account, model and decision id. Exit 0 when every replayed decision
+    matched (unreplayable records are reported, not failures), 1 on any mismatch."""
+    from ..ops.replay import Sources, replay_chain
+    from ..store.audit import AuditLog
+    from ._store import home_of
+
+    h = home_of(home)
+    vocabulary = session().vocabulary()
+    redactor = session().redactor()
+    with AuditLog.open(h, redactor=redactor) as log:
+        total = max(0, log.count() - since)
+        show = sys.stderr.isatty() and total > 0
+        bar = click.progressbar(length=total, label="replaying", file=sys.stderr) if show else None
+        seen = [since]
+
+        def progress(seq: int) -> None:
+            if bar is not None:
+                bar.update(max(0, seq - seen[0]))
+                seen[0] = max(seen[0], seq)
+
+        try:
+            summary = replay_chain(
+                log,
+                Sources(h, vocabulary=vocabulary),
+                since=since,
+                vocabulary=vocabulary,
+                redactor=redactor,
+                progress=progress,
+            )
+        finally:
+            if bar is not None:
+                bar.render_finish()
+    if json_:
+        echo_json(summary.to_dict())
+    else:
+        for line in summary.lines():
+            emit(printable(line))
+    if not summary.ok:
+        assert summary.first_mismatch is not None
+        seq, field_name = summary.first_mismatch
+        raise ReplayMismatchError(
+            f"{summary.mismatched:,} replayed decision(s) disagree with their records "
+            f"(first: seq {seq}, field {field_name})"
+        )
+    if not summary.replayed:
+        note("note: nothing was replayed")

@@ -1,0 +1,369 @@
+"""``rensei audit replay``: a log that proves its decisions, not only its bytes.
+
+Every recorded routing decision is resolved again from its stored context against the policy
+revision it cites, and must agree on outcome, reason, policy, account, model and decision id;
+every recorded claim's grant check is run again against the snapshot it cites. Where the policies
+come from: a decision stamped with a ``rulesetRev`` was resolved against a cached ruleset
+snapshot, so its policy bundle is looked up in the snapshots this home holds (the host cache's,
+the control side's history); an unstamped one against the home's policy revision history. A
+revision that is present but no longer the one the record cites (another content hash) or no
+longer loads is a mismatch, since the history changed under the record; a revision this home never
+held is ``unreplayable: revision N absent``; a redacted context that no longer decides the same is
+``unreplayable: redacted input``, never a match and never tampering.
+
+Never writes. Memory stays flat: records stream in pages, each policy set has one resolver
+stream (its memos warm for the whole replay), and bounded caches keep what repeats (a repeated
+context is resolved once; a repeated decision's fields are parsed once).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..core._parse import STRICT_DECODER
+from ..core.audit.chain import AuditRecord
+from ..core.audit.replay import (
+    CLAIM,
+    CLAIM_FIELDS,
+    DECISION,
+    DECISION_FIELDS,
+    ReplaySummary,
+    claim_of,
+    decision_of,
+    first_difference,
+    is_redacted,
+    quick_decision,
+)
+from ..core.redact import DEFAULT_REDACTOR, MARKER_PREFIX, Redactor
+from ..core.routing._quick_members import Memo
+from ..core.routing.context import RouteContext, quick_context
+from ..core.routing.policy import PolicySnapshot
+from ..core.routing.resolver import explain_iter
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.shadow.whatif import stored_context_text
+from ..core.snapshot.envelope import RulesetSnapshot
+from ..core.snapshot.postures import ClaimGate
+from ..errors import InputError, NotFoundError, RenseiRoutingError
+from ..host.cache import HostCache
+from ..store.audit import AuditLog
+from ..store.home import Home
+from ..store.policies import PolicyStore
+
+__all__ = ["CACHE_SIZE", "Sources", "replay_chain"]
+
+#: Replayed decisions kept for repeated contexts.
+CACHE_SIZE: Final = 20_000
+
+_ABSENT: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A policy set to replay against, or why there is none (``problem``: a mismatch field, or
+    an unreplayable reason)."""
+
+    snapshot: PolicySnapshot | None
+    state: str = "ok"
+    mismatch: str | None = None
+    unreplayable: str | None = None
+
+
+class Sources:
+    """Where a home's policy revisions and ruleset snapshots are looked up (read-only)."""
+
+    def __init__(self, home: Home, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY) -> None:
+        self._home = home
+        self._vocabulary = vocabulary
+        self._found: dict[tuple[str, int, str], _Found] = {}
+        self._snapshots: dict[str, RulesetSnapshot | None] = {}
+
+    def policies(self, revision: int, content_hash: str, ruleset_rev: str | None) -> _Found:
+        """The policy set a decision cites (its revision and its ``snapshot_hash``)."""
+        key = (ruleset_rev or "", revision, content_hash)
+        found = self._found.get(key)
+        if found is None:
+            found = self._lookup(revision, content_hash, ruleset_rev)
+            self._found[key] = found
+        return found
+
+    def _lookup(self, revision: int, content_hash: str, ruleset_rev: str | None) -> _Found:
+        empty = PolicySnapshot.empty()
+        if revision == 0 and empty.content_hash == content_hash:
+            return _Found(empty)  # nothing stored yet (absent) or a store that did not load
+        if ruleset_rev is not None:
+            snap = self.snapshot(ruleset_rev)
+            if snap is None:
+                return _Found(None, unreplayable=f"snapshot {ruleset_rev} absent")
+            try:
+                bundle = PolicySnapshot.from_dict(
+                    snap.sections.get("policyBundle"),
+                    path="policyBundle",
+                    vocabulary=self._vocabulary,
+                )
+            except InputError:
+                return _Found(None, mismatch="policy_revision")
+            if (bundle.revision, bundle.content_hash) != (revision, content_hash):
+                return _Found(None, mismatch="snapshot_hash")
+            return _Found(bundle, bundle.state())
+        try:
+            with closing(self._home.connect(write=False)) as conn:
+                loaded = PolicyStore(conn, vocabulary=self._vocabulary).load(revision)
+        except NotFoundError:
+            return _Found(None, unreplayable=f"revision {revision} absent")
+        if loaded.state != "ok":
+            return _Found(None, mismatch="policy_revision")  # the stored revision was damaged
+        if loaded.snapshot.content_hash != content_hash:
+            return _Found(None, mismatch="snapshot_hash")  # the history changed under the record
+        return _Found(loaded.snapshot)
+
+    def snapshot(self, ruleset_rev: str) -> RulesetSnapshot | None:
+        """The verified ruleset snapshot ``ruleset_rev`` this home holds: the host cache's copy
+        or the control side's stored one."""
+        if ruleset_rev in self._snapshots:
+            return self._snapshots[ruleset_rev]
+        found: RulesetSnapshot | None = None
+        try:
+            held = HostCache(self._home.path / "host").load()
+        except RenseiRoutingError:
+            held = None
+        if held is not None and held.ruleset_rev == ruleset_rev:
+            found = held
+        else:
+            found = self._control_snapshot(ruleset_rev)
+        self._snapshots[ruleset_rev] = found
+        return found
+
+    def _control_snapshot(self, ruleset_rev: str) -> RulesetSnapshot | None:
+        from .. import signing
+        from ..store.snapshots import SnapshotStore
+
+        org, _, rev = ruleset_rev.rpartition("@")
+        if not rev.isdigit():
+            return None
+        try:
+            info = self._home.info()
+            if info.org != org:
+                return None
+            with closing(self._home.connect(write=False)) as conn:
+                return SnapshotStore(conn, org_id=org).load(
+                    revision=int(rev), lookup=signing.key_lookup([self._home.public_key()])
+                )
+        except RenseiRoutingError:
+            return None
+
+
+class _Resolver:
+    """One resolver stream (:func:`explain_iter`) per policy set, fed one context at a time, so
+    its memos stay warm across the whole replay."""
+
+    def __init__(
+        self, found: _Found, vocabulary: Vocabulary, redactor: Redactor
+    ) -> None:
+        assert found.snapshot is not None
+        self._slot: list[RouteContext] = []
+        self._stream = explain_iter(
+            self._feed(),
+            found.snapshot,
+            snapshot_state=found.state,
+            vocabulary=vocabulary,
+            redactor=redactor,
+        )
+
+    def _feed(self) -> Iterator[RouteContext]:
+        while True:
+            yield self._slot.pop()
+
+    def decide(self, context: RouteContext) -> dict[str, Any]:
+        self._slot.append(context)
+        decision = next(self._stream)
+        return {name: getattr(decision, name) for name in DECISION_FIELDS}
+
+
+class _Texts:
+    """Parsed JSON texts, each distinct one parsed once (bounded)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, Any] = {}
+
+    def __call__(self, text: str) -> Any:
+        found = self._seen.get(text, _ABSENT)
+        if found is _ABSENT:
+            found = _loads(text)
+            if len(self._seen) >= CACHE_SIZE:
+                self._seen.clear()
+            self._seen[text] = found
+        return found
+
+
+def replay_chain(
+    log: AuditLog,
+    sources: Sources,
+    *,
+    since: int = 0,
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    redactor: Redactor = DEFAULT_REDACTOR,
+    progress: Callable[[int], None] | None = None,
+) -> ReplaySummary:
+    """Replay every record with ``seq >= since``; ``progress(seq)`` every 1,000 records.
+
+    Raises:
+        StoreError: the log cannot be read.
+    """
+    summary = ReplaySummary()
+    replayed: OrderedDict[tuple[int, str], dict[str, Any]] = OrderedDict()
+    resolvers: dict[int, _Resolver] = {}
+    memo: Memo = {}
+    texts = _Texts()
+    for record in log.records(start=since):
+        if progress is not None and record.seq % 1_000 == 0:
+            progress(record.seq)
+        text = _text(record)
+        recorded = _recorded(record.seq, text, texts, sources, summary)
+        if recorded is None:
+            continue
+        assert text is not None
+        kind, fields, found = recorded
+        # The context's stored text keys the cache, found without parsing it (a repeated
+        # context is neither parsed nor resolved again); a payload whose text does not show it
+        # (not canonical) is keyed by the parsed context's own canonical text.
+        context_text = stored_context_text(text)
+        redacted = MARKER_PREFIX in (text if context_text is None else context_text)
+        key = (id(found), context_text or "")
+        decided = replayed.get(key) if context_text is not None else None
+        if decided is None:
+            context_doc = _context_doc(fields, context_text)
+            if redacted:
+                redacted = is_redacted(context_doc) if isinstance(context_doc, Mapping) else False
+            try:
+                context = None if redacted else quick_context(context_doc, vocabulary, memo)
+                context = context or RouteContext.from_dict(
+                    context_doc,
+                    path=f"audit[{record.seq}].context",
+                    vocabulary=vocabulary,
+                    redacted=redacted,
+                )
+            except InputError:
+                summary.cannot(record.seq, "unreadable context")
+                continue
+            resolver = resolvers.get(id(found))
+            if resolver is None:
+                resolver = resolvers[id(found)] = _Resolver(found, vocabulary, redactor)
+            decided = resolver.decide(context)
+            if context_text is not None:
+                replayed[key] = decided
+                if len(replayed) > CACHE_SIZE:
+                    replayed.popitem(last=False)
+        field_name = first_difference(fields, decided, DECISION_FIELDS)
+        if field_name is None:
+            summary.match(kind)
+        elif redacted:
+            summary.cannot(record.seq, "redacted input")
+        else:
+            summary.mismatch(record.seq, kind, field_name)
+    return summary
+
+
+def _recorded(
+    seq: int, text: str | None, texts: _Texts, sources: Sources, summary: ReplaySummary
+) -> tuple[str, Mapping[str, Any], _Found] | None:
+    """The record's decision (kind, its fields, the policy set it cites), or ``None`` when the
+    record was counted otherwise (a claim replayed, skipped, unreadable, unreplayable)."""
+    if text is None:
+        summary.cannot(seq, "unreadable payload")
+        return None
+    quick = quick_decision(text)
+    fields: Mapping[str, Any]
+    if quick is not None:
+        kind, head, tail = quick
+        first, last = texts(head), texts(tail)
+        if not (isinstance(first, dict) and isinstance(last, dict)):
+            summary.cannot(seq, "unreadable payload")
+            return None
+        fields = {**first, **last}
+        ruleset_rev = fields.get("rulesetRev") if kind == DECISION else None
+    else:
+        payload = _loads(text)
+        if payload is _ABSENT:
+            summary.cannot(seq, "unreadable payload")
+            return None
+        claim = claim_of(payload)
+        if claim is not None:
+            _replay_claim(seq, claim, sources, summary)
+            return None
+        found_decision = decision_of(payload)
+        if found_decision is None:
+            summary.skipped += 1
+            return None
+        kind, fields = found_decision
+        ruleset_rev = payload.get("rulesetRev") if kind == DECISION else None
+    revision, content_hash = fields.get("policy_revision"), fields.get("snapshot_hash")
+    if not (isinstance(revision, int) and isinstance(content_hash, str)):
+        summary.cannot(seq, "no policy revision")
+        return None
+    found = sources.policies(
+        revision, content_hash, ruleset_rev if isinstance(ruleset_rev, str) else None
+    )
+    if found.unreplayable is not None:
+        summary.cannot(seq, found.unreplayable)
+        return None
+    if found.mismatch is not None:
+        summary.mismatch(seq, kind, found.mismatch)
+        return None
+    return kind, fields, found
+
+
+def _context_doc(recorded: Mapping[str, Any], context_text: str | None) -> Any:
+    """The stored context as a document: from the record's explanation when it was parsed,
+    else from its stored text (strictly)."""
+    explanation = recorded.get("explanation")
+    if isinstance(explanation, Mapping):
+        return explanation.get("context")
+    if context_text is None:
+        return None
+    try:
+        return STRICT_DECODER.decode(context_text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _text(record: AuditRecord) -> str | None:
+    try:
+        return record.payload_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _loads(text: str) -> Any:
+    """The stored payload as JSON. Stored payloads are canonical JSON and ``verify`` holds each
+    to the strict reading (no duplicate keys, no constants), so replay reads them with the fast
+    decoder: replay proves decisions, verify proves bytes."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _ABSENT
+
+
+def _replay_claim(
+    seq: int,
+    claim: tuple[str, str | None, str, Mapping[str, Any]],
+    sources: Sources,
+    summary: ReplaySummary,
+) -> None:
+    pool, project, ruleset_rev, recorded = claim
+    snap = sources.snapshot(ruleset_rev)
+    if snap is None:
+        summary.cannot(seq, f"snapshot {ruleset_rev} absent")
+        return
+    result = ClaimGate(snap.sections).check(pool, project)
+    replayed = {"allowed": result.admitted, "reason": result.reason}
+    field_name = first_difference(recorded, replayed, CLAIM_FIELDS)
+    if field_name is None:
+        summary.match(CLAIM)
+    else:
+        summary.mismatch(seq, CLAIM, field_name)
+
