@@ -4,14 +4,22 @@ source configuration, and what the last fetch did.
 Adapter over one directory (``<home>/host``). Every snapshot is verified independently
 (content hash and Ed25519 signature against a trusted key) before it is persisted, an older
 revision or the held revision with another hash is refused, and the on-disk copy is written
-with temp-file-then-rename and re-verified whenever it is loaded. It never reads the clock:
-``now`` is an argument.
+with temp-file-then-rename and re-verified whenever it is loaded. The read of the held copy, the
+succession check and the rename run under an exclusive lock on ``<home>/host/lock`` (``flock``),
+so concurrent syncs and pollers, in any number of processes, never replace a newer revision with
+an older one. It never reads the wall clock: ``now`` is an argument.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
 import json
+import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -36,6 +44,9 @@ _SNAPSHOT: Final = "snapshot.json"
 _STATUS: Final = "status.json"
 _CONFIG: Final = "config.json"
 _TRUSTED: Final = "trusted"
+_LOCK: Final = "lock"
+#: How long an accept waits for another process's accept to finish before giving up.
+LOCK_WAIT_S: Final = 30.0
 _MAX_SMALL_FILE: Final = 1024 * 1024
 
 
@@ -111,8 +122,49 @@ class AcceptResult:
 class HostCache:
     """The snapshot cache in ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, lock_wait_s: float = LOCK_WAIT_S) -> None:
         self.directory = Path(directory)
+        self.lock_wait_s = lock_wait_s
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the cache's exclusive lock (``flock`` on ``<directory>/lock``; released when
+        the process dies, so a killed sync never wedges the next). On a read-only medium no
+        lock can be taken and none is needed: nothing there can be renamed either.
+
+        Raises:
+            SnapshotError: the lock file cannot be opened, or another process held the lock
+                for longer than ``lock_wait_s``.
+        """
+        path = self.directory / _LOCK
+        flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o600)
+        except OSError as e:
+            if e.errno != errno.EROFS:
+                raise SnapshotError(f"cannot open the host cache lock {path}: {e}") from e
+            try:
+                fd = os.open(path, os.O_RDONLY | flags)
+            except OSError:
+                yield  # read-only and never locked: no writer can rename here
+                return
+        try:
+            deadline = time.monotonic() + self.lock_wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise SnapshotError(
+                            f"another process has held the host cache lock {path} for over "
+                            f"{self.lock_wait_s:g}s: try again"
+                        ) from None
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     # -- trusted keys -------------------------------------------------------------------------
 
@@ -187,23 +239,23 @@ class HostCache:
         """
         try:
             snap = verify_snapshot(data, lookup=self.lookup())
-            held = self.load()
-            adopted = check_succession(held, snap)
-            if adopted:
-                self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-                try:
-                    atomic_write(self.snapshot_path, data)
-                except OSError as e:
-                    raise SnapshotError(f"cannot persist the snapshot: {e}") from e
+            with self._exclusive():  # load, succession check and rename: one at a time
+                held = self.load()
+                adopted = check_succession(held, snap)
+                if adopted:
+                    try:
+                        atomic_write(self.snapshot_path, data)
+                    except OSError as e:
+                        raise SnapshotError(f"cannot persist the snapshot: {e}") from e
+                self.record_fetch(
+                    now=now,
+                    source=source,
+                    ok=True,
+                    detail=("adopted " if adopted else "unchanged ") + snap.ruleset_rev,
+                )
         except SnapshotError as e:
             self.record_fetch(now=now, source=source, ok=False, detail=str(e))
             raise
-        self.record_fetch(
-            now=now,
-            source=source,
-            ok=True,
-            detail=("adopted " if adopted else "unchanged ") + snap.ruleset_rev,
-        )
         return AcceptResult(snapshot=snap, adopted=adopted)
 
     # -- ages and status ----------------------------------------------------------------------
