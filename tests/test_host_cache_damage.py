@@ -40,7 +40,7 @@ def signed(revision: int, *, reseal: int = 0, variant: int = 0) -> RulesetSnapsh
     return seal(
         org_id="org_a",
         revision=revision,
-        compiled_at=(NOW + timedelta(minutes=revision * 10 + reseal)).strftime(
+        compiled_at=(NOW - timedelta(hours=2, minutes=-(revision * 10 + reseal))).strftime(
             "%Y-%m-%dT%H:%M:%S.%fZ"
         ),
         sections={"poolHostInventory": {"pools": pools, "hosts": []}},

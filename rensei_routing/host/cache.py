@@ -36,10 +36,11 @@ from ..core.snapshot.envelope import (
     compiled_moment,
     verify_snapshot,
 )
-from ..core.snapshot.freshness import Freshness, FreshnessPolicy
+from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, Freshness, FreshnessPolicy
 from ..errors import (
     ConfigurationError,
     DamagedCacheError,
+    FutureSnapshotError,
     HomeError,
     KeyFormatError,
     RollbackError,
@@ -254,13 +255,18 @@ class HostCache:
         the succession check then runs against the last adopted revision kept in ``held.json``,
         so a damaged copy never lowers the rollback floor.
 
+        A snapshot compiled more than the allowed skew (60 s) after ``now`` is refused before
+        anything is touched: adopted, it would be refused at every claim.
+
         Raises:
-            SnapshotFormatError, SnapshotVerificationError, RollbackError: refused.
+            SnapshotFormatError, SnapshotVerificationError, RollbackError,
+                FutureSnapshotError: refused.
             SnapshotError: the held copy cannot be read or set aside, or the new one cannot be
                 written.
         """
         try:
             snap = verify_snapshot(data, lookup=self.lookup())
+            _refuse_future(snap, now)
             with self._exclusive():  # load, succession check and rename: one at a time
                 record = self._held_record()
                 try:
@@ -417,6 +423,17 @@ class HostCache:
             )
         except OSError as e:
             raise HomeError(f"cannot write host config in {self.directory}: {e}") from e
+
+
+def _refuse_future(snap: RulesetSnapshot, now: datetime) -> None:
+    """Raises: FutureSnapshotError: ``compiledAt`` is later than ``now`` by over the skew."""
+    ahead = compiled_moment(snap) - now
+    if ahead > DEFAULT_MAX_SKEW:
+        raise FutureSnapshotError(
+            f"refusing {snap.ruleset_rev}: compiled {ahead.total_seconds():.1f}s in the future "
+            f"(allowed skew {DEFAULT_MAX_SKEW.total_seconds():.0f}s; is the control side's clock "
+            f"ahead?): the held copy is kept"
+        )
 
 
 def _floor_of(snap: RulesetSnapshot) -> dict[str, Any]:
