@@ -193,6 +193,11 @@ class FutureSnapshotError(SnapshotError):
     """A snapshot's ``compiledAt`` is later than now by more than the allowed clock skew."""
 
 
+class DamagedCacheError(SnapshotError):
+    """The host's cached copy is damaged: it no longer verifies (edited, truncated, its key
+    untrusted) or is oversized. The next valid sync sets it aside and adopts the new one."""
+
+
 # -- plugins ------------------------------------------------------------------------------------
 
 

@@ -168,12 +168,13 @@ def test_oversized_body_is_refused(cache: HostCache, monkeypatch: pytest.MonkeyP
 
 
 def test_newer_revision_and_reseal_are_adopted(cache: HostCache) -> None:
-    assert cache.accept(_snap(revision=5).to_bytes(), now=NOW, source="t").adopted is False
+    later = NOW + timedelta(minutes=5)
+    assert cache.accept(_snap(revision=5).to_bytes(), now=later, source="t").adopted is False
     resealed = _snap(revision=5, minutes=3)
-    assert cache.accept(resealed.to_bytes(), now=NOW, source="t").adopted is True
+    assert cache.accept(resealed.to_bytes(), now=later, source="t").adopted is True
     assert cache.load() == resealed
     newer = _snap(revision=6, minutes=4, sections={"posteriorSummary": {"arms": []}})
-    assert cache.accept(newer.to_bytes(), now=NOW, source="t").adopted is True
+    assert cache.accept(newer.to_bytes(), now=later, source="t").adopted is True
     assert cache.snapshot_path.read_bytes() == newer.to_bytes()
 
 
@@ -252,3 +253,55 @@ def test_sigkill_mid_persist_leaves_the_old_snapshot(cache: HostCache, tmp_path:
     # the next sync succeeds
     assert cache.accept(newer.read_bytes(), now=NOW, source="t").adopted
     assert cache.load() == _snap(revision=8)
+
+
+def test_a_snapshot_compiled_in_the_future_is_refused_at_accept(cache: HostCache) -> None:
+    """Issue 19 #4: a control clock 24 h ahead; adopted, the copy would refuse every claim."""
+    before = cache.snapshot_path.read_bytes()
+    floor = cache.last_adopted()
+    future = _snap(revision=6, minutes=24 * 60)
+    with pytest.raises(FutureSnapshotError, match="in the future"):
+        cache.accept(future.to_bytes(), now=NOW, source="ahead")
+    assert cache.snapshot_path.read_bytes() == before and cache.last_adopted() == floor
+    last = cache.last_fetch()
+    assert last is not None and last["ok"] is False and "future" in last["detail"]
+    snap, _ = cache.current(now=NOW, config=HostConfig())  # claims still answer from the old one
+    assert snap == _snap()
+    # the skew bound is strict: exactly 60 s ahead is adopted, once the clock allows the rest
+    assert cache.accept(_snap(revision=6, minutes=1).to_bytes(), now=NOW, source="t").adopted
+    with pytest.raises(FutureSnapshotError):
+        cache.accept(future.to_bytes(), now=NOW + timedelta(hours=23), source="ahead")
+    assert cache.accept(future.to_bytes(), now=NOW + timedelta(hours=24), source="t").adopted
+
+
+def test_host_sync_refuses_a_future_snapshot_in_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rensei_routing.cli import cli
+
+    home = tmp_path / "h"
+    HostCache(home / "host").trust(KEY.public_key)
+    good = tmp_path / "good.json"
+    good.write_bytes(seal_now(revision=1).to_bytes())
+    assert CliRunner().invoke(cli, ["host", "sync", "--from", str(good), "--home", str(home)])
+    held = (home / "host" / "snapshot.json").read_bytes()
+    ahead = tmp_path / "ahead.json"
+    ahead.write_bytes(seal_now(revision=2, ahead=timedelta(hours=24)).to_bytes())
+    done = CliRunner().invoke(cli, ["host", "sync", "--from", str(ahead), "--home", str(home)])
+    assert done.exit_code == 1 and "in the future" in done.output
+    assert len(done.output.strip().splitlines()) == 1 and "Traceback" not in done.output
+    assert (home / "host" / "snapshot.json").read_bytes() == held
+    status = CliRunner().invoke(cli, ["host", "status", "--home", str(home)]).output
+    assert "Ruleset snapshot: org_a@1" in status and "FAILED" in status
+
+
+def seal_now(*, revision: int, ahead: timedelta = timedelta(0)) -> RulesetSnapshot:
+    moment = datetime.now(UTC) + ahead
+    return seal(
+        org_id="org_a",
+        revision=revision,
+        compiled_at=moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        sections=SECTIONS,
+        signing_key_id=KEY.public_key.key_id,
+        sign=KEY.sign,
+    )

@@ -26,7 +26,7 @@ from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
 from ..errors import KeyFormatError, SnapshotError
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
-from ..host.status import host_status_data, snapshot_line
+from ..host.status import host_status_data, set_aside_lines, snapshot_line
 from ._clock import now
 from ._output import emit, note, printable
 from ._render import denial, outcome_lines
@@ -219,6 +219,8 @@ def host_status(home: Path, json_: bool) -> None:
         note("no snapshot source configured")
         return
     emit(printable(snapshot_line(status)))
+    for line in set_aside_lines(status):
+        emit(printable(line))
     last = status["lastFetch"]
     if last:
         result = "ok" if last.get("ok") else "FAILED"

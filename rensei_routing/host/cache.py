@@ -4,14 +4,24 @@ source configuration, and what the last fetch did.
 Adapter over one directory (``<home>/host``). Every snapshot is verified independently
 (content hash and Ed25519 signature against a trusted key) before it is persisted, an older
 revision or the held revision with another hash is refused, and the on-disk copy is written
-with temp-file-then-rename and re-verified whenever it is loaded. It never reads the clock:
+with temp-file-then-rename and re-verified whenever it is loaded. The read of the held copy, the
+succession check and the rename run under an exclusive lock on ``<home>/host/lock`` (``flock``),
+so concurrent syncs and pollers, in any number of processes, never replace a newer revision with
+an older one. ``held.json`` keeps the last adopted revision (the rollback floor, which survives a
+damaged ``snapshot.json``) and the damaged copies set aside. It never reads the wall clock:
 ``now`` is an argument.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
 import json
+import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,9 +36,17 @@ from ..core.snapshot.envelope import (
     compiled_moment,
     verify_snapshot,
 )
-from ..core.snapshot.freshness import Freshness, FreshnessPolicy
-from ..errors import ConfigurationError, HomeError, KeyFormatError, SnapshotError
-from ..files import atomic_write, read_limited
+from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, Freshness, FreshnessPolicy
+from ..errors import (
+    ConfigurationError,
+    DamagedCacheError,
+    FutureSnapshotError,
+    HomeError,
+    KeyFormatError,
+    RollbackError,
+    SnapshotError,
+)
+from ..files import atomic_write, fsync_dir, read_limited
 
 __all__ = ["AcceptResult", "HostCache", "HostConfig", "host_cache"]
 
@@ -36,6 +54,13 @@ _SNAPSHOT: Final = "snapshot.json"
 _STATUS: Final = "status.json"
 _CONFIG: Final = "config.json"
 _TRUSTED: Final = "trusted"
+_LOCK: Final = "lock"
+_HELD: Final = "held.json"
+#: How many set-aside copies ``held.json`` remembers (the files themselves are never deleted).
+_SET_ASIDE_KEPT: Final = 10
+_FLOOR_FIELDS: Final = ("orgId", "revision", "rulesetRev", "contentHash", "compiledAt")
+#: How long an accept waits for another process's accept to finish before giving up.
+LOCK_WAIT_S: Final = 30.0
 _MAX_SMALL_FILE: Final = 1024 * 1024
 
 
@@ -111,8 +136,49 @@ class AcceptResult:
 class HostCache:
     """The snapshot cache in ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, lock_wait_s: float = LOCK_WAIT_S) -> None:
         self.directory = Path(directory)
+        self.lock_wait_s = lock_wait_s
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the cache's exclusive lock (``flock`` on ``<directory>/lock``; released when
+        the process dies, so a killed sync never wedges the next). On a read-only medium no
+        lock can be taken and none is needed: nothing there can be renamed either.
+
+        Raises:
+            SnapshotError: the lock file cannot be opened, or another process held the lock
+                for longer than ``lock_wait_s``.
+        """
+        path = self.directory / _LOCK
+        flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o600)
+        except OSError as e:
+            if e.errno != errno.EROFS:
+                raise SnapshotError(f"cannot open the host cache lock {path}: {e}") from e
+            try:
+                fd = os.open(path, os.O_RDONLY | flags)
+            except OSError:
+                yield  # read-only and never locked: no writer can rename here
+                return
+        try:
+            deadline = time.monotonic() + self.lock_wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise SnapshotError(
+                            f"another process has held the host cache lock {path} for over "
+                            f"{self.lock_wait_s:g}s: try again"
+                        ) from None
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     # -- trusted keys -------------------------------------------------------------------------
 
@@ -162,49 +228,136 @@ class HostCache:
         """The persisted last known-good snapshot, re-verified; ``None`` when there is none.
 
         Raises:
-            SnapshotError: the copy on disk does not verify any more (e.g. its key was
-                untrusted, or the file was edited).
+            DamagedCacheError: the copy on disk does not verify any more (e.g. its key was
+                untrusted, or the file was edited or truncated).
+            SnapshotError: it cannot be read (an I/O error).
         """
         try:
             data = read_limited(self.snapshot_path, MAX_SNAPSHOT_BYTES)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as e:
+        except ValueError as e:
+            raise DamagedCacheError(f"the cached snapshot is damaged: {e}") from e
+        except OSError as e:
             raise SnapshotError(f"cannot read the cached snapshot: {e}") from e
         try:
             return verify_snapshot(data, lookup=self.lookup())
         except SnapshotError as e:
-            raise SnapshotError(f"the cached snapshot no longer verifies: {e}") from e
+            raise DamagedCacheError(f"the cached snapshot no longer verifies: {e}") from e
 
     def accept(self, data: bytes, *, now: datetime, source: str) -> AcceptResult:
         """Verify ``data`` fully, refuse a rollback, then persist it atomically. The outcome
         (success or the reason for refusal) is recorded for ``status``; on any failure the
         last known-good copy is untouched.
 
+        A held copy that no longer verifies is set aside first (renamed to
+        ``snapshot.json.damaged-<time>``, kept for inspection, listed by :meth:`set_aside`);
+        the succession check then runs against the last adopted revision kept in ``held.json``,
+        so a damaged copy never lowers the rollback floor.
+
+        A snapshot compiled more than the allowed skew (60 s) after ``now`` is refused before
+        anything is touched: adopted, it would be refused at every claim.
+
         Raises:
-            SnapshotFormatError, SnapshotVerificationError, RollbackError: refused.
-            SnapshotError: the held copy cannot be read, or the new one cannot be written.
+            SnapshotFormatError, SnapshotVerificationError, RollbackError,
+                FutureSnapshotError: refused.
+            SnapshotError: the held copy cannot be read or set aside, or the new one cannot be
+                written.
         """
         try:
             snap = verify_snapshot(data, lookup=self.lookup())
-            held = self.load()
-            adopted = check_succession(held, snap)
-            if adopted:
-                self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _refuse_future(snap, now)
+            with self._exclusive():  # load, succession check and rename: one at a time
+                record = self._held_record()
                 try:
-                    atomic_write(self.snapshot_path, data)
-                except OSError as e:
-                    raise SnapshotError(f"cannot persist the snapshot: {e}") from e
+                    held = self.load()
+                except DamagedCacheError as e:
+                    held = None
+                    self._set_aside(record, now=now, reason=str(e))
+                floor = record.get("lastAdopted")
+                if isinstance(floor, dict):
+                    _check_floor(floor, snap)
+                adopted = check_succession(held, snap)
+                if adopted:
+                    try:
+                        atomic_write(self.snapshot_path, data)
+                    except OSError as e:
+                        raise SnapshotError(f"cannot persist the snapshot: {e}") from e
+                kept = snap if adopted else held
+                if kept is not None and floor != _floor_of(kept):
+                    record["lastAdopted"] = _floor_of(kept)
+                    self._write_held_record(record)
+                self.record_fetch(
+                    now=now,
+                    source=source,
+                    ok=True,
+                    detail=("adopted " if adopted else "unchanged ") + snap.ruleset_rev,
+                )
         except SnapshotError as e:
             self.record_fetch(now=now, source=source, ok=False, detail=str(e))
             raise
-        self.record_fetch(
-            now=now,
-            source=source,
-            ok=True,
-            detail=("adopted " if adopted else "unchanged ") + snap.ruleset_rev,
-        )
         return AcceptResult(snapshot=snap, adopted=adopted)
+
+    # -- the rollback floor and the copies set aside -------------------------------------------
+
+    def _held_record(self) -> dict[str, Any]:
+        """``held.json``: ``lastAdopted`` (the floor) and ``setAside``; ``{}`` when absent or
+        unreadable (the floor is then the held copy alone, and is rewritten by the next sync)."""
+        try:
+            value = json.loads(read_limited(self.directory / _HELD, _MAX_SMALL_FILE))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(value, dict):
+            return {}
+        floor = value.get("lastAdopted")
+        if not (isinstance(floor, dict) and _floor_is_valid(floor)):
+            value.pop("lastAdopted", None)
+        if not isinstance(value.get("setAside"), list):
+            value["setAside"] = []
+        return value
+
+    def _write_held_record(self, record: dict[str, Any]) -> None:
+        """Best effort, after the snapshot itself: a floor that cannot be written is one step
+        behind the held copy, never ahead of it."""
+        with contextlib.suppress(OSError):
+            atomic_write(self.directory / _HELD, json.dumps(record, indent=1).encode("utf-8"))
+
+    def _set_aside(self, record: dict[str, Any], *, now: datetime, reason: str) -> None:
+        """Rename the damaged ``snapshot.json`` out of the way (never deleted) and remember it.
+
+        Raises:
+            SnapshotError: it cannot be renamed.
+        """
+        stamp = now.strftime("%Y%m%dT%H%M%SZ")
+        target = self.directory / f"{_SNAPSHOT}.damaged-{stamp}"
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.directory / f"{_SNAPSHOT}.damaged-{stamp}-{n}"
+        try:
+            os.rename(self.snapshot_path, target)
+            fsync_dir(self.directory)
+        except OSError as e:
+            raise SnapshotError(f"cannot set the damaged cached snapshot aside: {e}") from e
+        entry = {"at": format_timestamp(now), "file": target.name, "reason": reason}
+        record["setAside"] = [*record.get("setAside", []), entry][-_SET_ASIDE_KEPT:]
+        self._write_held_record(record)
+
+    def last_adopted(self) -> dict[str, Any] | None:
+        """The last adopted revision (``orgId, revision, rulesetRev, contentHash,
+        compiledAt``): the rollback floor, kept even when ``snapshot.json`` is damaged."""
+        floor = self._held_record().get("lastAdopted")
+        return floor if isinstance(floor, dict) else None
+
+    def set_aside(self) -> list[dict[str, Any]]:
+        """The damaged copies set aside (newest last): ``at``, ``file`` (a name in the cache
+        directory), ``reason``, and ``present`` (whether the file is still there)."""
+        out = []
+        for entry in self._held_record().get("setAside", []):
+            if isinstance(entry, dict) and isinstance(entry.get("file"), str):
+                name = Path(entry["file"]).name
+                out.append({**entry, "present": (self.directory / name).is_file()})
+        return out
 
     # -- ages and status ----------------------------------------------------------------------
 
@@ -270,6 +423,57 @@ class HostCache:
             )
         except OSError as e:
             raise HomeError(f"cannot write host config in {self.directory}: {e}") from e
+
+
+def _refuse_future(snap: RulesetSnapshot, now: datetime) -> None:
+    """Raises: FutureSnapshotError: ``compiledAt`` is later than ``now`` by over the skew."""
+    ahead = compiled_moment(snap) - now
+    if ahead > DEFAULT_MAX_SKEW:
+        raise FutureSnapshotError(
+            f"refusing {snap.ruleset_rev}: compiled {ahead.total_seconds():.1f}s in the future "
+            f"(allowed skew {DEFAULT_MAX_SKEW.total_seconds():.0f}s; is the control side's clock "
+            f"ahead?): the held copy is kept"
+        )
+
+
+def _floor_of(snap: RulesetSnapshot) -> dict[str, Any]:
+    return {
+        "orgId": snap.org_id,
+        "revision": snap.revision,
+        "rulesetRev": snap.ruleset_rev,
+        "contentHash": snap.content_hash,
+        "compiledAt": snap.compiled_at,
+    }
+
+
+def _floor_is_valid(floor: dict[str, Any]) -> bool:
+    return (
+        set(floor) == set(_FLOOR_FIELDS)
+        and isinstance(floor["revision"], int)
+        and not isinstance(floor["revision"], bool)
+        and all(isinstance(floor[k], str) for k in _FLOOR_FIELDS if k != "revision")
+    )
+
+
+def _check_floor(floor: dict[str, Any], candidate: RulesetSnapshot) -> None:
+    """The succession rule of :func:`check_succession` against the last adopted revision.
+
+    Raises:
+        RollbackError: another org, an older revision, or that revision with another hash.
+    """
+    if candidate.org_id != floor["orgId"]:
+        raise RollbackError(
+            f"snapshot is for org {candidate.org_id!r}, the host last adopted {floor['orgId']!r}"
+        )
+    if candidate.revision < floor["revision"]:
+        raise RollbackError(
+            f"refusing {candidate.ruleset_rev}: older than the last adopted {floor['rulesetRev']}"
+        )
+    if candidate.revision == floor["revision"] and candidate.content_hash != floor["contentHash"]:
+        raise RollbackError(
+            f"refusing {candidate.ruleset_rev}: same revision as the last adopted copy with "
+            f"another content hash (equivocation)"
+        )
 
 
 def host_cache(home: Path) -> HostCache:

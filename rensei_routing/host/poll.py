@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from ..core.snapshot.envelope import RulesetSnapshot
-from ..errors import RenseiRoutingError, SnapshotError
+from ..errors import DamagedCacheError, RenseiRoutingError, SnapshotError
 from ..files import read_limited, token_from_file
 from .cache import HostCache, HostConfig
 
@@ -30,6 +30,19 @@ MAX_SOURCE_BYTES: Final = 64 * 1024 * 1024
 def etag_of(snap: RulesetSnapshot) -> str:
     """The entity tag ``rensei serve`` gives the snapshot's bytes."""
     return hashlib.sha256(snap.to_bytes()).hexdigest()
+
+
+def _held_or_none(cache: HostCache) -> RulesetSnapshot | None:
+    """The held copy for ``If-None-Match``; a damaged one asks for the full body (so the
+    accept that follows can set it aside and adopt a valid one).
+
+    Raises:
+        SnapshotError: the held copy cannot be read (an I/O error).
+    """
+    try:
+        return cache.load()
+    except DamagedCacheError:
+        return None
 
 
 def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
@@ -51,7 +64,7 @@ def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
             from .fetch import fetch_snapshot
 
             token = token_from_file(config.token_file or "")
-            held = cache.load()
+            held = _held_or_none(cache)
             result = fetch_snapshot(
                 source, token=token, etag=None if held is None else etag_of(held)
             )

@@ -1,5 +1,6 @@
 """The host cache's status as data: the source, the bounds, the held snapshot with its age and
-state (fresh / degraded / expired / refused), the last fetch; and its ``Ruleset snapshot:`` line.
+state (fresh / degraded / expired / refused), the last adopted revision, the damaged copies set
+aside, the last fetch; and its ``Ruleset snapshot:`` and ``Set aside:`` lines.
 
 Read-only over the cache; the clock is the caller's. Used by ``host status``, the
 ``/api/daemon/routing/config`` endpoint, ``doctor`` and quickstart.
@@ -11,10 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from ..core.snapshot.freshness import format_age
-from ..errors import ExpiredError, SnapshotError
+from ..errors import DamagedCacheError, ExpiredError, SnapshotError
 from .cache import HostCache
 
-__all__ = ["host_status_data", "snapshot_line"]
+__all__ = ["host_status_data", "set_aside_lines", "snapshot_line"]
 
 
 def host_status_data(cache: HostCache, *, now: datetime) -> dict[str, Any]:
@@ -29,12 +30,15 @@ def host_status_data(cache: HostCache, *, now: datetime) -> dict[str, Any]:
         "degradedAfterS": config.degraded_after_s,
         "refuseAfterS": config.refuse_after_s,
         "snapshot": None,
+        "lastAdopted": cache.last_adopted(),
+        "setAside": cache.set_aside(),
         "lastFetch": cache.last_fetch(),
     }
     try:
         snap = cache.load()
     except SnapshotError as e:
         out["error"] = str(e)
+        out["damaged"] = isinstance(e, DamagedCacheError)
         return out
     if snap is None:
         return out
@@ -60,7 +64,20 @@ def snapshot_line(status: dict[str, Any]) -> str:
     """The ``Ruleset snapshot: {org}@{rev} (age 3m12s)`` line of a :func:`host_status_data`."""
     snap = status["snapshot"]
     if snap is None:
-        return "Ruleset snapshot: none cached"
+        error = status.get("error")
+        if error and status.get("damaged"):
+            return (
+                f"Ruleset snapshot: damaged ({error}): refusing to decide from it; the next "
+                f"valid sync sets it aside"
+            )
+        if error:
+            return f"Ruleset snapshot: unreadable ({error}): refusing to decide from it"
+        last = status.get("lastAdopted")
+        aside = [e for e in status.get("setAside") or [] if e.get("present")]
+        notes = ([f"last adopted {last['rulesetRev']}"] if last else []) + (
+            [f"a damaged copy was set aside as {aside[-1]['file']}"] if aside else []
+        )
+        return "Ruleset snapshot: none cached" + (f" ({'; '.join(notes)})" if notes else "")
     age = snap.get("snapshotAgeMs")
     line = f"Ruleset snapshot: {snap['rulesetRev']}"
     if age is not None:
@@ -70,3 +87,12 @@ def snapshot_line(status: dict[str, Any]) -> str:
     elif snap["state"] in ("expired", "refused"):
         line += f" ({snap['state']}: refusing to decide from it)"
     return line
+
+
+def set_aside_lines(status: dict[str, Any]) -> list[str]:
+    """``Set aside: FILE at TIME: REASON``, one per damaged copy still in the cache directory."""
+    return [
+        f"Set aside: {e['file']} at {e.get('at')}: {e.get('reason')}"
+        for e in status.get("setAside") or []
+        if e.get("present")
+    ]
