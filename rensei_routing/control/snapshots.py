@@ -21,8 +21,7 @@ from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError, StoreError
 from ..files import create_private, token_from_file
 from ..store.home import Home
-from ..store.policies import PolicyStore
-from ..store.snapshots import CompileResult, OrgStore, SnapshotStore
+from ..store.snapshots import CompileResult, SnapshotStore
 from .server import SnapshotService
 
 __all__ = [
@@ -51,6 +50,10 @@ def compile_snapshot(
 ) -> CompileResult:
     """Compile and publish the next snapshot of ``home``'s org.
 
+    The policies and org data are read inside the write transaction that allocates the
+    revision (:meth:`SnapshotStore.compile_current`), so a racing ``org load`` or ``policy
+    save`` is either in this revision or in a later one, never lost from a later one.
+
     Raises:
         SnapshotValidationError: a validator failed (nothing published).
         HomeError, StoreError: the home or its database is unusable.
@@ -59,13 +62,8 @@ def compile_snapshot(
     key = home.private_key()
     conn = home.connect(write=True)
     try:
-        loaded = PolicyStore(conn, vocabulary=vocabulary).load()
-        org_revision, org = OrgStore(conn).load()
-        return SnapshotStore(conn, org_id=info.org).compile(
-            policies=loaded.snapshot,
-            policy_state=loaded.state,
-            org=org,
-            org_revision=org_revision,
+        # The inputs are read inside the write transaction that publishes (issue 19 #5).
+        return SnapshotStore(conn, org_id=info.org).compile_current(
             compiled_at=compiled_at,
             signing_key_id=key.public_key.key_id,
             sign=key.sign,

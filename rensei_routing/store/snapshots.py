@@ -23,6 +23,8 @@ from ..core.snapshot.envelope import RulesetSnapshot, check_succession, seal, ve
 from ..core.snapshot.org import OrgData, builtin_validators, compile_sections
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult, run_validators
 from ..errors import InputError, NotFoundError, SnapshotError, SnapshotValidationError, StoreError
+from .db import store_error
+from .policies import PolicyStore
 
 __all__ = ["CompileResult", "OrgStore", "SnapshotInfo", "SnapshotStore"]
 
@@ -120,6 +122,44 @@ class SnapshotStore:
         self._conn = conn
         self.org_id = org_id
 
+    def compile_current(
+        self,
+        *,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Callable[[bytes], bytes],
+        validators: Sequence[SnapshotValidator] = (),
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    ) -> CompileResult:
+        """Compile the home's current policy revision and org data (see :meth:`compile`), read
+        inside the one write transaction that allocates and publishes the revision (``BEGIN
+        IMMEDIATE``, held through the validators): no ``org load`` or ``policy save`` commits
+        between the read and the publish, so revision n+1 is always built from data at least as
+        new as revision n's.
+
+        Raises:
+            SnapshotValidationError, SnapshotError, StoreError: as :meth:`compile`; a lock held
+                past the busy timeout is a ``BusyTimeoutError`` (nothing published).
+        """
+        try:
+            with self._conn:  # a writer's transaction mode is IMMEDIATE: the write lock, now
+                loaded = PolicyStore(self._conn, vocabulary=vocabulary).load()
+                org_revision, org = OrgStore(self._conn).load()
+                result = self.compile(
+                    policies=loaded.snapshot,
+                    policy_state=loaded.state,
+                    org=org,
+                    org_revision=org_revision,
+                    compiled_at=compiled_at,
+                    signing_key_id=signing_key_id,
+                    sign=sign,
+                    validators=validators,
+                    vocabulary=vocabulary,
+                )
+        except apsw.Error as e:  # BEGIN IMMEDIATE or COMMIT itself
+            raise store_error("cannot compile a snapshot", e, self._conn.filename) from e
+        return result
+
     def compile(
         self,
         *,
@@ -136,10 +176,14 @@ class SnapshotStore:
         """Compile the five sections, run the built-in validators and then ``validators`` (the
         plugins'), and publish the next revision signed with ``sign``, all in one write
         transaction. A failing validator (one that finds a problem, raises, or answers the
-        wrong type) publishes nothing.
+        wrong type) publishes nothing. Inputs older than the latest snapshot's (a policy or
+        org-data revision below the one it was built from: data read before a newer compile
+        published) are refused, so a revoked grant never comes back in a later revision; read
+        the inputs in the same transaction with :meth:`compile_current`.
 
         Raises:
             SnapshotValidationError: naming every failing validator and its problems.
+            SnapshotError: the inputs are older than the latest snapshot's (nothing published).
             StoreError: the database could not be written.
         """
         sections = compile_sections(org, policies)
@@ -152,6 +196,16 @@ class SnapshotStore:
             with self._conn:
                 last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
                 revision = 1 if last is None else int(last) + 1
+                built_from = self.compiled_from()
+                if built_from is not None and (
+                    policies.revision < built_from[0] or org_revision < built_from[1]
+                ):
+                    raise SnapshotError(
+                        f"the data moved: revision {revision - 1} was built from policy "
+                        f"revision {built_from[0]} and org data revision {built_from[1]}, "
+                        f"newer than this compile's ({policies.revision}, {org_revision}); "
+                        "nothing published (compile again)"
+                    )
                 snap = seal(
                     org_id=self.org_id,
                     revision=revision,
