@@ -213,3 +213,22 @@ def test_a_directory_holding_only_its_marker_is_recreated(
     (home / MARKER).write_text(json.dumps({"madeBy": "rensei quickstart", "homeId": "c" * 32}))
     done = runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(home)])
     assert "Ruleset snapshot: quickstart@1" in done.stdout, done.output
+
+
+@pytest.mark.parametrize("points_to", ["quickstart-home", "real-dir", "nothing"])
+def test_a_symlinked_home_is_one_line(tmp_path: Path, runner: CliRunner, points_to: str) -> None:
+    target = tmp_path / "target"
+    if points_to == "quickstart-home":
+        runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(target)])
+    elif points_to == "real-dir":
+        target.mkdir()
+        (target / "notes.txt").write_text("keep me")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    before = _tree(target) if target.exists() else None
+    done = runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(link)])
+    assert done.exit_code == 1, done.output
+    assert "is a symbolic link" in done.stderr and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.output
+    assert link.is_symlink()
+    assert (_tree(target) if target.exists() else None) == before

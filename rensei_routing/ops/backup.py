@@ -148,6 +148,23 @@ def verify_home(
     )
 
 
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` (which need not exist) is ``root`` or lies under it, symlinks resolved."""
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _copy_failed(e: OSError) -> BackupError:
+    """One line for a failed copy (``shutil.Error`` carries a list of every failed file)."""
+    detail: object = e
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+        first = e.args[0][0]
+        detail = first[-1] if isinstance(first, tuple) else first
+        detail = f"{detail} (and {len(e.args[0]) - 1} more)" if len(e.args[0]) > 1 else detail
+    elif e.strerror:
+        detail = f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return BackupError(f"cannot copy the home: {detail}")
+
+
 def _staging(target: Path) -> Path:
     """A new private directory beside ``target`` (same file system, so a rename publishes it)."""
     parent = target.absolute().parent
@@ -206,9 +223,17 @@ def backup_home(
     home.info()
     if target.exists() or target.is_symlink():
         raise BackupError(f"refusing to back up into {target}: it exists")
+    if _inside(target, home.path):
+        raise BackupError(
+            f"refusing to back up into {target}: it is inside the home {home.path} "
+            "(the copy would copy itself); choose a directory outside it"
+        )
     staged = _staging(target)
     try:
-        _copy_home(home, staged, include_manifest=False, live=False)
+        try:
+            _copy_home(home, staged, include_manifest=False, live=False)
+        except OSError as e:
+            raise _copy_failed(e) from e
         manifest = verify_home(
             Home(staged),
             created_at=created_at,
@@ -262,9 +287,17 @@ def restore_home(
         live = (target / "rensei.db").exists()
         what = "a live rensei home" if live else "an existing path"
         raise BackupError(f"refusing to restore over {target}: it is {what} (--force replaces it)")
+    if _inside(target, source):
+        raise BackupError(
+            f"refusing to restore into {target}: it is inside the backup {source}; "
+            "choose a home outside it"
+        )
     staged = _staging(target)
     try:
-        _copy_home(Home(source), staged, include_manifest=True, live=True)
+        try:
+            _copy_home(Home(source), staged, include_manifest=True, live=True)
+        except OSError as e:
+            raise _copy_failed(e) from e
         found = verify_home(
             Home(staged), created_at=created_at, source=str(source), vocabulary=vocabulary
         )
