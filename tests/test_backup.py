@@ -147,12 +147,12 @@ def test_restore_refuses_a_copy_that_does_not_verify(
         conn = apsw.Connection(str(backup / "rensei.db"))
         conn.execute("UPDATE audit_records SET payload = ? WHERE seq = 4", (b'{"n":999}',))
         conn.close()
-        expected = "does not verify"
+        expected = "does not match its manifest: rensei.db is sha256:"
     else:
         doc = json.loads((backup / MANIFEST).read_text())
         doc["records"] = 9
         (backup / MANIFEST).write_text(json.dumps(doc))
-        expected = "does not match its manifest"
+        expected = "manifest signature does not verify"
     target = tmp_path / "restored"
     done = runner.invoke(cli, ["restore", str(backup), "--home", str(target)])
     assert done.exit_code == 1
