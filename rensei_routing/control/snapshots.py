@@ -34,6 +34,7 @@ __all__ = [
     "serve_token_path",
     "snapshot_service",
     "source_revisions",
+    "start_snapshots_after",
     "validator_results",
 ]
 
@@ -70,6 +71,21 @@ def compile_snapshot(
             validators=validators,
             vocabulary=vocabulary,
         )
+    finally:
+        conn.close()
+
+
+def start_snapshots_after(home: Home, revision: int) -> None:
+    """Make ``home``'s first snapshot revision ``revision + 1`` (``init --start-after``): the
+    key rotation's new control home takes over the org above every revision its hosts hold.
+
+    Raises:
+        SnapshotError: the home already compiled revisions below ``revision``.
+        HomeError, StoreError: the home or its database is unusable.
+    """
+    conn = home.connect(write=True)
+    try:
+        SnapshotStore(conn, org_id=home.info().org).set_start_after(revision)
     finally:
         conn.close()
 

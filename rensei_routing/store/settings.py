@@ -12,13 +12,23 @@ import apsw
 
 from ..errors import MalformedError, StoreError
 
-__all__ = ["QUICKSTART_ID", "SHADOW_ENABLED", "read_flag", "read_text", "write_flag", "write_text"]
+__all__ = [
+    "QUICKSTART_ID",
+    "SHADOW_ENABLED",
+    "START_AFTER",
+    "read_flag",
+    "read_text",
+    "write_flag",
+    "write_text",
+]
 
 _PREFIX: Final = "setting."
 #: Shadow recording's kill switch (document 001, Consequences); unset means on.
 SHADOW_ENABLED: Final = "shadow_enabled"
 #: The random id ``rensei quickstart`` gave the home it made (also in its marker file).
 QUICKSTART_ID: Final = "quickstart_id"
+#: The snapshot revision a control home's first snapshot follows (``init --start-after``).
+START_AFTER: Final = "snapshot_start_after"
 _TRUE: Final = "true"
 _FALSE: Final = "false"
 

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import apsw
 
@@ -25,8 +25,12 @@ from ..core.snapshot.validators import SnapshotValidator, ValidatorResult, run_v
 from ..errors import InputError, NotFoundError, SnapshotError, SnapshotValidationError, StoreError
 from .db import store_error
 from .policies import PolicyStore
+from .settings import START_AFTER, read_text, write_text
 
 __all__ = ["CompileResult", "OrgStore", "SnapshotInfo", "SnapshotStore"]
+
+#: The largest revision an envelope may carry (``core.snapshot.envelope``'s bound).
+MAX_SNAPSHOT_REVISION: Final = 2**53 - 1
 
 
 def _as_bytes(value: object) -> bytes:
@@ -195,7 +199,7 @@ class SnapshotStore:
         try:
             with self._conn:
                 last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
-                revision = 1 if last is None else int(last) + 1
+                revision = max(0 if last is None else int(last), self.start_after()) + 1
                 built_from = self.compiled_from()
                 if built_from is not None and (
                     policies.revision < built_from[0] or org_revision < built_from[1]
@@ -232,6 +236,48 @@ class SnapshotStore:
         except apsw.Error as e:
             raise StoreError(f"cannot store the compiled snapshot: {e}") from e
         return CompileResult(snapshot=snap, validators=tuple(results))
+
+    def start_after(self) -> int:
+        """The revision this home's snapshots start after (``init --start-after``; 0 unset): a
+        home that takes over an org from another control home (a key rotation) publishes its
+        first snapshot above every revision the hosts hold, so they adopt it as newer.
+
+        Raises:
+            StoreError: unreadable, or the stored value is not a revision (a hand edit).
+        """
+        text = read_text(self._conn, START_AFTER)
+        if text is None:
+            return 0
+        if not text.isdigit() or int(text) > MAX_SNAPSHOT_REVISION - 1:
+            raise StoreError(f"setting {START_AFTER} is not a revision: {text!r}")
+        return int(text)
+
+    def set_start_after(self, revision: int) -> None:
+        """Make the next compiled revision at least ``revision + 1`` (one transaction). Allowed
+        before the first compile, or when the snapshots already reach ``revision``.
+
+        Raises:
+            SnapshotError: ``revision`` is out of range, or this home already published
+                revisions below it (its hosts hold them: a gap now would not be a take-over).
+            StoreError: the database could not be written.
+        """
+        if not 0 <= revision < MAX_SNAPSHOT_REVISION:
+            raise SnapshotError(f"--start-after must be between 0 and {MAX_SNAPSHOT_REVISION - 1}")
+        try:
+            with self._conn:
+                last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
+                if last is not None:
+                    if int(last) >= revision:
+                        return  # already past it
+                    raise SnapshotError(
+                        f"this home already compiled revisions up to {last}; --start-after "
+                        "applies before its first compile (init the new home with it)"
+                    )
+                write_text(self._conn, START_AFTER, str(max(revision, self.start_after())))
+        except apsw.Error as e:
+            raise store_error(
+                "cannot set the first snapshot revision", e, self._conn.filename
+            ) from e
 
     def reseal(
         self,
