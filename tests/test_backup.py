@@ -147,12 +147,12 @@ def test_restore_refuses_a_copy_that_does_not_verify(
         conn = apsw.Connection(str(backup / "rensei.db"))
         conn.execute("UPDATE audit_records SET payload = ? WHERE seq = 4", (b'{"n":999}',))
         conn.close()
-        expected = "does not verify"
+        expected = "does not match its manifest: rensei.db is sha256:"
     else:
         doc = json.loads((backup / MANIFEST).read_text())
         doc["records"] = 9
         (backup / MANIFEST).write_text(json.dumps(doc))
-        expected = "does not match its manifest"
+        expected = "manifest signature does not verify"
     target = tmp_path / "restored"
     done = runner.invoke(cli, ["restore", str(backup), "--home", str(target)])
     assert done.exit_code == 1
@@ -166,3 +166,30 @@ def test_restore_refuses_what_is_not_a_backup(tmp_path: Path, runner: CliRunner)
     done = runner.invoke(cli, ["restore", str(home.path), "--home", str(tmp_path / "x")])
     assert done.exit_code == 1 and "is not a rensei backup" in done.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("inside", ["keys/bk", "host/bk", "bk"])
+def test_backup_inside_the_home_is_one_line(tmp_path: Path, runner: CliRunner, inside: str) -> None:
+    home = _home(tmp_path, runner, records=3)
+    (home.path / "host").mkdir(exist_ok=True)
+    Home(home.path).info()  # a reader's -wal/-shm, as the backup's own read leaves them
+    before = _tree_digest(home.path)
+    names = sorted(p.name for p in home.path.rglob("*"))
+    done = runner.invoke(cli, ["backup", str(home.path / inside)])
+    assert done.exit_code == 1, done.output
+    assert "inside the home" in done.stderr and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.output
+    assert _tree_digest(home.path) == before
+    assert sorted(p.name for p in home.path.rglob("*")) == names  # no staging left behind
+
+
+def test_restore_inside_the_backup_is_one_line(tmp_path: Path, runner: CliRunner) -> None:
+    _home(tmp_path, runner, records=3)
+    backup = tmp_path / "b"
+    assert runner.invoke(cli, ["backup", str(backup)]).exit_code == 0
+    before = _tree_digest(backup)
+    done = runner.invoke(cli, ["restore", str(backup), "--home", str(backup / "keys" / "x")])
+    assert done.exit_code == 1, done.output
+    assert "inside the backup" in done.stderr and done.stderr.count("\n") == 1
+    assert _tree_digest(backup) == before
+    assert not [p for p in backup.rglob("*") if ".partial-" in p.name]

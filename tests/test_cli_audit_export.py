@@ -5,6 +5,10 @@ continues across exports, and names the first record an edit broke."""
 from __future__ import annotations
 
 import json
+import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import apsw
@@ -12,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from rensei_routing.cli import cli
+from rensei_routing.core.audit.archive import MAX_LINE_BYTES
 from rensei_routing.signing import generate
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
@@ -144,3 +149,61 @@ def test_since_past_the_end_and_targets_in_the_home(tmp_path: Path, runner: CliR
     empty = tmp_path / "empty.jsonl"
     assert runner.invoke(cli, ["audit", "export", "--since", "2", str(empty)]).exit_code == 0
     assert empty.read_bytes() == b""
+
+
+def _longest_line(path: Path) -> int:
+    return max(len(line) for line in path.read_bytes().split(b"\n"))
+
+
+def test_a_line_is_read_to_a_bound(
+    tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19 #18: an export line is read to at most MAX_LINE_BYTES; a longer one is refused
+    (exit 3, one line) without reading the rest of it."""
+    _home(tmp_path, runner, 3)
+    export = tmp_path / "a.jsonl"
+    assert runner.invoke(cli, ["audit", "export", str(export)]).exit_code == 0
+    longest = _longest_line(export)
+    monkeypatch.setattr("rensei_routing.cli.audit.MAX_LINE_BYTES", longest)
+    code, out, _ = _verify(runner, "--file", str(export))
+    assert code == 0 and "intact: 3 records" in out  # a line of exactly the bound reads
+    monkeypatch.setattr("rensei_routing.cli.audit.MAX_LINE_BYTES", longest - 1)
+    code, out, err = _verify(runner, "--file", str(export))
+    assert code == 3 and out == ""
+    assert f"line 1 is longer than {longest - 1:,} bytes" in err and err.count("\n") == 1
+
+
+def _verify_limited(path: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``rensei audit verify --file PATH`` in a process whose address space is capped at 1 GiB
+    (memory that grows with the line dies there) and under a timeout."""
+    limit = 1024 * 1024 * 1024
+    return subprocess.run(
+        [sys.executable, "-m", "rensei_routing.cli", "audit", "verify", "--file", path],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "RENSEI_ROUTING_LOAD_PLUGINS": ""},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+
+
+def test_an_over_long_line_in_a_file_is_refused(tmp_path: Path, runner: CliRunner) -> None:
+    _home(tmp_path, runner, 3)
+    export = tmp_path / "a.jsonl"
+    assert runner.invoke(cli, ["audit", "export", str(export)]).exit_code == 0
+    with open(export, "ab") as f:  # a bounded file: one line a byte over the bound, then more
+        f.write(b"x" * (MAX_LINE_BYTES + 1) + b"\n" + export.read_bytes())
+    done = _verify_limited(str(export), tmp_path)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout == "" and done.stderr.count("\n") == 1
+    assert f"line 4 is longer than {MAX_LINE_BYTES:,} bytes" in done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero")
+def test_dev_zero_is_refused_with_memory_bounded(tmp_path: Path) -> None:
+    done = _verify_limited("/dev/zero", tmp_path)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    assert "/dev/zero: line 1 is longer than" in done.stderr

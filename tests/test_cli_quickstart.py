@@ -141,3 +141,94 @@ def test_a_progress_bar_on_a_terminal_and_plain_text_when_piped(tmp_path: Path) 
     out = done.stdout.decode()
     assert "Ruleset snapshot: quickstart@1" in out
     assert "\r" not in out and "\x1b" not in out  # stdout (piped) is plain text
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every entry under ``root``: a file's bytes, a directory's ``None``."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _real_home(tmp_path: Path, runner: CliRunner, org: str = "acme") -> Path:
+    real = tmp_path / "real"
+    examples = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
+    for args in (
+        ["init", "--org", org],
+        ["org", "load", str(examples / "org.json")],
+        ["policy", "save", str(examples / "policies.json")],
+        ["snapshot", "compile"],
+        ["audit", "checkpoint"],
+    ):
+        assert runner.invoke(cli, [*args, "--home", str(real)]).exit_code == 0, args
+    return real
+
+
+@pytest.mark.parametrize("marker", ["text", "random-id", "key-id", "org-quickstart"])
+def test_a_planted_marker_does_not_get_a_real_home_wiped(
+    tmp_path: Path, runner: CliRunner, marker: str
+) -> None:
+    real = _real_home(tmp_path, runner, "quickstart" if marker == "org-quickstart" else "acme")
+    key_id = Home(real).info().key_id
+    if marker == "text":  # an older run's marker, copied into a real home
+        content = "made by `rensei quickstart`; recreated on every run\n"
+    else:
+        home_id = key_id if marker == "key-id" else "ab" * 16
+        content = json.dumps({"madeBy": "rensei quickstart", "homeId": home_id})
+    (real / MARKER).write_text(content)
+    before = _tree(real)
+    done = runner.invoke(cli, ["quickstart", "--home", str(real)])
+    assert done.exit_code == 1, done.output
+    assert "was not made by `rensei quickstart`" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.output
+    assert _tree(real) == before
+    assert Home(real).info().key_id == key_id  # not re-keyed
+
+
+def test_a_quickstart_home_holding_anything_else_is_refused(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    home = tmp_path / "qs"
+    assert runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(home)]).exit_code == 1
+    for extra in ("notes.txt", "keys/bk", "config.toml"):
+        (home / extra).write_text("keep me")
+        before = _tree(home)
+        done = runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(home)])
+        assert done.exit_code == 1 and "was not made by `rensei quickstart`" in done.stderr
+        assert _tree(home) == before
+        (home / extra).unlink()
+    # as made, it is recreated: a new key
+    key_id = Home(home).info().key_id
+    done = runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(home)])
+    assert "Ruleset snapshot: quickstart@1" in done.stdout
+    assert Home(home).info().key_id != key_id
+
+
+def test_a_directory_holding_only_its_marker_is_recreated(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    home = tmp_path / "qs"
+    home.mkdir()
+    (home / MARKER).write_text(json.dumps({"madeBy": "rensei quickstart", "homeId": "c" * 32}))
+    done = runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(home)])
+    assert "Ruleset snapshot: quickstart@1" in done.stdout, done.output
+
+
+@pytest.mark.parametrize("points_to", ["quickstart-home", "real-dir", "nothing"])
+def test_a_symlinked_home_is_one_line(tmp_path: Path, runner: CliRunner, points_to: str) -> None:
+    target = tmp_path / "target"
+    if points_to == "quickstart-home":
+        runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(target)])
+    elif points_to == "real-dir":
+        target.mkdir()
+        (target / "notes.txt").write_text("keep me")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    before = _tree(target) if target.exists() else None
+    done = runner.invoke(cli, ["--no-plugins", "quickstart", "--home", str(link)])
+    assert done.exit_code == 1, done.output
+    assert "is a symbolic link" in done.stderr and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.output
+    assert link.is_symlink()
+    assert (_tree(target) if target.exists() else None) == before

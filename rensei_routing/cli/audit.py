@@ -26,7 +26,7 @@ from pathlib import Path
 import click
 
 from .. import signing
-from ..core.audit.archive import export_line, rows_from_lines
+from ..core.audit.archive import MAX_LINE_BYTES, export_line, rows_from_lines
 from ..core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
@@ -36,7 +36,7 @@ from ..core.audit.chain import (
     note_key_hash,
     verify_chain,
 )
-from ..errors import RenseiRoutingError
+from ..errors import InputError, RenseiRoutingError
 from ..files import atomic_write
 from ..store.audit import AuditLog, read_checkpoint
 from ._output import emit, json_text, note, printable
@@ -167,14 +167,21 @@ def audit_verify(
 
 def _export_lines(files: Sequence[Path]) -> Iterator[str]:
     """The lines of each file in order, split on ``\n`` only; bytes that are not UTF-8 become
-    a line that is not JSON (reported as an unparseable record, not a crash).
+    a line that is not JSON (reported as an unparseable record, not a crash). A line is read
+    to at most :data:`MAX_LINE_BYTES` bytes (memory stays bounded whatever the file holds).
 
     Raises:
+        InputError: a line is longer than :data:`MAX_LINE_BYTES` (not an export; ``/dev/zero``).
         OSError: a file cannot be read.
     """
     for path in files:
         with open(path, "rb") as f:
-            for raw in f:
+            for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                    raise InputError(
+                        f"{path}: line {number:,} is longer than {MAX_LINE_BYTES:,} bytes "
+                        "(not an audit export)"
+                    )
                 try:
                     yield raw.decode("utf-8")
                 except UnicodeDecodeError:

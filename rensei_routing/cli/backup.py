@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..ops.backup import BackupManifest, backup_home, restore_home
+from ..store.audit import read_checkpoint
 from ._clock import now_text
 from ._output import emit, note, printable
 from ._root import cli, echo_json, home_option, json_option
@@ -59,14 +60,27 @@ def _set_aside(target: Path) -> Path:
     help="Replace an existing home (it is renamed to <home>.replaced-<time>, not deleted). "
     "Stop every writer first.",
 )
+@click.option(
+    "checkpoint_files",
+    "--checkpoint",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A checkpoint note FILE kept off the host (`rensei audit checkpoint --output`) that the "
+    "restored chain must hold (repeatable): catches a backup cut short.",
+)
 @home_option
 @json_option
-def restore(src: Path, force: bool, home: Path, json_: bool) -> None:
+def restore(
+    src: Path, force: bool, checkpoint_files: tuple[Path, ...], home: Path, json_: bool
+) -> None:
     """Restore the backup SRC (made by `rensei backup`) as the home. The copy is staged beside
-    the home and verified (chain, checkpoints, every policy revision's hash, the snapshot's
-    signature, and that it matches the backup's manifest) before it takes the home's place;
-    an existing home is refused without --force. Exit 0 restored and verified, 1 otherwise
-    (nothing replaced)."""
+    the home and verified (the manifest's signature by the backup's host key; the database and
+    every other file, keys, host cache, trusted keys and config.toml, against the digests the
+    manifest names; the chain, its checkpoints and each --checkpoint FILE; every policy
+    revision's hash; the snapshot's signature; and that it matches the manifest) before it
+    takes the home's place; an existing home is refused without --force. Exit 0 restored and
+    verified, 1 otherwise (nothing replaced)."""
+    checkpoints = [read_checkpoint(p) for p in checkpoint_files]
     manifest, aside = restore_home(
         src,
         home,
@@ -74,6 +88,7 @@ def restore(src: Path, force: bool, home: Path, json_: bool) -> None:
         created_at=now_text(),
         set_aside=_set_aside,
         vocabulary=session().vocabulary(),
+        checkpoints=checkpoints,
     )
     if aside is not None:
         note(f"the previous home was moved to {aside}")

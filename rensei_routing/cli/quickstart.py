@@ -6,8 +6,10 @@ runs :mod:`rensei_routing.ops.quickstart`'s steps, each the service its command 
 record``, ``policy whatif``, ``audit checkpoint``, ``audit verify``), so the quickstart cannot
 drift from the commands.
 
-The home is recreated on every run: a home this command created carries a marker file and is
-removed first; any other non-empty directory is refused, so a real home is never wiped.
+The home is recreated on every run: a home this command can prove it created (its marker and
+its database record the same random id, and it holds nothing else; see
+:func:`rensei_routing.ops.quickstart.fresh_home`) is removed first; any other non-empty
+directory is refused, so a real home is never wiped.
 """
 
 from __future__ import annotations

@@ -177,7 +177,10 @@ def shadow_report(
                 other += 1
                 continue
             try:
-                report.add(ShadowDecision.from_dict(payload, path=f"audit[{record.seq}]"))
+                # A stored record is read as stored: redaction markers accepted.
+                report.add(
+                    ShadowDecision.from_dict(payload, path=f"audit[{record.seq}]", redacted=True)
+                )
             except InputError:
                 unreadable.append(record.seq)
     if unreadable:

@@ -21,8 +21,7 @@ from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError, StoreError
 from ..files import create_private, token_from_file
 from ..store.home import Home
-from ..store.policies import PolicyStore
-from ..store.snapshots import CompileResult, OrgStore, SnapshotStore
+from ..store.snapshots import CompileResult, SnapshotStore
 from .server import SnapshotService
 
 __all__ = [
@@ -35,6 +34,7 @@ __all__ = [
     "serve_token_path",
     "snapshot_service",
     "source_revisions",
+    "start_snapshots_after",
     "validator_results",
 ]
 
@@ -51,6 +51,10 @@ def compile_snapshot(
 ) -> CompileResult:
     """Compile and publish the next snapshot of ``home``'s org.
 
+    The policies and org data are read inside the write transaction that allocates the
+    revision (:meth:`SnapshotStore.compile_current`), so a racing ``org load`` or ``policy
+    save`` is either in this revision or in a later one, never lost from a later one.
+
     Raises:
         SnapshotValidationError: a validator failed (nothing published).
         HomeError, StoreError: the home or its database is unusable.
@@ -59,19 +63,29 @@ def compile_snapshot(
     key = home.private_key()
     conn = home.connect(write=True)
     try:
-        loaded = PolicyStore(conn, vocabulary=vocabulary).load()
-        org_revision, org = OrgStore(conn).load()
-        return SnapshotStore(conn, org_id=info.org).compile(
-            policies=loaded.snapshot,
-            policy_state=loaded.state,
-            org=org,
-            org_revision=org_revision,
+        # The inputs are read inside the write transaction that publishes (issue 19 #5).
+        return SnapshotStore(conn, org_id=info.org).compile_current(
             compiled_at=compiled_at,
             signing_key_id=key.public_key.key_id,
             sign=key.sign,
             validators=validators,
             vocabulary=vocabulary,
         )
+    finally:
+        conn.close()
+
+
+def start_snapshots_after(home: Home, revision: int) -> None:
+    """Make ``home``'s first snapshot revision ``revision + 1`` (``init --start-after``): the
+    key rotation's new control home takes over the org above every revision its hosts hold.
+
+    Raises:
+        SnapshotError: the home already compiled revisions below ``revision``.
+        HomeError, StoreError: the home or its database is unusable.
+    """
+    conn = home.connect(write=True)
+    try:
+        SnapshotStore(conn, org_id=home.info().org).set_start_after(revision)
     finally:
         conn.close()
 

@@ -9,7 +9,10 @@ own readers and hands them in) and prints nothing; the clock is the caller's.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import secrets
 import shutil
 from collections.abc import Callable, Sequence
 from contextlib import closing
@@ -36,7 +39,7 @@ from ..core.shadow.whatif import WhatIfSummary
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
 from ..core.timestamps import format_timestamp
-from ..errors import InputError
+from ..errors import HomeError, InputError, RenseiRoutingError
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once
 from ..plugins.manager import SeamRegistry
@@ -45,6 +48,7 @@ from ..shadow.whatif import compare_chain
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ..store.policies import PolicyStore
+from ..store.settings import QUICKSTART_ID, read_text, write_text
 from ..store.snapshots import OrgStore
 
 __all__ = [
@@ -63,29 +67,106 @@ QUICKSTART_ORG: Final = "quickstart"
 MARKER: Final = ".rensei-quickstart"
 
 
+#: What a quickstart home holds at its top level (the database's journal files included).
+_HOME_ENTRIES: Final = frozenset(
+    {MARKER, "rensei.db", "rensei.db-wal", "rensei.db-shm", "rensei.db-journal", "keys", "host"}
+)
+#: What its ``keys/`` holds.
+_KEY_FILES: Final = frozenset({"host.key", "host.pub", "serve.token"})
+#: The marker's bound (a JSON object of two short strings).
+_MARKER_MAX: Final = 4096
+_ID: Final = re.compile(r"[0-9a-f]{32}")
+
+
+def _marker_id(path: Path) -> str | None:
+    """The home id a quickstart marker at ``path`` names, or ``None`` when it is not one (a
+    symlink, a planted file of any other content, an older run's plain-text marker)."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MARKER_MAX:
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("madeBy") != "rensei quickstart":
+        return None
+    home_id = doc.get("homeId")
+    return home_id if isinstance(home_id, str) and _ID.fullmatch(home_id) else None
+
+
+def _not_ours(path: Path) -> str | None:
+    """Why the non-empty directory ``path`` is not a home quickstart can prove it made, or
+    ``None`` when it is: its marker names a home id, the home's database records the same id
+    (a ``setting.quickstart_id`` row) for org ``quickstart``, and it holds nothing but what
+    quickstart makes. A marker alone (a run interrupted before init) is also ours."""
+    home_id = _marker_id(path / MARKER)
+    if home_id is None:
+        return "it holds no quickstart marker naming a home id"
+    entries = {e.name for e in path.iterdir()}
+    if entries == {MARKER}:
+        return None
+    if not entries <= _HOME_ENTRIES:
+        return f"it holds {sorted(entries - _HOME_ENTRIES)[0]!r}, which quickstart does not make"
+    keys = path / "keys"
+    if keys.is_symlink() or (keys.exists() and not {e.name for e in keys.iterdir()} <= _KEY_FILES):
+        return "its keys/ holds files quickstart does not make"
+    home = Home(path)
+    if not home.db_path.is_file() or home.db_path.is_symlink():
+        return "it has no database"
+    try:
+        with closing(home.connect(write=False)) as conn:
+            stored = read_text(conn, QUICKSTART_ID)
+        org = home.info().org
+    except RenseiRoutingError as e:
+        return f"its database cannot be read ({e})"
+    if stored != home_id or org != QUICKSTART_ORG:
+        return "its database does not record the marker's home id"
+    return None
+
+
 def fresh_home(path: Path) -> Home:
     """Remove a previous quickstart home at ``path`` and initialise a new one (with its marker).
 
+    Only a home this command can prove it made is removed (see :func:`_not_ours`): the marker
+    holds a random home id that the home's database also records, and the home holds nothing
+    but quickstart data. A planted marker, a real home, a symlink: refused, nothing touched.
+
     Raises:
-        InputError: ``path`` holds something that is not a quickstart home.
+        InputError: ``path`` holds something that is not a quickstart home, or is a symlink.
         HomeError, StoreError: the home cannot be created.
     """
+    if path.is_symlink():
+        raise InputError(
+            f"{path} is a symbolic link; give the quickstart a directory of its own (--home)"
+        )
     if path.exists():
         if not path.is_dir():
             raise InputError(f"{path} exists and is not a directory")
         if any(path.iterdir()):
-            if not (path / MARKER).is_file():
+            why = _not_ours(path)
+            if why is not None:
                 raise InputError(
-                    f"{path} is not empty and was not made by `rensei quickstart`; "
+                    f"{path} is not empty and was not made by `rensei quickstart` ({why}); "
                     "choose another --home (the quickstart recreates its home)"
                 )
-            shutil.rmtree(path)
+            try:
+                shutil.rmtree(path)
+            except OSError as e:
+                raise HomeError(f"cannot remove the old quickstart home {path}: {e}") from e
+    home_id = secrets.token_hex(16)
     # the marker first, so a run interrupted during init leaves a home the next run may recreate
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    (path / MARKER).write_text("made by `rensei quickstart`; recreated on every run\n")
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)
+        (path / MARKER).write_text(
+            json.dumps({"madeBy": "rensei quickstart", "homeId": home_id}) + "\n",
+            encoding="utf-8",
+        )
+    except OSError as e:
+        raise HomeError(f"cannot create the quickstart home {path}: {e.strerror or e}") from e
     home = Home(path)
     home.init(org=QUICKSTART_ORG)
+    with closing(home.connect(write=True)) as conn:
+        write_text(conn, QUICKSTART_ID, home_id)
     return home
 
 

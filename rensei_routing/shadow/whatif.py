@@ -162,8 +162,9 @@ def _contexts(
                             raise InputError("no context") from None
                 # The quick reader with a memo shares the pieces that repeat across the chain
                 # (accounts, routes); the general reader names the field of a bad context.
+                # A stored context is read as stored: ``redacted`` accepts redaction markers.
                 context = quick_context(doc, vocabulary, memo) or RouteContext.from_dict(
-                    doc, path=f"audit[{record.seq}].context", vocabulary=vocabulary
+                    doc, path=f"audit[{record.seq}].context", vocabulary=vocabulary, redacted=True
                 )
                 key = key or context.canonical().decode("utf-8")
                 parsed[key] = context

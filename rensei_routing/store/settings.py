@@ -12,11 +12,23 @@ import apsw
 
 from ..errors import MalformedError, StoreError
 
-__all__ = ["SHADOW_ENABLED", "read_flag", "write_flag"]
+__all__ = [
+    "QUICKSTART_ID",
+    "SHADOW_ENABLED",
+    "START_AFTER",
+    "read_flag",
+    "read_text",
+    "write_flag",
+    "write_text",
+]
 
 _PREFIX: Final = "setting."
 #: Shadow recording's kill switch (document 001, Consequences); unset means on.
 SHADOW_ENABLED: Final = "shadow_enabled"
+#: The random id ``rensei quickstart`` gave the home it made (also in its marker file).
+QUICKSTART_ID: Final = "quickstart_id"
+#: The snapshot revision a control home's first snapshot follows (``init --start-after``).
+START_AFTER: Final = "snapshot_start_after"
 _TRUE: Final = "true"
 _FALSE: Final = "false"
 
@@ -51,6 +63,36 @@ def write_flag(conn: apsw.Connection, name: str, value: bool) -> None:
                 "INSERT INTO meta(key, value) VALUES (?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (_PREFIX + name, _TRUE if value else _FALSE),
+            )
+    except apsw.Error as e:
+        raise StoreError(f"cannot write setting {name}: {e}") from e
+
+
+def read_text(conn: apsw.Connection, name: str) -> str | None:
+    """The stored text of setting ``name``, or ``None`` when it was never set.
+
+    Raises:
+        StoreError: the database cannot be read.
+    """
+    try:
+        value = conn.execute("SELECT value FROM meta WHERE key = ?", (_PREFIX + name,)).fetchone()
+    except apsw.Error as e:
+        raise StoreError(f"cannot read setting {name}: {e}") from e
+    return None if value is None else str(value[0])
+
+
+def write_text(conn: apsw.Connection, name: str, value: str) -> None:
+    """Store setting ``name`` as ``value`` (a writer connection; one transaction).
+
+    Raises:
+        StoreError: the database cannot be written.
+    """
+    try:
+        with conn:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (_PREFIX + name, value),
             )
     except apsw.Error as e:
         raise StoreError(f"cannot write setting {name}: {e}") from e

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import apsw
 
@@ -23,8 +23,14 @@ from ..core.snapshot.envelope import RulesetSnapshot, check_succession, seal, ve
 from ..core.snapshot.org import OrgData, builtin_validators, compile_sections
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult, run_validators
 from ..errors import InputError, NotFoundError, SnapshotError, SnapshotValidationError, StoreError
+from .db import store_error
+from .policies import PolicyStore
+from .settings import START_AFTER, read_text, write_text
 
 __all__ = ["CompileResult", "OrgStore", "SnapshotInfo", "SnapshotStore"]
+
+#: The largest revision an envelope may carry (``core.snapshot.envelope``'s bound).
+MAX_SNAPSHOT_REVISION: Final = 2**53 - 1
 
 
 def _as_bytes(value: object) -> bytes:
@@ -120,6 +126,44 @@ class SnapshotStore:
         self._conn = conn
         self.org_id = org_id
 
+    def compile_current(
+        self,
+        *,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Callable[[bytes], bytes],
+        validators: Sequence[SnapshotValidator] = (),
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    ) -> CompileResult:
+        """Compile the home's current policy revision and org data (see :meth:`compile`), read
+        inside the one write transaction that allocates and publishes the revision (``BEGIN
+        IMMEDIATE``, held through the validators): no ``org load`` or ``policy save`` commits
+        between the read and the publish, so revision n+1 is always built from data at least as
+        new as revision n's.
+
+        Raises:
+            SnapshotValidationError, SnapshotError, StoreError: as :meth:`compile`; a lock held
+                past the busy timeout is a ``BusyTimeoutError`` (nothing published).
+        """
+        try:
+            with self._conn:  # a writer's transaction mode is IMMEDIATE: the write lock, now
+                loaded = PolicyStore(self._conn, vocabulary=vocabulary).load()
+                org_revision, org = OrgStore(self._conn).load()
+                result = self.compile(
+                    policies=loaded.snapshot,
+                    policy_state=loaded.state,
+                    org=org,
+                    org_revision=org_revision,
+                    compiled_at=compiled_at,
+                    signing_key_id=signing_key_id,
+                    sign=sign,
+                    validators=validators,
+                    vocabulary=vocabulary,
+                )
+        except apsw.Error as e:  # BEGIN IMMEDIATE or COMMIT itself
+            raise store_error("cannot compile a snapshot", e, self._conn.filename) from e
+        return result
+
     def compile(
         self,
         *,
@@ -136,10 +180,14 @@ class SnapshotStore:
         """Compile the five sections, run the built-in validators and then ``validators`` (the
         plugins'), and publish the next revision signed with ``sign``, all in one write
         transaction. A failing validator (one that finds a problem, raises, or answers the
-        wrong type) publishes nothing.
+        wrong type) publishes nothing. Inputs older than the latest snapshot's (a policy or
+        org-data revision below the one it was built from: data read before a newer compile
+        published) are refused, so a revoked grant never comes back in a later revision; read
+        the inputs in the same transaction with :meth:`compile_current`.
 
         Raises:
             SnapshotValidationError: naming every failing validator and its problems.
+            SnapshotError: the inputs are older than the latest snapshot's (nothing published).
             StoreError: the database could not be written.
         """
         sections = compile_sections(org, policies)
@@ -151,7 +199,17 @@ class SnapshotStore:
         try:
             with self._conn:
                 last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
-                revision = 1 if last is None else int(last) + 1
+                revision = max(0 if last is None else int(last), self.start_after()) + 1
+                built_from = self.compiled_from()
+                if built_from is not None and (
+                    policies.revision < built_from[0] or org_revision < built_from[1]
+                ):
+                    raise SnapshotError(
+                        f"the data moved: revision {revision - 1} was built from policy "
+                        f"revision {built_from[0]} and org data revision {built_from[1]}, "
+                        f"newer than this compile's ({policies.revision}, {org_revision}); "
+                        "nothing published (compile again)"
+                    )
                 snap = seal(
                     org_id=self.org_id,
                     revision=revision,
@@ -178,6 +236,48 @@ class SnapshotStore:
         except apsw.Error as e:
             raise StoreError(f"cannot store the compiled snapshot: {e}") from e
         return CompileResult(snapshot=snap, validators=tuple(results))
+
+    def start_after(self) -> int:
+        """The revision this home's snapshots start after (``init --start-after``; 0 unset): a
+        home that takes over an org from another control home (a key rotation) publishes its
+        first snapshot above every revision the hosts hold, so they adopt it as newer.
+
+        Raises:
+            StoreError: unreadable, or the stored value is not a revision (a hand edit).
+        """
+        text = read_text(self._conn, START_AFTER)
+        if text is None:
+            return 0
+        if not text.isdigit() or int(text) > MAX_SNAPSHOT_REVISION - 1:
+            raise StoreError(f"setting {START_AFTER} is not a revision: {text!r}")
+        return int(text)
+
+    def set_start_after(self, revision: int) -> None:
+        """Make the next compiled revision at least ``revision + 1`` (one transaction). Allowed
+        before the first compile, or when the snapshots already reach ``revision``.
+
+        Raises:
+            SnapshotError: ``revision`` is out of range, or this home already published
+                revisions below it (its hosts hold them: a gap now would not be a take-over).
+            StoreError: the database could not be written.
+        """
+        if not 0 <= revision < MAX_SNAPSHOT_REVISION:
+            raise SnapshotError(f"--start-after must be between 0 and {MAX_SNAPSHOT_REVISION - 1}")
+        try:
+            with self._conn:
+                last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
+                if last is not None:
+                    if int(last) >= revision:
+                        return  # already past it
+                    raise SnapshotError(
+                        f"this home already compiled revisions up to {last}; --start-after "
+                        "applies before its first compile (init the new home with it)"
+                    )
+                write_text(self._conn, START_AFTER, str(max(revision, self.start_after())))
+        except apsw.Error as e:
+            raise store_error(
+                "cannot set the first snapshot revision", e, self._conn.filename
+            ) from e
 
     def reseal(
         self,

@@ -22,9 +22,13 @@ from .. import _parse as p
 from ..canonical import canonical_bytes
 from .chain import AuditRecord, Row
 
-__all__ = ["EXPORT_KEYS", "export_line", "rows_from_lines"]
+__all__ = ["EXPORT_KEYS", "MAX_LINE_BYTES", "export_line", "rows_from_lines"]
 
 EXPORT_KEYS: Final = ("seq", "recorded_at", "prev_hash", "payload_hash", "record_hash", "payload")
+#: The longest export line a reader accepts (without its ``\n``): 64 MiB, far above any record
+#: the toolkit writes (payloads are decisions and notes of a few KB). A reader reads at most
+#: this much of a line, so a file with no newline (``/dev/zero``) cannot grow it without bound.
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 
 
 def export_line(record: AuditRecord) -> bytes:
@@ -68,7 +72,10 @@ def _row(line: str) -> Row | tuple[str]:
 
 def rows_from_lines(lines: Iterable[str]) -> Iterator[Row | tuple[str]]:
     """Chain rows (``ROW_COLUMNS`` order) of export lines; blank lines are skipped, and a line
-    that is not an export record yields a row the verifier reports as unparseable."""
+    that is not an export record (one longer than :data:`MAX_LINE_BYTES` included) yields a row
+    the verifier reports as unparseable."""
     for line in lines:
-        if line.strip():
+        if len(line) - line.endswith("\n") > MAX_LINE_BYTES:  # characters: as many bytes, or more
+            yield _UNREADABLE
+        elif line.strip():
             yield _row(line)

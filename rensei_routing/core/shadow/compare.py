@@ -332,10 +332,17 @@ class ShadowDecision:
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        cls,
+        data: Any,
+        *,
+        path: p.Path = "",
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redacted: bool = False,
     ) -> ShadowDecision:
         """Read a shadow record back; ``agreed`` and ``divergence`` must be the ones the
-        record's own proposed and actual routes give.
+        record's own proposed and actual routes give. A record read from the audit log is
+        read with ``redacted=True`` (its proposed decision's context may hold redaction
+        markers, see :meth:`RouteDecision.from_dict`).
 
         Raises:
             MalformedError: naming the offending field.
@@ -357,7 +364,9 @@ class ShadowDecision:
         actual = ActualRoute.from_dict(
             d["actual"], path=p.at(path, "actual"), vocabulary=vocabulary
         )
-        proposed = RouteDecision.from_dict(d["proposed"], path=p.at(path, "proposed"))
+        proposed = RouteDecision.from_dict(
+            d["proposed"], path=p.at(path, "proposed"), redacted=redacted
+        )
         divergence = p.choice(
             d["divergence"], p.at(path, "divergence"), DIVERGENCES, what="divergence"
         )
