@@ -477,13 +477,24 @@ def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
 
     Raises:
         PluginError: two plugins register one authorizer name, or a plugin registers a value
-            that is not an Authorizer (or whose prepare is not callable).
+            that is not an Authorizer (or whose prepare is not callable, or whose ``kinds`` is
+            not ``None`` or a tuple of names).
     """
     found: dict[str, Authorizer] = {}
     for plugin, a in _contributions(pm, "register_authorizers", Authorizer):
         if not isinstance(a.name, str) or not a.name or not callable(a.prepare):
             raise PluginError(
                 f"plugin {plugin!r}: an authorizer needs a name and a callable prepare"
+            )
+        kinds = a.kinds
+        if kinds is not None and not (
+            isinstance(kinds, tuple)
+            and kinds
+            and all(isinstance(k, str) and _SEAM_NAME.fullmatch(k) for k in kinds)
+        ):
+            raise PluginError(
+                f"plugin {plugin!r}: authorizer {a.name!r} kinds must be None or a non-empty "
+                f"tuple of policy kind names"
             )
         if a.name in found:
             raise PluginError(

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from ...errors import MalformedError
 from .freshness import Freshness
-from .org import authorization_of
+from .org import AUTHORIZATION, authorization_of, policy_kinds_of
 from .postures import AuthorizationResult, ClaimGate, DecisionClass, PolicyVerdict, authorize
 
 __all__ = [
@@ -160,12 +160,24 @@ class Authorizer:
     """A plugin's authorizer: ``prepare(sections)`` -> ``decide(requests)``. ``prepare`` runs
     once per snapshot revision (it may raise: every request is then denied naming why);
     ``decide`` answers one :class:`PolicyVerdict` per request. ``plugin`` is filled in by the
-    collector."""
+    collector.
+
+    ``kinds`` are the policy kinds of a snapshot's authorization section this authorizer
+    evaluates (:func:`~rensei_routing.core.snapshot.org.policy_kinds_of`); ``None`` (the
+    default) means its name alone, so the Cedar plugin's authorizer ``cedar`` evaluates the
+    ``cedar`` kind. A kind no registered authorizer evaluates denies every request, whatever
+    else is registered (:meth:`evaluates`)."""
 
     name: str
     prepare: Callable[[Mapping[str, Any]], Decide]
     description: str = ""
     plugin: str = ""
+    kinds: tuple[str, ...] | None = None
+
+    @property
+    def evaluates(self) -> tuple[str, ...]:
+        """The policy kinds this authorizer claims: ``kinds``, else ``(name,)``."""
+        return (self.name,) if self.kinds is None else self.kinds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,7 +297,7 @@ class _Prepared:
     key: tuple[str, str]
     gate: ClaimGate
     default_permit: bool
-    declared: bool
+    unclaimed: tuple[str, ...]
     decides: list[tuple[Authorizer, Decide | Exception]]
 
 
@@ -309,6 +321,8 @@ class AuthorizationEngine:
         if self._prepared is not None and self._prepared.key == key:
             return self._prepared
         section = authorization_of(sections)
+        claimed = {kind for a in self._authorizers for kind in a.evaluates}
+        unclaimed = tuple(k for k in policy_kinds_of(sections) if k not in claimed)
         decides: list[tuple[Authorizer, Decide | Exception]] = []
         for a in self._authorizers:
             try:
@@ -322,7 +336,7 @@ class AuthorizationEngine:
             key=key,
             gate=ClaimGate(sections),
             default_permit=section is not None and section.get("defaultPermit") is True,
-            declared=section is not None,
+            unclaimed=unclaimed,
             decides=decides,
         )
         return self._prepared
@@ -365,13 +379,8 @@ class AuthorizationEngine:
             ]
             for r in requests
         ]
-        if prepared.declared and not prepared.decides:
-            missing = AuthorizationResult(
-                allowed=False,
-                reason="no-authorizer",
-                detail="the snapshot carries authorization policies but no authorizer plugin "
-                "is installed to evaluate them",
-            )
+        if prepared.unclaimed:
+            missing = _unclaimed(prepared.unclaimed, self._authorizers)
             for col in columns:
                 col.append(
                     AuthorizerOutcome(name="authorization", plugin="built-in", result=missing)
@@ -386,6 +395,19 @@ class AuthorizationEngine:
             AuthorizationDecision.combine(r, col, freshness)
             for r, col in zip(requests, columns, strict=True)
         ]
+
+
+def _unclaimed(kinds: Sequence[str], loaded: Sequence[Authorizer]) -> AuthorizationResult:
+    """The deny for policy kinds of the snapshot that no loaded authorizer evaluates."""
+    names = ", ".join(f"{a.name} ({'/'.join(a.evaluates)})" for a in loaded) or "none"
+    detail = (
+        f"the snapshot's authorization section (policyBundle.{AUTHORIZATION}) carries "
+        f"{', '.join(kinds)} policies that no loaded authorizer evaluates "
+        f"(authorizers loaded: {names})"
+    )
+    return AuthorizationResult(
+        allowed=False, reason="no-authorizer", detail=detail, errors=(detail,)
+    )
 
 
 def _run(
