@@ -25,6 +25,7 @@ from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
 from rensei_routing.core.snapshot.authz import AuthorizationRequest, Authorizer, Decide
+from rensei_routing.core.snapshot.org import OrgData
 from rensei_routing.core.snapshot.postures import PolicyVerdict
 from rensei_routing.plugins.hookspecs import hookimpl
 from rensei_routing.plugins.manager import RenseiPluginManager, get_plugin_manager, register_plugin
@@ -165,3 +166,20 @@ def test_the_declared_default_permit_admits_with_zero_policies(tmp_path: Path) -
     # and the section is Cedar's: without a Cedar evaluator it denies, naming it
     assert _claim(host, "local-a", "acme-web", cedar=False, allow_all=True).exit_code == 1
     assert _records(host)[-1]["reason"] == "no-authorizer"
+
+
+def test_the_docs_say_a_missing_section_denies_and_how_to_declare_the_fallback() -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "authorization.md").read_text()
+    assert "decides exactly as before, plugin or not" not in text  # the old, wrong promise
+    bullet = text.split("**No authorization section, Cedar installed: every claim is refused**")
+    assert len(bullet) == 2, "docs/authorization.md must say a missing section denies"
+    snippet = bullet[1].split("```json", 1)[1].split("```", 1)[0].strip()
+    declared = json.loads("{" + snippet + "}")
+    assert declared == {"authorization": {"defaultPermit": True}}
+    org = _plain_org(**declared["authorization"])
+    assert OrgData.from_dict(org).authorization == {
+        "cedarPolicies": {},
+        "cedarSchema": None,
+        "defaultPermit": True,
+        "projects": [],
+    }
