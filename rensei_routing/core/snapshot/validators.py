@@ -7,15 +7,17 @@ the ``register_snapshot_validators`` hook;
 collects them (sorted by name) and the snapshot code calls :func:`run_validators`.
 
 Posture: a validator that raises, or answers anything but a list or tuple of strings, counts as
-a *failed* validation (never as a pass, and never as an exception escaping to the caller).
+a *failed* validation (never as a pass, and never as an exception escaping to the caller); it
+is shown a deep read-only copy of the sections, so it cannot change what is published.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Final
+
+from .readonly import read_only
 
 __all__ = ["SnapshotCheck", "SnapshotValidator", "ValidatorResult", "run_validators"]
 
@@ -89,11 +91,18 @@ def run_validators(
 ) -> tuple[ValidatorResult, ...]:
     """Run every validator over ``sections``, in the order given; one result each.
 
-    Each validator sees a read-only view of the section mapping (the section values themselves
-    are shared: a validator must not modify them).
+    The validators see a deep read-only copy of the sections (:func:`.readonly.read_only`,
+    made once per call): a validator that tries to change them fails (``TypeError``, a failed
+    validation, so nothing is published), and even one that goes around the guard changes only
+    the copy, never ``sections`` (what the caller signs and publishes).
 
     Raises:
         Nothing: a validator that raises or answers the wrong type yields a failed result.
     """
-    view = MappingProxyType(dict(sections))
-    return tuple(_run_one(v, view) for v in validators)
+    chosen = tuple(validators)
+    try:
+        view = read_only(dict(sections))
+    except RecursionError:  # deeper than a read-only copy can go: nothing may pass
+        error = "RecursionError: the sections are nested too deeply to show them read-only"
+        return tuple(ValidatorResult(name=v.name, plugin=v.plugin, error=error) for v in chosen)
+    return tuple(_run_one(v, view) for v in chosen)
