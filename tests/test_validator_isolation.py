@@ -102,14 +102,20 @@ def test_a_validator_that_mutates_the_sections_fails_and_nothing_is_published(
     assert json.loads(history.stdout) == []  # nothing was published
 
 
-def test_a_validator_going_around_the_guard_changes_only_its_own_copy(tmp_path: Path) -> None:
+def test_a_validator_going_around_the_guard_fails_and_changes_nothing(tmp_path: Path) -> None:
     plain = _published(_pm(None), _control(tmp_path, "plain", _pm(None)), tmp_path / "a.json")
     pm = _pm(Mutator(_around_the_guard))
-    hostile = _published(pm, _control(tmp_path, "hostile", pm), tmp_path / "b.json")
-    assert hostile["contentHash"] == plain["contentHash"]
-    assert hostile["sections"] == plain["sections"]
-    assert WIDENED not in hostile["sections"]["capacityProfiles"]["grants"]
-    assert "mutator" in hostile["validators"]  # it ran (and passed) on its copy
+    home = _control(tmp_path, "hostile", pm)
+    refused = _run(pm, "snapshot", "compile", "--home", str(home))
+    assert refused.exit_code == 1, refused.output
+    assert "mutator" in refused.stderr and "ChangedSections" in refused.stderr
+    history = _run(pm, "snapshot", "history", "--json", "--home", str(home))
+    assert json.loads(history.stdout) == []
+    # without the plugin the same data publishes the same content as any other home's
+    again = _published(_pm(None), home, tmp_path / "b.json")
+    assert again["contentHash"] == plain["contentHash"]
+    assert again["sections"] == plain["sections"]
+    assert WIDENED not in again["sections"]["capacityProfiles"]["grants"]
 
 
 def test_the_read_only_view_reads_like_json_and_refuses_every_change() -> None:
@@ -139,22 +145,29 @@ def test_the_read_only_view_reads_like_json_and_refuses_every_change() -> None:
     assert not isinstance(list(view["a"]["b"]), ReadOnlyList)
 
 
-def test_run_validators_shows_every_validator_the_copy() -> None:
-    sections: dict[str, Any] = {"capacityProfiles": {"grants": []}}
+def test_run_validators_shows_every_validator_the_sections_as_they_are() -> None:
+    sections: dict[str, Any] = {
+        "capacityProfiles": {"grants": [], "profiles": [{"id": "p"}]},
+        "posteriorSummary": {"arms": [1]},
+    }
+    original = json.loads(json.dumps(sections))
     seen: list[object] = []
 
     def look(s: Mapping[str, Any]) -> list[str]:
-        seen.append(s)
+        seen.append(json.loads(json.dumps(s)))
         return []
 
     results = run_validators(
         [
             SnapshotValidator(name="m", check=_append_grant, plugin="p"),
-            SnapshotValidator(name="look", check=look, plugin="p"),
+            SnapshotValidator(name="look-1", check=look, plugin="p"),
+            SnapshotValidator(name="around", check=_around_the_guard, plugin="p"),
+            SnapshotValidator(name="look-2", check=look, plugin="p"),
         ],
         sections,
     )
-    assert [r.ok for r in results] == [False, True]
+    assert [r.ok for r in results] == [False, True, False, True]
     assert results[0].error is not None and results[0].error.startswith("TypeError")
-    assert sections == {"capacityProfiles": {"grants": []}}
-    assert seen[0] is not sections and seen[0] == sections
+    assert results[2].error is not None and results[2].error.startswith("ChangedSections")
+    assert sections == original
+    assert seen == [original, original]  # the next validator sees the sections as they are
