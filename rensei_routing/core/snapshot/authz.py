@@ -6,9 +6,11 @@ Pure: no I/O, no clock. The engine prepares each plugin authorizer once per snap
 ``rulesetRev`` and content hash) and reuses it; the cache lives in the engine, never in a
 global. A plugin authorizer is two functions: ``prepare(sections)`` (parse its policies, build
 its entities; may raise) and the ``decide(requests)`` it returns (one
-:class:`~rensei_routing.core.snapshot.postures.PolicyVerdict` per request; may raise). Whatever goes
-wrong in either is a deny naming why (:func:`~rensei_routing.core.snapshot.postures.authorize`); a
-deny from any authorizer is a deny.
+:class:`~rensei_routing.core.snapshot.postures.PolicyVerdict` per request; may raise). Whatever
+goes wrong in either is a deny naming why (:func:`~rensei_routing.core.snapshot.postures.
+authorize`); a deny from any authorizer is a deny. Each authorizer is shown its own read-only
+copy of the sections and of the requests (:mod:`.readonly`), so what one plugin does to them
+never reaches another, nor the grant check.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ...errors import MalformedError
 from .freshness import Freshness
 from .org import AUTHORIZATION, authorization_of, policy_kinds_of
 from .postures import AuthorizationResult, ClaimGate, DecisionClass, PolicyVerdict, authorize
+from .readonly import read_only
 
 __all__ = [
     "BUILTIN_AUTHORIZER",
@@ -326,7 +329,9 @@ class AuthorizationEngine:
         decides: list[tuple[Authorizer, Decide | Exception]] = []
         for a in self._authorizers:
             try:
-                decide = a.prepare(sections)
+                # its own read-only copy: no authorizer changes what another, or the grant
+                # check, sees (a RecursionError, too deep to copy, denies like any failure)
+                decide = a.prepare(read_only(dict(sections)))
                 if not callable(decide):
                     raise TypeError(f"prepare returned {type(decide).__name__}, not a callable")
                 decides.append((a, decide))
@@ -362,15 +367,7 @@ class AuthorizationEngine:
             "snapshotAgeMs": freshness.age_ms or 0,
             "degraded": freshness.degraded,
         }
-        seen = [
-            AuthorizationRequest(
-                principal=r.principal,
-                action=r.action,
-                resource=r.resource,
-                context={**r.context, **snapshot_fields},
-            )
-            for r in requests
-        ]
+        contexts = [{**r.context, **snapshot_fields} for r in requests]
         columns: list[list[AuthorizerOutcome]] = [
             [
                 AuthorizerOutcome(
@@ -386,7 +383,7 @@ class AuthorizationEngine:
                     AuthorizerOutcome(name="authorization", plugin="built-in", result=missing)
                 )
         for authorizer, decide in prepared.decides:
-            results = _run(decide, seen, prepared.default_permit)
+            results = _run(decide, _shown(requests, contexts), prepared.default_permit)
             for col, result in zip(columns, results, strict=True):
                 col.append(
                     AuthorizerOutcome(name=authorizer.name, plugin=authorizer.plugin, result=result)
@@ -395,6 +392,19 @@ class AuthorizationEngine:
             AuthorizationDecision.combine(r, col, freshness)
             for r, col in zip(requests, columns, strict=True)
         ]
+
+
+def _shown(
+    requests: Sequence[AuthorizationRequest], contexts: Sequence[Mapping[str, Any]]
+) -> tuple[AuthorizationRequest, ...]:
+    """The requests as one authorizer is shown them: its own objects, each context a read-only
+    copy holding the snapshot fields, in a tuple (nothing it does reaches another authorizer)."""
+    return tuple(
+        AuthorizationRequest(
+            principal=r.principal, action=r.action, resource=r.resource, context=read_only(c)
+        )
+        for r, c in zip(requests, contexts, strict=True)
+    )
 
 
 def _unclaimed(kinds: Sequence[str], loaded: Sequence[Authorizer]) -> AuthorizationResult:
