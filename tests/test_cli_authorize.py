@@ -25,7 +25,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples
 
 
 class NoDocker:
-    """Forbids every request on pool docker-b (policy ``no-docker``), permits the rest."""
+    """Forbids every request on pool docker-b (policy ``no-docker``), permits the rest; it
+    stands in for the Cedar evaluator (it claims the ``cedar`` policy kind)."""
 
     @staticmethod
     def prepare(sections: Mapping[str, Any]) -> Decide:
@@ -41,7 +42,7 @@ class NoDocker:
 
     @hookimpl
     def register_authorizers(self, register: Any) -> None:
-        register(Authorizer(name="no-docker", prepare=self.prepare))
+        register(Authorizer(name="no-docker", prepare=self.prepare, kinds=("cedar",)))
 
 
 def _pm(with_plugin: bool) -> RenseiPluginManager:

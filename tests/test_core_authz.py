@@ -59,11 +59,19 @@ def _claim(pool: str = "local-a", project: str = "acme-evals") -> AuthorizationR
 
 
 class Sample:
-    """An authorizer answering ``verdict`` (or raising it), counting its prepares."""
+    """An authorizer answering ``verdict`` (or raising it), counting its prepares; it evaluates
+    the ``cedar`` policy kind unless given other ``kinds``."""
 
-    def __init__(self, name: str, verdict: Any, *, prepare_error: Exception | None = None):
+    def __init__(
+        self,
+        name: str,
+        verdict: Any,
+        *,
+        prepare_error: Exception | None = None,
+        kinds: tuple[str, ...] | None = ("cedar",),
+    ):
         self.verdict, self.prepare_error, self.prepared, self.seen = verdict, prepare_error, 0, []
-        self.authorizer = Authorizer(name=name, prepare=self.prepare, plugin="sample")
+        self.authorizer = Authorizer(name=name, prepare=self.prepare, plugin="sample", kinds=kinds)
 
     def prepare(self, sections: Mapping[str, Any]) -> Decide:
         self.prepared += 1
@@ -371,3 +379,51 @@ def test_hook_register_authorizers() -> None:
         authorizers(_pm(("wrong", _Plugin("not an authorizer"))))
     with pytest.raises(PluginError, match="callable prepare"):
         authorizers(_pm(("bad", _Plugin(Authorizer(name="x", prepare=None)))))  # type: ignore[arg-type]
+
+
+# -- every policy kind is claimed (issue 19 #1) --------------------------------------------------
+
+
+def test_a_policy_kind_no_loaded_authorizer_claims_denies_whatever_else_is_loaded() -> None:
+    permit_all = Sample("permit-all", PERMIT, kinds=None)  # claims its own name only
+    decision = _decide([permit_all], _sections(DECLARED), _claim())
+    assert (decision.allowed, decision.reason, decision.authorizer) == (
+        False,
+        "no-authorizer",
+        "authorization",
+    )
+    assert "policyBundle.authorization" in decision.detail and "cedar" in decision.detail
+    assert decision.detail in decision.errors
+    assert [o.name for o in decision.outcomes] == ["grant-check", "authorization", "permit-all"]
+    # an authorizer named cedar claims the cedar kind by default (the plugin as it is)
+    cedar = Sample("cedar", PERMIT, kinds=None)
+    assert _decide([permit_all, cedar], _sections(DECLARED), _claim()).allowed
+    # no section: nothing to claim, the grant check and the authorizers decide
+    assert _decide([permit_all], _sections(), _claim()).allowed
+
+
+def test_policy_kinds_of_a_section() -> None:
+    from rensei_routing.core.snapshot.org import policy_kinds_of
+
+    assert policy_kinds_of(_sections()) == ()
+    assert policy_kinds_of(_sections(DECLARED)) == ("cedar",)
+    assert policy_kinds_of(_sections({"defaultPermit": True})) == ("cedar",)
+    # a section from a newer compiler carrying another policy language: that kind too
+    sections = _sections(DECLARED)
+    sections["policyBundle"]["authorization"]["regoPolicies"] = {"p": "deny"}
+    assert policy_kinds_of(sections) == ("cedar", "rego")
+    rego_unclaimed = _decide([Sample("cedar", PERMIT)], sections, _claim())
+    assert (rego_unclaimed.allowed, rego_unclaimed.reason) == (False, "no-authorizer")
+    assert "rego policies" in rego_unclaimed.detail
+
+
+def test_authorizer_kinds_are_checked_at_collection() -> None:
+    def named(kinds: Any) -> Authorizer:
+        return Authorizer(name="k", prepare=Sample("k", PERMIT).prepare, kinds=kinds)
+
+    found = authorizers(_pm(("ok", _Plugin(named(("cedar", "rego"))))))
+    assert found[0].evaluates == ("cedar", "rego")
+    assert authorizers(_pm(("dflt", _Plugin(named(None)))))[0].evaluates == ("k",)
+    for bad in ("cedar", (), ("",), (3,), ["cedar"]):
+        with pytest.raises(PluginError, match="kinds must be"):
+            authorizers(_pm(("bad", _Plugin(named(bad)))))

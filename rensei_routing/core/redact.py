@@ -39,7 +39,7 @@ with (any substring every match contains will do: ``arer`` for ``bearer``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -305,6 +305,11 @@ class Redactor:
 
     patterns: tuple[RedactionPattern, ...] = DEFAULT_PATTERNS
     secret_keys: re.Pattern[str] | None = SECRET_KEY_PATTERN
+    #: Patterns from this index on (the plugins') apply jointly: each matches the same text
+    #: and the union of their matches is replaced, so no pattern can hide another's match by
+    #: redacting part of it first. ``None``: every pattern applies in turn (the built-ins'
+    #: order, as HydraFlow's redactor does).
+    joint_from: int | None = None
     #: Every trigger, or ``None`` when some pattern has none (the pre-check can never skip).
     triggers: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
     #: The triggers as a few literal alternations, one per first character: ``re`` factors the
@@ -346,11 +351,14 @@ class Redactor:
         return any(gate.search(low) is not None for gate in self.gates)
 
     def redact_text(self, text: str) -> str:
-        """Redact one string: every pattern, repeated until nothing changes."""
+        """Redact one string: every pattern (those before ``joint_from`` in turn, the rest
+        jointly), repeated until nothing changes."""
         low = text.lower()
         active = [p for p in self.patterns if not p.triggers or any(t in low for t in p.triggers)]
         if not active:
             return text
+        if self.joint_from is not None:
+            return self._redact_joint(text, self.joint_from)
         for _ in range(_MAX_ROUNDS):
             before = text
             for p in active:
@@ -358,6 +366,26 @@ class Redactor:
             if text == before:
                 break
             active = list(self.patterns)
+        return text
+
+    def _redact_joint(self, text: str, cut: int) -> str:
+        """:meth:`redact_text` with the patterns from index ``cut`` on applied jointly."""
+        low = text.lower()
+        patterns = self.patterns
+        active = [
+            i for i, p in enumerate(patterns) if not p.triggers or any(t in low for t in p.triggers)
+        ]
+        for _ in range(_MAX_ROUNDS):
+            before = text
+            for i in active:
+                if i < cut:
+                    text = patterns[i].replace(text)
+            together = [patterns[i] for i in active if i >= cut]
+            if together:
+                text = _replace_jointly(together, text)
+            if text == before:
+                break
+            active = list(range(len(patterns)))
         return text
 
     def is_secret_key(self, key: str) -> bool:
@@ -395,6 +423,35 @@ class Redactor:
         if isinstance(value, tuple):
             return tuple(self._walk(v, under_secret) for v in value)
         return value
+
+
+def _replace_jointly(patterns: Sequence[RedactionPattern], text: str) -> str:
+    """Replace the union of every pattern's matches in ``text`` (each pattern matched on the
+    same text; overlapping matches become one marker, labelled by the one starting first)."""
+    spans: list[tuple[int, int, int, str]] = []
+    for order, p in enumerate(patterns):
+        secret = "secret" in p.regex.groupindex
+        for m in p.regex.finditer(text):
+            start, end = m.span("secret") if secret and m.start("secret") >= 0 else m.span()
+            spans.append((start, -end, order, p.label))
+    if not spans:
+        return text
+    spans.sort()
+    merged: list[list[Any]] = []
+    for start, neg_end, _, label in spans:
+        end = -neg_end
+        if merged and start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end, label])
+    out: list[str] = []
+    at = 0
+    for start, end, label in merged:
+        out.append(text[at:start])
+        out.append(marker(label))
+        at = end
+    out.append(text[at:])
+    return "".join(out)
 
 
 def _collect(value: Any, out: list[str]) -> None:

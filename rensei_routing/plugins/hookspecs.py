@@ -73,7 +73,8 @@ def register_redaction_patterns(register: Callable[[RedactionPattern], None]) ->
 def register_snapshot_validators(register: Callable[[SnapshotValidator], None]) -> None:
     """Call ``register(validator)`` once per check over a ruleset snapshot's sections (a
     :class:`~rensei_routing.core.snapshot.validators.SnapshotValidator`: name, check). The check
-    gets the sections mapping and returns a list of problems (empty = valid). Validators run sorted
+    gets a deep read-only copy of the sections and returns a list of problems (empty = valid);
+    a check that changes them fails. Validators run sorted
     by name; a validator that raises or returns the wrong type counts as a failed validation.
     Two plugins registering one validator name is a ``PluginError`` naming both.
     """
@@ -89,8 +90,12 @@ def register_authorizers(register: Callable[[Authorizer], None]) -> None:
     forbid or no applicable policy, with the determining policy ids and any evaluation errors.
 
     Every registered authorizer AND the built-in snapshot grant check must allow; anything an
-    authorizer raises, or a verdict carrying an error, is a deny naming why (fail closed). Two
-    plugins registering one authorizer name is a ``PluginError`` naming both.
+    authorizer raises, or a verdict carrying an error, is a deny naming why (fail closed). An
+    authorizer claims the policy kinds it evaluates (``kinds``, default its own name: ``cedar``
+    claims the Cedar section); a policy kind of the snapshot no registered authorizer claims
+    denies, whatever else is registered. Each authorizer sees its own read-only copies of the
+    sections and requests. Two plugins registering one authorizer name is a ``PluginError``
+    naming both.
     """
 
 

@@ -375,7 +375,9 @@ def classifier_problem(seam: Seam, stages: Sequence[Stage]) -> tuple[Stage | Non
     """Run ``seam``'s classifier on non-empty ``stages``: ``(stage, None)`` when it named one of
     them, else ``(None, "<ErrorType>: what went wrong")`` (it raised, returned a non-Stage, or
     returned a stage whose mechanism and provider are not those of a stage it was given; it may
-    rewrite the detail)."""
+    rewrite the detail). The classifier gets its own tuple of the stages: it cannot change the
+    caller's."""
+    stages = tuple(stages)
     try:
         result: object = seam.classifier(stages)
     except Exception as e:  # a plugin must never break a spawn
@@ -423,7 +425,9 @@ def safe_classify(registry: SeamRegistry, seam_name: str, stages: Sequence[Stage
 
 def redactor(pm: pluggy.PluginManager) -> Redactor:
     """The built-in patterns (always, first, in their order), then every plugin pattern sorted
-    by (label, regex, flags, triggers), an identical one kept once.
+    by (label, regex, flags, triggers), an identical one kept once. The plugin patterns apply
+    jointly (``Redactor.joint_from``): each matches the same text and the union of their
+    matches is redacted, so one plugin's pattern never hides part of another's secret.
 
     Raises:
         PluginError: naming the plugin whose pattern matches a redaction marker (redaction
@@ -442,7 +446,9 @@ def redactor(pm: pluggy.PluginManager) -> Redactor:
         extra.setdefault((pat.label, pat.regex.pattern, int(pat.regex.flags), pat.triggers), pat)
     if not extra:
         return DEFAULT_REDACTOR
-    return Redactor(DEFAULT_PATTERNS + tuple(extra[k] for k in sorted(extra)))
+    # the plugins' patterns apply jointly: none can hide another's match (issue 19)
+    patterns = DEFAULT_PATTERNS + tuple(extra[k] for k in sorted(extra))
+    return Redactor(patterns, joint_from=len(DEFAULT_PATTERNS))
 
 
 def snapshot_validators(pm: pluggy.PluginManager) -> tuple[SnapshotValidator, ...]:
@@ -470,13 +476,24 @@ def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
 
     Raises:
         PluginError: two plugins register one authorizer name, or a plugin registers a value
-            that is not an Authorizer (or whose prepare is not callable).
+            that is not an Authorizer (or whose prepare is not callable, or whose ``kinds`` is
+            not ``None`` or a tuple of names).
     """
     found: dict[str, Authorizer] = {}
     for plugin, a in _contributions(pm, "register_authorizers", Authorizer):
         if not isinstance(a.name, str) or not a.name or not callable(a.prepare):
             raise PluginError(
                 f"plugin {plugin!r}: an authorizer needs a name and a callable prepare"
+            )
+        kinds = a.kinds
+        if kinds is not None and not (
+            isinstance(kinds, tuple)
+            and kinds
+            and all(isinstance(k, str) and _SEAM_NAME.fullmatch(k) for k in kinds)
+        ):
+            raise PluginError(
+                f"plugin {plugin!r}: authorizer {a.name!r} kinds must be None or a non-empty "
+                f"tuple of policy kind names"
             )
         if a.name in found:
             raise PluginError(
@@ -516,8 +533,8 @@ def plugin_commands(
 
 def notify_recorded(pm: pluggy.PluginManager, records: Iterable[AuditRecord]) -> tuple[str, ...]:
     """Call every ``decision_recorded`` observer for each record, in seq order, plugins in name
-    order. An observer that raises is logged (a warning naming the plugin) and skipped; the
-    records stay appended. Returns the failure messages.
+    order, each shown its own copy of the record. An observer that raises is logged (a warning
+    naming the plugin) and skipped; the records stay appended. Returns the failure messages.
     """
     impls = _implementations(pm, "decision_recorded")
     failures: list[str] = []
@@ -525,8 +542,9 @@ def notify_recorded(pm: pluggy.PluginManager, records: Iterable[AuditRecord]) ->
         return ()
     for record in records:
         for plugin, impl in impls:
+            shown = replace(record)  # its own copy: nothing it does reaches the next observer
             try:
-                impl.function(*[{"record": record}[a] for a in impl.argnames])
+                impl.function(*[{"record": shown}[a] for a in impl.argnames])
             except Exception as e:  # an observer never undoes or fails an append
                 msg = (
                     f"plugin {plugin!r} failed observing audit record {record.seq}: "

@@ -353,14 +353,15 @@ class SnapshotStore:
         *,
         lookup: Callable[[str], Callable[[bytes, bytes], bool] | None],
     ) -> RulesetSnapshot:
-        """A stored snapshot, verified like any other (the store is not trusted blindly).
+        """A stored snapshot, verified like any other (the store is not trusted blindly); its
+        unsigned ``validators`` list is kept (this home's own compile wrote it).
 
         Raises:
             NotFoundError, StoreError, SnapshotError.
         """
         data = self.envelope(revision)
         try:
-            return verify_snapshot(data, lookup=lookup)
+            return verify_snapshot(data, lookup=lookup, keep_validators=True)
         except SnapshotError as e:
             raise SnapshotError(f"stored snapshot does not verify: {e}") from e
 

@@ -6,9 +6,11 @@ Pure: no I/O, no clock. The engine prepares each plugin authorizer once per snap
 ``rulesetRev`` and content hash) and reuses it; the cache lives in the engine, never in a
 global. A plugin authorizer is two functions: ``prepare(sections)`` (parse its policies, build
 its entities; may raise) and the ``decide(requests)`` it returns (one
-:class:`~rensei_routing.core.snapshot.postures.PolicyVerdict` per request; may raise). Whatever goes
-wrong in either is a deny naming why (:func:`~rensei_routing.core.snapshot.postures.authorize`); a
-deny from any authorizer is a deny.
+:class:`~rensei_routing.core.snapshot.postures.PolicyVerdict` per request; may raise). Whatever
+goes wrong in either is a deny naming why (:func:`~rensei_routing.core.snapshot.postures.
+authorize`); a deny from any authorizer is a deny. Each authorizer is shown its own read-only
+copy of the sections and of the requests (:mod:`.readonly`), so what one plugin does to them
+never reaches another, nor the grant check.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Any, Final
 
 from ...errors import MalformedError
 from .freshness import Freshness
-from .org import authorization_of
+from .org import AUTHORIZATION, authorization_of, policy_kinds_of
 from .postures import AuthorizationResult, ClaimGate, DecisionClass, PolicyVerdict, authorize
+from .readonly import read_only
 
 __all__ = [
     "BUILTIN_AUTHORIZER",
@@ -160,12 +163,24 @@ class Authorizer:
     """A plugin's authorizer: ``prepare(sections)`` -> ``decide(requests)``. ``prepare`` runs
     once per snapshot revision (it may raise: every request is then denied naming why);
     ``decide`` answers one :class:`PolicyVerdict` per request. ``plugin`` is filled in by the
-    collector."""
+    collector.
+
+    ``kinds`` are the policy kinds of a snapshot's authorization section this authorizer
+    evaluates (:func:`~rensei_routing.core.snapshot.org.policy_kinds_of`); ``None`` (the
+    default) means its name alone, so the Cedar plugin's authorizer ``cedar`` evaluates the
+    ``cedar`` kind. A kind no registered authorizer evaluates denies every request, whatever
+    else is registered (:meth:`evaluates`)."""
 
     name: str
     prepare: Callable[[Mapping[str, Any]], Decide]
     description: str = ""
     plugin: str = ""
+    kinds: tuple[str, ...] | None = None
+
+    @property
+    def evaluates(self) -> tuple[str, ...]:
+        """The policy kinds this authorizer claims: ``kinds``, else ``(name,)``."""
+        return (self.name,) if self.kinds is None else self.kinds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,7 +300,7 @@ class _Prepared:
     key: tuple[str, str]
     gate: ClaimGate
     default_permit: bool
-    declared: bool
+    unclaimed: tuple[str, ...]
     decides: list[tuple[Authorizer, Decide | Exception]]
 
 
@@ -309,10 +324,14 @@ class AuthorizationEngine:
         if self._prepared is not None and self._prepared.key == key:
             return self._prepared
         section = authorization_of(sections)
+        claimed = {kind for a in self._authorizers for kind in a.evaluates}
+        unclaimed = tuple(k for k in policy_kinds_of(sections) if k not in claimed)
         decides: list[tuple[Authorizer, Decide | Exception]] = []
         for a in self._authorizers:
             try:
-                decide = a.prepare(sections)
+                # its own read-only copy: no authorizer changes what another, or the grant
+                # check, sees (a RecursionError, too deep to copy, denies like any failure)
+                decide = a.prepare(read_only(dict(sections)))
                 if not callable(decide):
                     raise TypeError(f"prepare returned {type(decide).__name__}, not a callable")
                 decides.append((a, decide))
@@ -322,7 +341,7 @@ class AuthorizationEngine:
             key=key,
             gate=ClaimGate(sections),
             default_permit=section is not None and section.get("defaultPermit") is True,
-            declared=section is not None,
+            unclaimed=unclaimed,
             decides=decides,
         )
         return self._prepared
@@ -348,15 +367,7 @@ class AuthorizationEngine:
             "snapshotAgeMs": freshness.age_ms or 0,
             "degraded": freshness.degraded,
         }
-        seen = [
-            AuthorizationRequest(
-                principal=r.principal,
-                action=r.action,
-                resource=r.resource,
-                context={**r.context, **snapshot_fields},
-            )
-            for r in requests
-        ]
+        contexts = [{**r.context, **snapshot_fields} for r in requests]
         columns: list[list[AuthorizerOutcome]] = [
             [
                 AuthorizerOutcome(
@@ -365,19 +376,14 @@ class AuthorizationEngine:
             ]
             for r in requests
         ]
-        if prepared.declared and not prepared.decides:
-            missing = AuthorizationResult(
-                allowed=False,
-                reason="no-authorizer",
-                detail="the snapshot carries authorization policies but no authorizer plugin "
-                "is installed to evaluate them",
-            )
+        if prepared.unclaimed:
+            missing = _unclaimed(prepared.unclaimed, self._authorizers)
             for col in columns:
                 col.append(
                     AuthorizerOutcome(name="authorization", plugin="built-in", result=missing)
                 )
         for authorizer, decide in prepared.decides:
-            results = _run(decide, seen, prepared.default_permit)
+            results = _run(decide, _shown(requests, contexts), prepared.default_permit)
             for col, result in zip(columns, results, strict=True):
                 col.append(
                     AuthorizerOutcome(name=authorizer.name, plugin=authorizer.plugin, result=result)
@@ -386,6 +392,32 @@ class AuthorizationEngine:
             AuthorizationDecision.combine(r, col, freshness)
             for r, col in zip(requests, columns, strict=True)
         ]
+
+
+def _shown(
+    requests: Sequence[AuthorizationRequest], contexts: Sequence[Mapping[str, Any]]
+) -> tuple[AuthorizationRequest, ...]:
+    """The requests as one authorizer is shown them: its own objects, each context a read-only
+    copy holding the snapshot fields, in a tuple (nothing it does reaches another authorizer)."""
+    return tuple(
+        AuthorizationRequest(
+            principal=r.principal, action=r.action, resource=r.resource, context=read_only(c)
+        )
+        for r, c in zip(requests, contexts, strict=True)
+    )
+
+
+def _unclaimed(kinds: Sequence[str], loaded: Sequence[Authorizer]) -> AuthorizationResult:
+    """The deny for policy kinds of the snapshot that no loaded authorizer evaluates."""
+    names = ", ".join(f"{a.name} ({'/'.join(a.evaluates)})" for a in loaded) or "none"
+    detail = (
+        f"the snapshot's authorization section (policyBundle.{AUTHORIZATION}) carries "
+        f"{', '.join(kinds)} policies that no loaded authorizer evaluates "
+        f"(authorizers loaded: {names})"
+    )
+    return AuthorizationResult(
+        allowed=False, reason="no-authorizer", detail=detail, errors=(detail,)
+    )
 
 
 def _run(

@@ -13,7 +13,7 @@ import binascii
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -126,11 +126,18 @@ class SignedHeader:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RulesetSnapshot:
     """A signed, versioned ruleset snapshot: the header, its signature, the validators that
-    passed before it was published, and the five sections."""
+    passed before it was published, and the five sections.
+
+    ``validators`` is the envelope's one field no signature covers (SEMANTICS.md signs the
+    header and, through the content hash, the sections). It is what the control side's own
+    compile recorded: :func:`seal` sets it and the control store keeps it, but a snapshot
+    verified from anywhere else carries ``()`` (:func:`verify_snapshot`), so a forged list is
+    never kept or shown as if it were authentic. It is not part of a snapshot's identity
+    (equality ignores it)."""
 
     header: SignedHeader
     signature: bytes
-    validators: tuple[str, ...]
+    validators: tuple[str, ...] = field(compare=False)
     sections: Mapping[str, Any]
 
     @property
@@ -322,12 +329,17 @@ def _parse(data: bytes) -> tuple[dict[str, Any], str]:
     return doc, raw["sections"]
 
 
-def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
+def verify_snapshot(
+    data: bytes, *, lookup: KeyLookup, keep_validators: bool = False
+) -> RulesetSnapshot:
     """Check a served envelope fully, in the order of SEMANTICS.md, before trusting any of it:
     parse, shape, algorithm, key id, ``rulesetRev``, content hash, key lookup (an unknown key
     is an error), signature over the signed header, ``compiledAt``, then the sections.
 
-    ``lookup(key_id)`` returns a signature check for a trusted key, or ``None``.
+    ``lookup(key_id)`` returns a signature check for a trusted key, or ``None``. The
+    envelope's ``validators`` list is shape-checked but not covered by the signature, so the
+    result carries ``()`` unless ``keep_validators`` (only for the control side reading rows
+    its own compile wrote): an unsigned claim is never kept as authentic.
 
     Raises:
         SnapshotFormatError: the bytes are not a well-formed envelope.
@@ -384,9 +396,8 @@ def verify_snapshot(data: bytes, *, lookup: KeyLookup) -> RulesetSnapshot:
     except SnapshotFormatError as e:
         raise SnapshotVerificationError("compiled-at", str(e)) from e
     full = {name: sections.get(name) for name in SECTION_NAMES}
-    return RulesetSnapshot(
-        header=header, signature=signature, validators=tuple(doc["validators"]), sections=full
-    )
+    validators = tuple(doc["validators"]) if keep_validators else ()
+    return RulesetSnapshot(header=header, signature=signature, validators=validators, sections=full)
 
 
 def _sections_hash(raw: str, declared: str) -> str:

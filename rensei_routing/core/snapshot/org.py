@@ -27,11 +27,13 @@ from .validators import SnapshotValidator
 __all__ = [
     "AUTHORIZATION",
     "BUILTIN",
+    "CEDAR",
     "OrgData",
     "authorization_of",
     "builtin_validators",
     "compile_sections",
     "policy_document",
+    "policy_kinds_of",
 ]
 
 _ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -285,6 +287,28 @@ def authorization_of(sections: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return None
     found = bundle.get(AUTHORIZATION)
     return found if isinstance(found, Mapping) else None
+
+
+#: The policy kind of every authorization section: its policies, schema and declared
+#: default-permit are Cedar's, evaluated by an authorizer claiming ``cedar``.
+CEDAR: Final = "cedar"
+_POLICIES_SUFFIX: Final = "Policies"
+
+
+def policy_kinds_of(sections: Mapping[str, Any]) -> tuple[str, ...]:
+    """The policy kinds a snapshot's authorization section carries, sorted: none without a
+    section; ``cedar`` for any section (even one with no policies: its ``defaultPermit`` is
+    Cedar's fallback); and ``<kind>`` for every other ``<kind>Policies`` member (a section
+    written by a newer compiler in another policy language), so that policy nobody here can
+    evaluate is never skipped (every kind must be claimed by an authorizer, or it denies)."""
+    section = authorization_of(sections)
+    if section is None:
+        return ()
+    kinds = {CEDAR}
+    for key in section:
+        if isinstance(key, str) and key.endswith(_POLICIES_SUFFIX) and key != _POLICIES_SUFFIX:
+            kinds.add(key[: -len(_POLICIES_SUFFIX)])
+    return tuple(sorted(kinds))
 
 
 # -- built-in validators ------------------------------------------------------------------------

@@ -7,15 +7,17 @@ the ``register_snapshot_validators`` hook;
 collects them (sorted by name) and the snapshot code calls :func:`run_validators`.
 
 Posture: a validator that raises, or answers anything but a list or tuple of strings, counts as
-a *failed* validation (never as a pass, and never as an exception escaping to the caller).
+a *failed* validation (never as a pass, and never as an exception escaping to the caller); it
+is shown a deep read-only copy of the sections, so it cannot change what is published.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Final
+
+from .readonly import read_only
 
 __all__ = ["SnapshotCheck", "SnapshotValidator", "ValidatorResult", "run_validators"]
 
@@ -24,6 +26,7 @@ __all__ = ["SnapshotCheck", "SnapshotValidator", "ValidatorResult", "run_validat
 SnapshotCheck = Callable[[Mapping[str, Any]], Sequence[str]]
 
 _MAX_PROBLEM: Final = 1024
+_CHANGED: Final = "ChangedSections: changed the read-only sections it was shown"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,11 +92,30 @@ def run_validators(
 ) -> tuple[ValidatorResult, ...]:
     """Run every validator over ``sections``, in the order given; one result each.
 
-    Each validator sees a read-only view of the section mapping (the section values themselves
-    are shared: a validator must not modify them).
+    The validators see a deep read-only copy of the sections (:func:`.readonly.read_only`,
+    made once per call): a validator that tries to change them fails (``TypeError``, a failed
+    validation, so nothing is published). One that goes around the guard changes only the
+    copy, never ``sections`` (what the caller signs and publishes); the copy is compared with
+    the sections after each validator, and a validator that changed it fails and the next
+    ones get a fresh copy, so no validator changes another's verdict.
 
     Raises:
         Nothing: a validator that raises or answers the wrong type yields a failed result.
     """
-    view = MappingProxyType(dict(sections))
-    return tuple(_run_one(v, view) for v in validators)
+    chosen = tuple(validators)
+    try:
+        view = read_only(dict(sections))
+        reference: Any = sections if view == sections else read_only(dict(sections))
+    except RecursionError:  # deeper than a read-only copy can go: nothing may pass
+        error = "RecursionError: the sections are nested too deeply to show them read-only"
+        return tuple(ValidatorResult(name=v.name, plugin=v.plugin, error=error) for v in chosen)
+    out: list[ValidatorResult] = []
+    for v in chosen:
+        result = _run_one(v, view)
+        if view != reference:  # changed around the guard: it fails, the others see the truth
+            result = ValidatorResult(
+                name=v.name, plugin=v.plugin, problems=result.problems, error=_CHANGED
+            )
+            view = read_only(dict(sections))
+        out.append(result)
+    return tuple(out)
