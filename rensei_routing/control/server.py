@@ -20,11 +20,14 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.freshness import FreshnessPolicy, age_of
 from ..errors import RenseiRoutingError, SnapshotValidationError
+
+if TYPE_CHECKING:  # imported where used: importing this module does not start waitress
+    from .listener import RunningServer
 
 __all__ = ["RunningServer", "SnapshotService", "make_app", "serve_in_thread"]
 
@@ -216,39 +219,19 @@ def make_app(
     return app
 
 
-class RunningServer:
-    """A waitress server running its loop in a background thread (``host run --listen``,
-    tests, benchmarks). :meth:`stop` ends the loop from inside it, so no thread ever polls a
-    socket another thread closed."""
+def serve_in_thread(
+    app: WSGIApp, *, host: str, port: int, threads: int = 2, drain_s: float = 0.0
+) -> RunningServer:
+    """Start serving ``app`` on ``host:port`` (0 = any free port) in a background thread
+    (:class:`~rensei_routing.control.listener.RunningServer`)."""
+    from .listener import serve_in_thread as start
 
-    def __init__(self, app: WSGIApp, *, host: str, port: int, threads: int = 2) -> None:
-        import waitress.server
-
-        # Any: waitress types the result as a union; one listen address is a TcpWSGIServer
-        self._server = cast(
-            Any, waitress.server.create_server(app, host=host, port=port, threads=threads)
-        )
-        self.port: int = int(self._server.effective_port)
-        self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close every socket from the loop thread, wait for the loop to end, then let the
-        worker threads finish the requests in flight."""
-        import waitress.wasyncore
-
-        server = self._server
-        try:
-            server.trigger.pull_trigger(lambda: waitress.wasyncore.close_all(server._map))
-        except OSError:
-            # The wake-up pipe is unusable (seen once under a full test run: EBADF on its write
-            # end). Close from here instead; the loop, polling its own descriptor, then finds
-            # an empty map and ends at its next timeout.
-            waitress.wasyncore.close_all(server._map, ignore_all=True)
-        self._thread.join(timeout)
-        server.task_dispatcher.shutdown()
+    return start(app, host=host, port=port, threads=threads, drain_s=drain_s)
 
 
-def serve_in_thread(app: WSGIApp, *, host: str, port: int, threads: int = 2) -> RunningServer:
-    """Start serving ``app`` on ``host:port`` (0 = any free port) in a background thread."""
-    return RunningServer(app, host=host, port=port, threads=threads)
+def __getattr__(name: str) -> Any:
+    if name == "RunningServer":  # kept importable from here, loaded on first use
+        from .listener import RunningServer
+
+        return RunningServer
+    raise AttributeError(name)
