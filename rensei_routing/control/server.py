@@ -64,6 +64,11 @@ class SnapshotService:
     ``refresh(held)`` returns a newer snapshot when the data changed or ``held`` needs a
     fresh seal, else ``None``; ``needs_refresh(held)`` is the cheap check run per request.
     While a refresh runs, the previous snapshot keeps serving.
+
+    ``newer(held)``, run on every request before answering, returns a stored snapshot newer
+    than ``held`` (a later revision, or the same one re-sealed later) published by anyone (a
+    CLI ``snapshot compile``, another process), else ``None``: what was already published is
+    served at once, only what still has to be compiled waits for the background.
     """
 
     def __init__(
@@ -73,8 +78,10 @@ class SnapshotService:
         compile_now: Callable[[], RulesetSnapshot],
         needs_refresh: Callable[[RulesetSnapshot], bool],
         refresh: Callable[[RulesetSnapshot], RulesetSnapshot | None],
+        newer: Callable[[RulesetSnapshot], RulesetSnapshot | None] = lambda held: None,
     ) -> None:
         self._latest = latest
+        self._newer = newer
         self._compile = compile_now
         self._needs_refresh = needs_refresh
         self._refresh_fn = refresh
@@ -104,6 +111,10 @@ class SnapshotService:
             served = self._served
         if served is None:
             served = self._adopt(self._latest() or self._compile())
+        else:
+            published = self._newer(served.snapshot)
+            if published is not None:
+                served = self._adopt(published)
         if self._needs_refresh(served.snapshot):
             self._refresh_in_background(served.snapshot)
         return served

@@ -31,6 +31,7 @@ __all__ = [
     "ensure_serve_token",
     "is_stale",
     "latest_snapshot",
+    "newer_snapshot",
     "refresh_snapshot",
     "serve_token_path",
     "snapshot_service",
@@ -150,6 +151,37 @@ def latest_snapshot(home: Home) -> RulesetSnapshot | None:
         conn.close()
 
 
+def newer_snapshot(home: Home, held: RulesetSnapshot) -> RulesetSnapshot | None:
+    """The latest stored snapshot when it is newer than ``held`` (a later revision, or the same
+    revision re-sealed with a later ``compiledAt``), verified; else ``None``. One small read
+    when nothing changed: what ``serve`` runs on every request.
+
+    Raises:
+        SnapshotError, StoreError, HomeError.
+    """
+    conn = home.connect()
+    try:
+        try:
+            row = conn.execute(
+                "SELECT revision, compiled_at FROM ruleset_snapshots "
+                "ORDER BY revision DESC LIMIT 1"
+            ).fetchone()
+        except Exception as e:  # apsw.Error: a locked or unreadable database
+            raise StoreError(f"cannot read {home.db_path}: {e}") from e
+        if row is None or int(str(row[0])) < held.revision:
+            return None
+        if int(str(row[0])) == held.revision and str(row[1]) == held.compiled_at:
+            return None
+        fresh = SnapshotStore(conn, org_id=home.info().org).load(
+            lookup=signing.key_lookup([home.public_key()])
+        )
+    finally:
+        conn.close()
+    if (fresh.revision, compiled_moment(fresh)) <= (held.revision, compiled_moment(held)):
+        return None
+    return fresh
+
+
 def refresh_snapshot(
     home: Home,
     held: RulesetSnapshot,
@@ -216,6 +248,7 @@ def snapshot_service(
             ).snapshot
         ),
         needs_refresh=lambda held: True,
+        newer=lambda held: newer_snapshot(home, held),
         refresh=lambda held: refresh_snapshot(
             home,
             held,

@@ -1,0 +1,202 @@
+"""``rensei serve`` as a real process on a free loopback port: what it serves after another
+process publishes, the serve token's mode, its access log, the clock warning, draining on
+SIGTERM, and slow clients (issue 19)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from email.message import Message
+from pathlib import Path
+
+import pytest
+
+from rensei_routing.store.home import Home
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
+SNAPSHOT = "/api/daemon/ruleset-snapshot"
+
+
+def _env(offset: float = 0) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RENSEI_HOME"}
+    if offset:
+        env["RENSEI_REHEARSAL_CLOCK_OFFSET_S"] = str(offset)
+    return env
+
+
+def rensei(*args: str, offset: float = 0, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "rensei_routing.cli", *args],
+        capture_output=True,
+        text=True,
+        env=_env(offset),
+        timeout=120,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"rensei {' '.join(args)}: {done.returncode}\n{done.stderr}")
+    return done
+
+
+class Serve:
+    """A running ``rensei serve``; its stderr collected line by line by a reader thread."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        found = self.wait_for(r"serving http://127\.0\.0\.1:(\d+)/")
+        self.port = int(found.group(1))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self.lines.append("")  # EOF marker
+            self._changed.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 30) -> re.Match[str]:
+        """The first stderr line matching ``pattern`` (waiting for it)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines:
+                    if (found := re.search(pattern, line)) is not None:
+                        return found
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.lines and self.lines[-1] == ""):
+                    raise AssertionError(f"no line matching {pattern!r} in {self.lines}")
+                self._changed.wait(left)
+
+    def log(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def terminate(self, timeout: float = 60) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        self._reader.join(10)
+        return code
+
+
+@contextmanager
+def serving(home: Path, *args: str, offset: float = 0) -> Iterator[Serve]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rensei_routing.cli",
+            "serve",
+            "--home",
+            str(home),
+            "--port",
+            "0",
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(offset),
+    )
+    try:
+        yield Serve(proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def _token(home: Path) -> str:
+    return (home / "keys" / "serve.token").read_text("ascii").strip()
+
+
+def fetch(serve: Serve, token: str, timeout: float = 10) -> tuple[int, Message, bytes]:
+    request = urllib.request.Request(
+        serve.url + SNAPSHOT, headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, e.headers, e.read()
+
+
+def _revisions(home: Path) -> list[tuple[int, str]]:
+    with closing(Home(home).connect()) as conn:
+        rows = conn.execute(
+            "SELECT revision, compiled_at FROM ruleset_snapshots ORDER BY revision"
+        ).fetchall()
+    return [(int(str(r)), str(c)) for r, c in rows]
+
+
+@pytest.fixture
+def control(tmp_path: Path) -> Path:
+    home = tmp_path / "control"
+    rensei("init", "--home", str(home), "--org", "org_a1b2c3")
+    rensei("org", "load", str(EXAMPLES / "org.json"), "--home", str(home))
+    rensei("policy", "save", str(EXAMPLES / "policies.json"), "--home", str(home))
+    rensei("snapshot", "compile", "--home", str(home))
+    return home
+
+
+# -- #6: what another process published is served on the next request ----------------------------
+
+
+def test_a_request_after_a_cli_compile_gets_the_new_revision(control: Path) -> None:
+    with serving(control) as serve:
+        token = _token(control)
+        status, headers, _ = fetch(serve, token)
+        assert (status, headers["X-Ruleset-Rev"]) == (200, "org_a1b2c3@1")
+        rensei("snapshot", "compile", "--home", str(control))  # another process publishes rev 2
+        stored = _revisions(control)
+        status, headers, body = fetch(serve, token)
+        assert (status, headers["X-Ruleset-Rev"]) == (200, "org_a1b2c3@2")
+        assert json.loads(body)["revision"] == 2
+        # and the next request again, from memory; serving published nothing of its own
+        assert fetch(serve, token)[1]["X-Ruleset-Rev"] == "org_a1b2c3@2"
+        assert serve.terminate() == 0
+    assert _revisions(control) == stored
+
+
+def test_a_request_after_a_data_write_gets_the_recompiled_revision(control: Path) -> None:
+    with serving(control) as serve:
+        token = _token(control)
+        assert fetch(serve, token)[1]["X-Ruleset-Rev"] == "org_a1b2c3@1"
+        rensei("policy", "save", str(EXAMPLES / "policies.json"), "--home", str(control))
+        # the write is noticed by the next request and recompiled off the request path (document
+        # 000: the previous snapshot keeps serving meanwhile); then every request gets rev 2
+        deadline = time.monotonic() + 30
+        revs = []
+        while time.monotonic() < deadline:
+            revs.append(fetch(serve, token)[1]["X-Ruleset-Rev"])
+            if revs[-1] == "org_a1b2c3@2":
+                break
+            time.sleep(0.1)
+        assert revs[-1] == "org_a1b2c3@2", revs
+        assert set(revs) <= {"org_a1b2c3@1", "org_a1b2c3@2"}
+        assert fetch(serve, token)[1]["X-Ruleset-Rev"] == "org_a1b2c3@2"
+    assert [r for r, _ in _revisions(control)] == [1, 2]
