@@ -36,13 +36,15 @@ def _env(offset: float = 0) -> dict[str, str]:
     return env
 
 
-def rensei(*args: str, offset: float = 0, check: bool = True) -> subprocess.CompletedProcess[str]:
+def rensei(
+    *args: str, offset: float = 0, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "rensei_routing.cli", *args],
         capture_output=True,
         text=True,
         env=_env(offset),
-        timeout=120,
+        timeout=timeout,
     )
     if check and done.returncode != 0:
         raise AssertionError(f"rensei {' '.join(args)}: {done.returncode}\n{done.stderr}")
@@ -200,3 +202,34 @@ def test_a_request_after_a_data_write_gets_the_recompiled_revision(control: Path
         assert set(revs) <= {"org_a1b2c3@1", "org_a1b2c3@2"}
         assert fetch(serve, token)[1]["X-Ruleset-Rev"] == "org_a1b2c3@2"
     assert [r for r, _ in _revisions(control)] == [1, 2]
+
+
+# -- #19: a serve token others can read ----------------------------------------------------------
+
+
+def _doctor(home: Path) -> dict[str, tuple[str, str]]:
+    done = rensei("doctor", "--json", "--home", str(home), check=False)
+    return {c["check"]: (c["status"], c["detail"]) for c in json.loads(done.stdout)["checks"]}
+
+
+def test_a_serve_token_others_can_read_is_a_doctor_warning_and_refused_by_serve(
+    control: Path,
+) -> None:
+    token = control / "keys" / "serve.token"
+    assert _doctor(control)["serve token"][0] == "ok"  # none yet
+    with serving(control) as serve:  # creates it, 0600
+        assert serve.terminate() == 0
+    assert token.stat().st_mode & 0o777 == 0o600
+    assert _doctor(control)["serve token"][0] == "ok"
+    os.chmod(token, 0o644)
+    before = token.read_bytes()
+    status, detail = _doctor(control)["serve token"]
+    assert status == "warn" and "0644" in detail and "readable by others" in detail
+    done = rensei("serve", "--home", str(control), "--port", "0", check=False, timeout=30)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "serve.token is readable by others (mode 0644)" in lines[0], lines
+    assert "serving" not in done.stderr
+    assert token.read_bytes() == before and token.stat().st_mode & 0o777 == 0o644  # untouched
+    os.chmod(token, 0o600)
+    assert _doctor(control)["serve token"][0] == "ok"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -74,12 +74,20 @@ def _logging() -> None:
     show_default=True,
     help="Re-sign an unchanged snapshot older than this many seconds, so hosts stay fresh.",
 )
+@click.option(
+    "--drain",
+    "drain_s",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM, seconds to let responses in flight finish before closing.",
+)
 @home_option
-def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
+def serve(bind: str, port: int, reseal_after: float, drain_s: float, home: Path) -> None:
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
-    SIGTERM; writes to policies or org data are recompiled in the background."""
-    import waitress.server
-
+    SIGTERM; writes to policies or org data are recompiled in the background. SIGTERM stops
+    accepting and lets responses in flight finish (up to --drain seconds)."""
+    from ..control.listener import RunningServer
     from ..control.server import make_app
     from ..control.snapshots import ensure_serve_token, snapshot_service
     from ..plugins.manager import snapshot_validators
@@ -97,15 +105,17 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
     )
     app = make_app(now=now, token=token, service=service)
     _logging()
-    server: Any = waitress.server.create_server(app, host=bind, port=port, threads=4)
-    actual = server.effective_port
-    note(f"serving http://{bind}:{actual}/api/daemon/ruleset-snapshot")
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    server.run()  # returns after SIGTERM/SIGINT, once in-flight requests are answered
+    with _stop_on_sigterm() as stop:
+        try:
+            server = RunningServer(app, host=bind, port=port, drain_s=drain_s)
+        except OSError as e:
+            raise CommandError(f"cannot listen on {bind}:{port}: {e.strerror or e}") from e
+        note(f"serving http://{bind}:{server.port}/api/daemon/ruleset-snapshot")
+        while server.alive and not stop.wait(0.5):
+            pass
+    if not stop.is_set():
+        raise CommandError("the HTTP loop ended unexpectedly (see the log above)")
+    server.stop()  # stops accepting, drains the responses in flight, then closes
     service.wait_idle(10)
     note("stopped")
 

@@ -7,7 +7,9 @@ module as the audit checkpoints). The clock is the caller's (``compiled_at``).
 
 from __future__ import annotations
 
+import os
 import secrets
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,7 +21,7 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError, StoreError
-from ..files import create_private, token_from_file
+from ..files import create_private, mode_is_private, token_from_file
 from ..store.home import Home
 from ..store.policies import PolicyStore
 from ..store.snapshots import CompileResult, OrgStore, SnapshotStore
@@ -119,16 +121,24 @@ def serve_token_path(home: Home) -> Path:
 
 def ensure_serve_token(home: Home) -> str:
     """The home's serve token, created (mode 0600, 32 random bytes, URL-safe base64) on first
-    use and never replaced.
+    use and never replaced. A token file group or others can read is refused, not fixed: who
+    read it can fetch every snapshot, so chmod alone would keep a leaked token in use.
 
     Raises:
-        HomeError: the token file cannot be created or read.
+        HomeError: the token file cannot be created or read, or is readable by others.
     """
     path = serve_token_path(home)
     try:
         create_private(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
+        private = mode_is_private(path)
     except OSError as e:
         raise HomeError(f"cannot create {path}: {e.strerror or e}") from e
+    if not private:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        raise HomeError(
+            f"{path} is readable by others (mode {mode:04o}): delete it (serve makes a new one "
+            "and hosts need it) or, if nobody else could have read it, chmod 600 it"
+        )
     try:
         return token_from_file(str(path))
     except ConfigurationError as e:
@@ -163,8 +173,7 @@ def newer_snapshot(home: Home, held: RulesetSnapshot) -> RulesetSnapshot | None:
     try:
         try:
             row = conn.execute(
-                "SELECT revision, compiled_at FROM ruleset_snapshots "
-                "ORDER BY revision DESC LIMIT 1"
+                "SELECT revision, compiled_at FROM ruleset_snapshots ORDER BY revision DESC LIMIT 1"
             ).fetchone()
         except Exception as e:  # apsw.Error: a locked or unreadable database
             raise StoreError(f"cannot read {home.db_path}: {e}") from e
