@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -54,7 +55,7 @@ def rensei(
 class Serve:
     """A running ``rensei serve``; its stderr collected line by line by a reader thread."""
 
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -66,9 +67,9 @@ class Serve:
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+        for raw in self.proc.stderr:  # bytes: no newline translation hides a raw CR
             with self._changed:
-                self.lines.append(line)
+                self.lines.append(raw.decode("utf-8", "replace"))
                 self._changed.notify_all()
         with self._changed:
             self.lines.append("")  # EOF marker
@@ -114,7 +115,6 @@ def serving(home: Path, *args: str, offset: float = 0) -> Iterator[Serve]:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        text=True,
         env=_env(offset),
     )
     try:
@@ -233,3 +233,30 @@ def test_a_serve_token_others_can_read_is_a_doctor_warning_and_refused_by_serve(
     assert token.read_bytes() == before and token.stat().st_mode & 0o777 == 0o644  # untouched
     os.chmod(token, 0o600)
     assert _doctor(control)["serve token"][0] == "ok"
+
+
+# -- #12: what a client puts in the path reaches the log escaped ---------------------------------
+
+
+def _raw_request(serve: Serve, target: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", serve.port), timeout=10) as s:
+        s.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_control_characters_in_the_path_are_escaped_in_the_log(control: Path) -> None:
+    with serving(control) as serve:
+        # a raw ESC sequence, and a CR LF percent-encoded (waitress refuses a raw CR in the
+        # request line with a 400 before the app sees it) that would forge a log line
+        reply = _raw_request(serve, b"/x\x1b[31mred%0d%0aGET%20/forged%20200\\x1b")
+        assert reply.startswith(b"HTTP/1.1 404 ")
+        found = serve.wait_for(r" 404\n?$")
+        assert serve.terminate() == 0
+        log = serve.log()
+    line = found.string
+    assert line.rstrip("\n").endswith("GET /x\\x1b[31mred\\x0d\\x0aGET /forged 200\\\\x1b 404")
+    assert "\x1b" not in log and "\r" not in log
+    assert not any(entry.startswith("GET /forged") for entry in log.splitlines())

@@ -7,7 +7,8 @@
 - ``GET /api/daemon/routing/config`` (host side): the status of the host's snapshot cache.
 
 Adapter: owns HTTP only; compiling, verifying and caching are the callables it is given. The
-clock is injected (``now``). Access log lines never include headers, so never the token.
+clock is injected (``now``). Access log lines never include headers, so never the token, and
+escape what the client chose (:func:`loggable`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..errors import RenseiRoutingError, SnapshotValidationError
 if TYPE_CHECKING:  # imported where used: importing this module does not start waitress
     from .listener import RunningServer
 
-__all__ = ["RunningServer", "SnapshotService", "make_app", "serve_in_thread"]
+__all__ = ["RunningServer", "SnapshotService", "loggable", "make_app", "serve_in_thread"]
 
 log = logging.getLogger("rensei_routing.http")
 
@@ -146,6 +147,27 @@ class SnapshotService:
             worker.join(timeout)
 
 
+def _escape(char: str) -> str:
+    if char == "\\":
+        return "\\\\"
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def loggable(text: str) -> str:
+    """``text`` (a request's method or path, chosen by an unauthenticated client) safe for one
+    log line: every non-printable character (``str.isprintable``: control characters, escape
+    sequences, CR and LF, C1 controls) and the backslash written as a ``\\xNN``-style escape,
+    so it cannot colour a terminal, move its cursor or forge another line."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else _escape(c) for c in text)
+
+
 def _json(start: StartResponse, status: str, value: Any) -> list[bytes]:
     body = json.dumps(value, indent=2).encode("utf-8")
     start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
@@ -168,7 +190,7 @@ def make_app(
         path = environ.get("PATH_INFO", "")
         method = environ.get("REQUEST_METHOD", "GET")
         status, body = _route(environ, path, method, start)
-        log.info("%s %s %s", method, path, status.split(" ", 1)[0])
+        log.info("%s %s %s", loggable(method), loggable(path), status.split(" ", 1)[0])
         return body
 
     def _route(
