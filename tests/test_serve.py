@@ -260,3 +260,31 @@ def test_control_characters_in_the_path_are_escaped_in_the_log(control: Path) ->
     assert line.rstrip("\n").endswith("GET /x\\x1b[31mred\\x0d\\x0aGET /forged 200\\\\x1b 404")
     assert "\x1b" not in log and "\r" not in log
     assert not any(entry.startswith("GET /forged") for entry in log.splitlines())
+
+
+# -- #4 (serve's part): a stored snapshot compiled ahead of serve's clock -------------------------
+
+
+def test_serve_warns_when_the_latest_snapshot_is_ahead_of_its_clock(control: Path) -> None:
+    stored = _revisions(control)
+    with serving(control, offset=-3600) as serve:  # this clock is an hour behind the compile's
+        found = serve.wait_for(r"warning: snapshot org_a1b2c3@1 was compiled at .*ahead")
+        assert re.search(r" 3[56]\d\ds ahead of this clock \(allowed skew 60s\)", found.string)
+        status, headers, _ = fetch(serve, _token(control))
+        assert (status, headers["X-Ruleset-Rev"]) == (200, "org_a1b2c3@1")  # still served
+        assert serve.terminate() == 0
+    assert _revisions(control) == stored  # nothing re-sealed or compiled at the wrong time
+
+
+def test_serve_warns_when_another_clock_publishes_ahead_of_it(control: Path) -> None:
+    with serving(control) as serve:
+        token = _token(control)
+        assert fetch(serve, token)[1]["X-Ruleset-Rev"] == "org_a1b2c3@1"
+        assert "ahead of this clock" not in serve.log()
+        rensei("snapshot", "compile", "--home", str(control), offset=86400)  # a day ahead
+        stored = _revisions(control)
+        assert fetch(serve, token)[1]["X-Ruleset-Rev"] == "org_a1b2c3@2"
+        found = serve.wait_for(r"snapshot org_a1b2c3@2 was compiled at .*ahead of this clock")
+        assert "rensei_routing.http" in found.string
+        assert serve.terminate() == 0
+    assert _revisions(control) == stored

@@ -22,7 +22,7 @@ from ..core.snapshot.authz import (
     BUILTIN_AUTHORIZER,
 )
 from ..core.snapshot.freshness import format_age
-from ..errors import KeyFormatError, SnapshotError
+from ..errors import KeyFormatError, RenseiRoutingError, SnapshotError
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
 from ..host.status import host_status_data, snapshot_line
@@ -88,8 +88,8 @@ def serve(bind: str, port: int, reseal_after: float, drain_s: float, home: Path)
     SIGTERM; writes to policies or org data are recompiled in the background. SIGTERM stops
     accepting and lets responses in flight finish (up to --drain seconds)."""
     from ..control.listener import RunningServer
-    from ..control.server import make_app
-    from ..control.snapshots import ensure_serve_token, snapshot_service
+    from ..control.server import ahead_of_clock, make_app
+    from ..control.snapshots import ensure_serve_token, latest_snapshot, snapshot_service
     from ..plugins.manager import snapshot_validators
 
     h = home_of(home)
@@ -104,6 +104,12 @@ def serve(bind: str, port: int, reseal_after: float, drain_s: float, home: Path)
         reseal_after=reseal_after,
     )
     app = make_app(now=now, token=token, service=service)
+    try:
+        latest = latest_snapshot(h)
+    except RenseiRoutingError:
+        latest = None  # unreadable or unverifiable: the first request answers 503 saying why
+    if latest is not None and (warning := ahead_of_clock(latest, now())):
+        note(f"warning: {warning}")
     _logging()
     with _stop_on_sigterm() as stop:
         try:

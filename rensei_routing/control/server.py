@@ -20,17 +20,24 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
-from ..core.snapshot.freshness import FreshnessPolicy, age_of
+from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, FreshnessPolicy, age_of
 from ..errors import RenseiRoutingError, SnapshotValidationError
 
 if TYPE_CHECKING:  # imported where used: importing this module does not start waitress
     from .listener import RunningServer
 
-__all__ = ["RunningServer", "SnapshotService", "loggable", "make_app", "serve_in_thread"]
+__all__ = [
+    "RunningServer",
+    "SnapshotService",
+    "ahead_of_clock",
+    "loggable",
+    "make_app",
+    "serve_in_thread",
+]
 
 log = logging.getLogger("rensei_routing.http")
 
@@ -57,6 +64,23 @@ class _Served:
         return cls(snapshot, body, '"' + hashlib.sha256(body).hexdigest() + '"')
 
 
+def ahead_of_clock(
+    snapshot: RulesetSnapshot, now: datetime, max_skew: timedelta = DEFAULT_MAX_SKEW
+) -> str | None:
+    """A warning when ``snapshot``'s ``compiledAt`` is later than ``now`` by more than
+    ``max_skew`` (hosts whose clock agrees with this one refuse it as a future snapshot, and
+    this side cannot re-seal it), else ``None``."""
+    ahead = compiled_moment(snapshot) - now
+    if ahead <= max_skew:
+        return None
+    return (
+        f"snapshot {snapshot.ruleset_rev} was compiled at {snapshot.compiled_at}, "
+        f"{ahead.total_seconds():.0f}s ahead of this clock (allowed skew "
+        f"{max_skew.total_seconds():.0f}s): hosts with this clock refuse it; check the clocks "
+        "(the compiling one and this one), then `rensei snapshot compile`"
+    )
+
+
 class SnapshotService:
     """The current snapshot of one org, kept in memory and refreshed off the request path.
 
@@ -64,7 +88,8 @@ class SnapshotService:
     publishes one (raising ``SnapshotValidationError`` when a validator fails);
     ``refresh(held)`` returns a newer snapshot when the data changed or ``held`` needs a
     fresh seal, else ``None``; ``needs_refresh(held)`` is the cheap check run per request.
-    While a refresh runs, the previous snapshot keeps serving.
+    While a refresh runs, the previous snapshot keeps serving. With ``clock``, adopting a
+    snapshot compiled ahead of it (:func:`ahead_of_clock`) logs a warning.
 
     ``newer(held)``, run on every request before answering, returns a stored snapshot newer
     than ``held`` (a later revision, or the same one re-sealed later) published by anyone (a
@@ -80,7 +105,9 @@ class SnapshotService:
         needs_refresh: Callable[[RulesetSnapshot], bool],
         refresh: Callable[[RulesetSnapshot], RulesetSnapshot | None],
         newer: Callable[[RulesetSnapshot], RulesetSnapshot | None] = lambda held: None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
+        self._clock = clock
         self._latest = latest
         self._newer = newer
         self._compile = compile_now
@@ -99,6 +126,8 @@ class SnapshotService:
                 compiled_moment(held.snapshot),
             ):
                 held = self._served = _Served.of(snap)
+                if self._clock is not None and (warning := ahead_of_clock(snap, self._clock())):
+                    log.warning("%s", warning)
             return held
 
     def current(self) -> _Served:

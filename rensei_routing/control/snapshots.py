@@ -258,6 +258,7 @@ def snapshot_service(
         ),
         needs_refresh=lambda held: True,
         newer=lambda held: newer_snapshot(home, held),
+        clock=clock,
         refresh=lambda held: refresh_snapshot(
             home,
             held,
