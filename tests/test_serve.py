@@ -19,9 +19,11 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from email.message import Message
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rensei_routing.control.listener import RunningServer
 from rensei_routing.store.home import Home
 
 pytestmark = pytest.mark.slow
@@ -75,8 +77,9 @@ class Serve:
             self.lines.append("")  # EOF marker
             self._changed.notify_all()
 
-    def wait_for(self, pattern: str, timeout: float = 30) -> re.Match[str]:
-        """The first stderr line matching ``pattern`` (waiting for it)."""
+    def find(self, pattern: str, timeout: float = 30) -> re.Match[str] | None:
+        """The first stderr line matching ``pattern``, waiting for it until ``timeout`` or the
+        end of stderr; ``None`` when none came."""
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
@@ -85,8 +88,15 @@ class Serve:
                         return found
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.lines and self.lines[-1] == ""):
-                    raise AssertionError(f"no line matching {pattern!r} in {self.lines}")
+                    return None
                 self._changed.wait(left)
+
+    def wait_for(self, pattern: str, timeout: float = 30) -> re.Match[str]:
+        """The first stderr line matching ``pattern`` (waiting for it)."""
+        found = self.find(pattern, timeout)
+        if found is None:
+            raise AssertionError(f"no line matching {pattern!r} in {self.lines}")
+        return found
 
     def log(self) -> str:
         with self._changed:
@@ -288,3 +298,109 @@ def test_serve_warns_when_another_clock_publishes_ahead_of_it(control: Path) -> 
         assert "rensei_routing.http" in found.string
         assert serve.terminate() == 0
     assert _revisions(control) == stored
+
+
+# -- #11: SIGTERM drains the responses in flight --------------------------------------------------
+
+
+def _big_control(tmp_path: Path, policies: int) -> Path:
+    home = tmp_path / "big"
+    rensei("init", "--home", str(home), "--org", "org_a1b2c3")
+    rensei("org", "load", str(EXAMPLES / "org.json"), "--home", str(home))
+    doc = {
+        "policies": [
+            {
+                "id": f"p{i:05d}",
+                "description": f"policy {i} " + "d" * 1500,
+                "priority": i % 90,
+                "match": {"repo_ids": [f"acme/r{i}"]},
+                "action": {"account_pool": ["anthropic-primary"]},
+            }
+            for i in range(policies)
+        ]
+    }
+    source = tmp_path / "policies.json"
+    source.write_text(json.dumps(doc))
+    rensei("policy", "save", str(source), "--home", str(home))
+    rensei("snapshot", "compile", "--home", str(home))
+    return home
+
+
+def _read_head(sock: socket.socket) -> tuple[dict[str, str], bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0].startswith("HTTP/1.1 200"), lines[0]
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return headers, rest
+
+
+def test_sigterm_lets_a_slow_reader_receive_the_whole_snapshot(tmp_path: Path) -> None:
+    control = _big_control(tmp_path, 7000)
+    expected = (tmp_path / "expected.json").resolve()
+    rensei("snapshot", "export", str(expected), "--home", str(control))
+    body_expected = expected.read_bytes()
+    assert len(body_expected) > 10_000_000  # far beyond what the kernel's buffers hold
+    with serving(control) as serve:
+        token = _token(control)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)  # a small window: slow
+        sock.settimeout(30)
+        with sock:
+            sock.connect(("127.0.0.1", serve.port))
+            request = f"GET {SNAPSHOT} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+            sock.sendall(request.encode("ascii"))
+            headers, body = _read_head(sock)
+            length = int(headers["content-length"])
+            while len(body) < 1_000_000:  # the first megabyte, then SIGTERM mid-body
+                body += sock.recv(65536)
+            serve.proc.send_signal(signal.SIGTERM)
+            draining = serve.find(r"stopped accepting; draining 1 response\(s\)")
+            if draining is not None:
+                with pytest.raises(ConnectionRefusedError):  # no new connection is accepted
+                    socket.create_connection(("127.0.0.1", serve.port), timeout=5).close()
+            while len(body) < length:  # a slow reader: small reads, a pause every 64 KiB
+                chunk = sock.recv(16384)
+                if not chunk:
+                    break
+                body += chunk
+                if len(body) % 65536 < 16384:
+                    time.sleep(0.001)
+        assert len(body) == length == len(body_expected)  # unfixed: cut at a few megabytes
+        assert body == body_expected
+        assert draining is not None
+        assert serve.proc.wait(60) == 0
+        serve.wait_for(r"^stopped")
+
+
+def _app(body: bytes) -> Any:
+    def app(environ: dict[str, Any], start: Any) -> list[bytes]:
+        start("200 OK", [("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+def test_a_drain_closes_idle_and_half_sent_requests_and_is_bounded() -> None:
+    server = RunningServer(_app(b"x" * 32_000_000), host="127.0.0.1", port=0)
+    idle = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    half = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    half.sendall(b"GET / HTTP/1.1\r\nHo")  # a request still arriving
+    stuck = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.settimeout(10)
+    stuck.connect(("127.0.0.1", server.port))
+    stuck.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # a reader that never reads
+    assert stuck.recv(10) == b"HTTP/1.1 2"
+    server.stop(drain_s=1.0)  # the reader never reads: the deadline ends the drain
+    assert not server.alive
+    with idle, half, stuck:
+        assert idle.recv(10) == b"" and half.recv(10) == b""  # closed, nothing sent
+        received = 10
+        while chunk := stuck.recv(1 << 20):
+            received += len(chunk)
+        assert received < 32_000_000  # cut at the deadline

@@ -187,11 +187,18 @@ class RunningServer:
                 wasyncore.poll2(_POLL_S, self._map)
             self._drain()
         finally:
+            for channel in list(self._server.active_channels.values()):
+                with contextlib.suppress(OSError):
+                    channel.handle_close()  # closes its buffers too (close_all does not)
             wasyncore.close_all(self._map, ignore_all=True)
 
     def _drain(self) -> None:
         server = self._server
         wasyncore.dispatcher.close(server)  # stop accepting (the wake-up pipe stays open)
+        busy = sum(1 for c in server.active_channels.values() if not c.waiting())
+        if busy:
+            left = max(0.0, self._drain_deadline - time.monotonic())
+            log.info("stopped accepting; draining %d response(s) for up to %.0fs", busy, left)
         while True:
             channels = list(server.active_channels.values())
             if not channels:
