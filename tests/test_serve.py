@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from rensei_routing.control.listener import RunningServer
+from rensei_routing.control.listener import Limits, RunningServer
 from rensei_routing.store.home import Home
 
 pytestmark = pytest.mark.slow
@@ -404,3 +404,138 @@ def test_a_drain_closes_idle_and_half_sent_requests_and_is_bounded() -> None:
         while chunk := stuck.recv(1 << 20):
             received += len(chunk)
         assert received < 32_000_000  # cut at the deadline
+
+
+# -- #7: slow clients cannot hold every connection ------------------------------------------------
+
+
+class Flood:
+    """``count`` unauthenticated clients on loopback, each trickling one byte of a request
+    header that never ends every ``period`` seconds, reconnecting whenever the server closes
+    it (a persistent attacker). One thread, non-blocking sockets, stopped on exit."""
+
+    def __init__(self, port: int, count: int, period: float = 0.2) -> None:
+        self.port, self.count, self.period = port, count, period
+        self.reconnects = 0
+        self.bytes_sent = 0
+        self._socks: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _connect(self) -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        s.setblocking(False)
+        return s
+
+    def _run(self) -> None:
+        line = b"GET / HTTP/1.1\r\nX-Slow: " + b"a" * 100_000
+        self._socks = [self._connect() for _ in range(self.count)]
+        offsets = [0] * self.count
+        self._ready.set()
+        while not self._stop.wait(self.period):
+            for i, s in enumerate(self._socks):
+                try:
+                    s.recv(4096)  # an answer (431, 408) or EOF means the server closed it
+                    closed = True
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                if not closed:
+                    try:
+                        s.send(line[offsets[i] % len(line) : offsets[i] % len(line) + 1])
+                        offsets[i] += 1
+                        self.bytes_sent += 1
+                        continue
+                    except OSError:
+                        pass
+                s.close()
+                self.reconnects += 1
+                offsets[i] = 0
+                try:
+                    self._socks[i] = self._connect()
+                except OSError:
+                    self._socks[i] = socket.socket()  # retried next round
+
+    def __enter__(self) -> Flood:
+        self._thread.start()
+        assert self._ready.wait(60)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        for s in self._socks:
+            s.close()
+
+
+def test_a_host_keeps_syncing_while_110_slow_clients_trickle(control: Path, tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    rensei("init", "--home", str(host))
+    rensei("host", "trust", str(control / "keys" / "host.pub"), "--home", str(host))
+    token_file = control / "keys" / "serve.token"
+    with serving(control) as serve, Flood(serve.port, 110) as flood:
+        while flood.bytes_sent < 110 * 3:  # every slow client has started its request
+            time.sleep(0.05)
+        for revision in (1, 2, 3):
+            done = rensei(
+                "host", "sync", "--endpoint", serve.url, "--token-file", str(token_file),
+                "--home", str(host), check=False, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr  # unfixed: timed out behind the flood
+            assert f"org_a1b2c3@{revision}" in done.stdout + done.stderr
+            rensei("snapshot", "compile", "--home", str(control))
+        assert flood.bytes_sent > 110 * 3
+    status = json.loads(rensei("host", "status", "--home", str(host), "--json").stdout)
+    assert status["snapshot"]["rulesetRev"] == "org_a1b2c3@3"
+
+
+def _fetch_once(port: int, token: str) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as r:
+        r.read()
+        return int(r.status)
+
+
+def test_at_its_connection_limit_the_server_sheds_the_oldest_slow_client() -> None:
+    server = RunningServer(
+        _app(b"ok"), host="127.0.0.1", port=0, limits=Limits(connection_limit=30)
+    )
+    try:
+        with Flood(server.port, 60, period=0.05) as flood:
+            while flood.bytes_sent < 60 * 2:
+                time.sleep(0.05)
+            assert [_fetch_once(server.port, "t") for _ in range(5)] == [200] * 5
+            assert flood.reconnects > 0  # slow clients were shed to make room
+    finally:
+        server.stop()
+
+
+def test_a_request_must_arrive_within_the_deadline() -> None:
+    server = RunningServer(
+        _app(b"ok"), host="127.0.0.1", port=0, limits=Limits(request_timeout_s=1.0)
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            header = b"GET / HTTP/1.1\r\nX-Slow: " + b"a" * 1000
+            closed = False
+            for byte in header:  # one byte every 50 ms: bounded at 50 s, closed after ~1 s
+                try:
+                    s.send(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                s.settimeout(0.05)
+                try:
+                    if s.recv(4096) == b"":
+                        closed = True
+                        break
+                except TimeoutError:
+                    pass
+            assert closed
+        assert _fetch_once(server.port, "t") == 200  # the server itself is fine
+    finally:
+        server.stop()

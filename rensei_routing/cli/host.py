@@ -82,12 +82,36 @@ def _logging() -> None:
     show_default=True,
     help="On SIGTERM, seconds to let responses in flight finish before closing.",
 )
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=8),
+    default=1000,
+    show_default=True,
+    help="Open connections at most (capped by the descriptor limit); at the limit the oldest "
+    "connection still sending its request is closed.",
+)
+@click.option(
+    "--request-timeout",
+    "request_timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds a request may take to arrive whole (headers are at most 16 KiB).",
+)
 @home_option
-def serve(bind: str, port: int, reseal_after: float, drain_s: float, home: Path) -> None:
+def serve(
+    bind: str,
+    port: int,
+    reseal_after: float,
+    drain_s: float,
+    max_connections: int,
+    request_timeout_s: float,
+    home: Path,
+) -> None:
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
     SIGTERM; writes to policies or org data are recompiled in the background. SIGTERM stops
     accepting and lets responses in flight finish (up to --drain seconds)."""
-    from ..control.listener import RunningServer
+    from ..control.listener import Limits, RunningServer
     from ..control.server import ahead_of_clock, make_app
     from ..control.snapshots import ensure_serve_token, latest_snapshot, snapshot_service
     from ..plugins.manager import snapshot_validators
@@ -113,10 +137,16 @@ def serve(bind: str, port: int, reseal_after: float, drain_s: float, home: Path)
     _logging()
     with _stop_on_sigterm() as stop:
         try:
-            server = RunningServer(app, host=bind, port=port, drain_s=drain_s)
+            limits = Limits(connection_limit=max_connections, request_timeout_s=request_timeout_s)
+            server = RunningServer(app, host=bind, port=port, limits=limits, drain_s=drain_s)
         except OSError as e:
             raise CommandError(f"cannot listen on {bind}:{port}: {e.strerror or e}") from e
         note(f"serving http://{bind}:{server.port}/api/daemon/ruleset-snapshot")
+        if server.connection_limit < max_connections:
+            note(
+                f"warning: at most {server.connection_limit} connections (the descriptor limit, "
+                f"`ulimit -n`, is too low for --max-connections {max_connections})"
+            )
         while server.alive and not stop.wait(0.5):
             pass
     if not stop.is_set():
