@@ -539,3 +539,41 @@ def test_a_request_must_arrive_within_the_deadline() -> None:
         assert _fetch_once(server.port, "t") == 200  # the server itself is fine
     finally:
         server.stop()
+
+
+def test_serve_warns_when_its_clock_is_set_back_under_a_served_snapshot(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from rensei_routing import signing
+    from rensei_routing.control.server import SnapshotService
+    from rensei_routing.core.snapshot.envelope import seal
+
+    key = signing.PrivateKey(bytes(range(32)))
+    t0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    snap = seal(
+        org_id="org_a",
+        revision=3,
+        compiled_at=t0.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        sections={"posteriorSummary": {"arms": [{"arm": "a", "alpha": 1, "beta": 1}]}},
+        signing_key_id=key.public_key.key_id,
+        sign=key.sign,
+    )
+    clock = [t0 + timedelta(seconds=30)]
+    service = SnapshotService(
+        latest=lambda: snap,
+        compile_now=lambda: snap,
+        needs_refresh=lambda held: False,
+        refresh=lambda held: None,
+        clock=lambda: clock[0],
+        clock_check_s=0,
+    )
+    with caplog.at_level("WARNING", logger="rensei_routing.http"):
+        assert service.current().snapshot is snap
+        assert "ahead of this clock" not in caplog.text
+        clock[0] = t0 - timedelta(hours=24)  # the clock, 24 h ahead when it compiled, is fixed
+        assert service.current().snapshot is snap  # still served (hosts decide)...
+    assert "snapshot org_a@3 was compiled at 2026-11-30T09:00:00.000000Z, 86400s ahead" in (
+        caplog.text
+    )  # ...and said

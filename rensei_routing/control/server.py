@@ -18,6 +18,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -88,8 +89,10 @@ class SnapshotService:
     publishes one (raising ``SnapshotValidationError`` when a validator fails);
     ``refresh(held)`` returns a newer snapshot when the data changed or ``held`` needs a
     fresh seal, else ``None``; ``needs_refresh(held)`` is the cheap check run per request.
-    While a refresh runs, the previous snapshot keeps serving. With ``clock``, adopting a
-    snapshot compiled ahead of it (:func:`ahead_of_clock`) logs a warning.
+    While a refresh runs, the previous snapshot keeps serving. With ``clock``, serving a
+    snapshot compiled ahead of it (:func:`ahead_of_clock`) logs a warning: when it is adopted,
+    and again at most every ``clock_check_s`` seconds while it is served (a clock set back
+    while serving turns the held snapshot into a future one).
 
     ``newer(held)``, run on every request before answering, returns a stored snapshot newer
     than ``held`` (a later revision, or the same one re-sealed later) published by anyone (a
@@ -106,8 +109,11 @@ class SnapshotService:
         refresh: Callable[[RulesetSnapshot], RulesetSnapshot | None],
         newer: Callable[[RulesetSnapshot], RulesetSnapshot | None] = lambda held: None,
         clock: Callable[[], datetime] | None = None,
+        clock_check_s: float = 60.0,
     ) -> None:
         self._clock = clock
+        self._clock_check_s = clock_check_s
+        self._next_clock_check = 0.0
         self._latest = latest
         self._newer = newer
         self._compile = compile_now
@@ -126,9 +132,19 @@ class SnapshotService:
                 compiled_moment(held.snapshot),
             ):
                 held = self._served = _Served.of(snap)
-                if self._clock is not None and (warning := ahead_of_clock(snap, self._clock())):
-                    log.warning("%s", warning)
+                self._next_clock_check = 0.0  # check the new one at once
             return held
+
+    def _check_clock(self, served: _Served) -> None:
+        if self._clock is None:
+            return
+        moment = time.monotonic()
+        with self._lock:
+            if moment < self._next_clock_check:
+                return
+            self._next_clock_check = moment + self._clock_check_s
+        if (warning := ahead_of_clock(served.snapshot, self._clock())) is not None:
+            log.warning("%s", warning)
 
     def current(self) -> _Served:
         """What to serve now.
@@ -145,6 +161,7 @@ class SnapshotService:
             published = self._newer(served.snapshot)
             if published is not None:
                 served = self._adopt(published)
+        self._check_clock(served)
         if self._needs_refresh(served.snapshot):
             self._refresh_in_background(served.snapshot)
         return served
