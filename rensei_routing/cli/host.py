@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,7 +23,7 @@ from ..core.snapshot.authz import (
 )
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
-from ..errors import KeyFormatError, SnapshotError
+from ..errors import KeyFormatError, RenseiRoutingError, SnapshotError
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
 from ..host.status import host_status_data, set_aside_lines, snapshot_line
@@ -74,14 +74,46 @@ def _logging() -> None:
     show_default=True,
     help="Re-sign an unchanged snapshot older than this many seconds, so hosts stay fresh.",
 )
+@click.option(
+    "--drain",
+    "drain_s",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM, seconds to let responses in flight finish before closing.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=8),
+    default=1000,
+    show_default=True,
+    help="Open connections at most (capped by the descriptor limit); at the limit the oldest "
+    "connection still sending its request is closed.",
+)
+@click.option(
+    "--request-timeout",
+    "request_timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds a request may take to arrive whole (headers are at most 16 KiB).",
+)
 @home_option
-def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
+def serve(
+    bind: str,
+    port: int,
+    reseal_after: float,
+    drain_s: float,
+    max_connections: int,
+    request_timeout_s: float,
+    home: Path,
+) -> None:
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
-    SIGTERM; writes to policies or org data are recompiled in the background."""
-    import waitress.server
-
-    from ..control.server import make_app
-    from ..control.snapshots import ensure_serve_token, snapshot_service
+    SIGTERM; writes to policies or org data are recompiled in the background. SIGTERM stops
+    accepting and lets responses in flight finish (up to --drain seconds)."""
+    from ..control.listener import Limits, RunningServer
+    from ..control.server import ahead_of_clock, make_app
+    from ..control.snapshots import ensure_serve_token, latest_snapshot, snapshot_service
     from ..plugins.manager import snapshot_validators
     from ._store import home_of
 
@@ -97,16 +129,30 @@ def serve(bind: str, port: int, reseal_after: float, home: Path) -> None:
         reseal_after=reseal_after,
     )
     app = make_app(now=now, token=token, service=service)
+    try:
+        latest = latest_snapshot(h)
+    except RenseiRoutingError:
+        latest = None  # unreadable or unverifiable: the first request answers 503 saying why
+    if latest is not None and (warning := ahead_of_clock(latest, now())):
+        note(f"warning: {warning}")
     _logging()
-    server: Any = waitress.server.create_server(app, host=bind, port=port, threads=4)
-    actual = server.effective_port
-    note(f"serving http://{bind}:{actual}/api/daemon/ruleset-snapshot")
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    server.run()  # returns after SIGTERM/SIGINT, once in-flight requests are answered
+    with _stop_on_sigterm() as stop:
+        try:
+            limits = Limits(connection_limit=max_connections, request_timeout_s=request_timeout_s)
+            server = RunningServer(app, host=bind, port=port, limits=limits, drain_s=drain_s)
+        except OSError as e:
+            raise CommandError(f"cannot listen on {bind}:{port}: {e.strerror or e}") from e
+        note(f"serving http://{bind}:{server.port}/api/daemon/ruleset-snapshot")
+        if server.connection_limit < max_connections:
+            note(
+                f"warning: at most {server.connection_limit} connections (the descriptor limit, "
+                f"`ulimit -n`, is too low for --max-connections {max_connections})"
+            )
+        while server.alive and not stop.wait(0.5):
+            pass
+    if not stop.is_set():
+        raise CommandError("the HTTP loop ended unexpectedly (see the log above)")
+    server.stop()  # stops accepting, drains the responses in flight, then closes
     service.wait_idle(10)
     note("stopped")
 

@@ -7,7 +7,8 @@
 - ``GET /api/daemon/routing/config`` (host side): the status of the host's snapshot cache.
 
 Adapter: owns HTTP only; compiling, verifying and caching are the callables it is given. The
-clock is injected (``now``). Access log lines never include headers, so never the token.
+clock is injected (``now``). Access log lines never include headers, so never the token, and
+escape what the client chose (:func:`loggable`).
 """
 
 from __future__ import annotations
@@ -17,16 +18,27 @@ import hmac
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final, cast
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
 
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
-from ..core.snapshot.freshness import FreshnessPolicy, age_of
+from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, FreshnessPolicy, age_of
 from ..errors import RenseiRoutingError, SnapshotValidationError
 
-__all__ = ["RunningServer", "SnapshotService", "make_app", "serve_in_thread"]
+if TYPE_CHECKING:  # imported where used: importing this module does not start waitress
+    from .listener import RunningServer
+
+__all__ = [
+    "RunningServer",
+    "SnapshotService",
+    "ahead_of_clock",
+    "loggable",
+    "make_app",
+    "serve_in_thread",
+]
 
 log = logging.getLogger("rensei_routing.http")
 
@@ -53,6 +65,23 @@ class _Served:
         return cls(snapshot, body, '"' + hashlib.sha256(body).hexdigest() + '"')
 
 
+def ahead_of_clock(
+    snapshot: RulesetSnapshot, now: datetime, max_skew: timedelta = DEFAULT_MAX_SKEW
+) -> str | None:
+    """A warning when ``snapshot``'s ``compiledAt`` is later than ``now`` by more than
+    ``max_skew`` (hosts whose clock agrees with this one refuse it as a future snapshot, and
+    this side cannot re-seal it), else ``None``."""
+    ahead = compiled_moment(snapshot) - now
+    if ahead <= max_skew:
+        return None
+    return (
+        f"snapshot {snapshot.ruleset_rev} was compiled at {snapshot.compiled_at}, "
+        f"{ahead.total_seconds():.0f}s ahead of this clock (allowed skew "
+        f"{max_skew.total_seconds():.0f}s): hosts with this clock refuse it; check the clocks "
+        "(the compiling one and this one), then `rensei snapshot compile`"
+    )
+
+
 class SnapshotService:
     """The current snapshot of one org, kept in memory and refreshed off the request path.
 
@@ -60,7 +89,15 @@ class SnapshotService:
     publishes one (raising ``SnapshotValidationError`` when a validator fails);
     ``refresh(held)`` returns a newer snapshot when the data changed or ``held`` needs a
     fresh seal, else ``None``; ``needs_refresh(held)`` is the cheap check run per request.
-    While a refresh runs, the previous snapshot keeps serving.
+    While a refresh runs, the previous snapshot keeps serving. With ``clock``, serving a
+    snapshot compiled ahead of it (:func:`ahead_of_clock`) logs a warning: when it is adopted,
+    and again at most every ``clock_check_s`` seconds while it is served (a clock set back
+    while serving turns the held snapshot into a future one).
+
+    ``newer(held)``, run on every request before answering, returns a stored snapshot newer
+    than ``held`` (a later revision, or the same one re-sealed later) published by anyone (a
+    CLI ``snapshot compile``, another process), else ``None``: what was already published is
+    served at once, only what still has to be compiled waits for the background.
     """
 
     def __init__(
@@ -70,8 +107,15 @@ class SnapshotService:
         compile_now: Callable[[], RulesetSnapshot],
         needs_refresh: Callable[[RulesetSnapshot], bool],
         refresh: Callable[[RulesetSnapshot], RulesetSnapshot | None],
+        newer: Callable[[RulesetSnapshot], RulesetSnapshot | None] = lambda held: None,
+        clock: Callable[[], datetime] | None = None,
+        clock_check_s: float = 60.0,
     ) -> None:
+        self._clock = clock
+        self._clock_check_s = clock_check_s
+        self._next_clock_check = 0.0
         self._latest = latest
+        self._newer = newer
         self._compile = compile_now
         self._needs_refresh = needs_refresh
         self._refresh_fn = refresh
@@ -88,7 +132,19 @@ class SnapshotService:
                 compiled_moment(held.snapshot),
             ):
                 held = self._served = _Served.of(snap)
+                self._next_clock_check = 0.0  # check the new one at once
             return held
+
+    def _check_clock(self, served: _Served) -> None:
+        if self._clock is None:
+            return
+        moment = time.monotonic()
+        with self._lock:
+            if moment < self._next_clock_check:
+                return
+            self._next_clock_check = moment + self._clock_check_s
+        if (warning := ahead_of_clock(served.snapshot, self._clock())) is not None:
+            log.warning("%s", warning)
 
     def current(self) -> _Served:
         """What to serve now.
@@ -101,6 +157,11 @@ class SnapshotService:
             served = self._served
         if served is None:
             served = self._adopt(self._latest() or self._compile())
+        else:
+            published = self._newer(served.snapshot)
+            if published is not None:
+                served = self._adopt(published)
+        self._check_clock(served)
         if self._needs_refresh(served.snapshot):
             self._refresh_in_background(served.snapshot)
         return served
@@ -132,6 +193,27 @@ class SnapshotService:
             worker.join(timeout)
 
 
+def _escape(char: str) -> str:
+    if char == "\\":
+        return "\\\\"
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def loggable(text: str) -> str:
+    """``text`` (a request's method or path, chosen by an unauthenticated client) safe for one
+    log line: every non-printable character (``str.isprintable``: control characters, escape
+    sequences, CR and LF, C1 controls) and the backslash written as a ``\\xNN``-style escape,
+    so it cannot colour a terminal, move its cursor or forge another line."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else _escape(c) for c in text)
+
+
 def _json(start: StartResponse, status: str, value: Any) -> list[bytes]:
     body = json.dumps(value, indent=2).encode("utf-8")
     start(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
@@ -154,7 +236,7 @@ def make_app(
         path = environ.get("PATH_INFO", "")
         method = environ.get("REQUEST_METHOD", "GET")
         status, body = _route(environ, path, method, start)
-        log.info("%s %s %s", method, path, status.split(" ", 1)[0])
+        log.info("%s %s %s", loggable(method), loggable(path), status.split(" ", 1)[0])
         return body
 
     def _route(
@@ -216,39 +298,19 @@ def make_app(
     return app
 
 
-class RunningServer:
-    """A waitress server running its loop in a background thread (``host run --listen``,
-    tests, benchmarks). :meth:`stop` ends the loop from inside it, so no thread ever polls a
-    socket another thread closed."""
+def serve_in_thread(
+    app: WSGIApp, *, host: str, port: int, threads: int = 2, drain_s: float = 0.0
+) -> RunningServer:
+    """Start serving ``app`` on ``host:port`` (0 = any free port) in a background thread
+    (:class:`~rensei_routing.control.listener.RunningServer`)."""
+    from .listener import serve_in_thread as start
 
-    def __init__(self, app: WSGIApp, *, host: str, port: int, threads: int = 2) -> None:
-        import waitress.server
-
-        # Any: waitress types the result as a union; one listen address is a TcpWSGIServer
-        self._server = cast(
-            Any, waitress.server.create_server(app, host=host, port=port, threads=threads)
-        )
-        self.port: int = int(self._server.effective_port)
-        self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Close every socket from the loop thread, wait for the loop to end, then let the
-        worker threads finish the requests in flight."""
-        import waitress.wasyncore
-
-        server = self._server
-        try:
-            server.trigger.pull_trigger(lambda: waitress.wasyncore.close_all(server._map))
-        except OSError:
-            # The wake-up pipe is unusable (seen once under a full test run: EBADF on its write
-            # end). Close from here instead; the loop, polling its own descriptor, then finds
-            # an empty map and ends at its next timeout.
-            waitress.wasyncore.close_all(server._map, ignore_all=True)
-        self._thread.join(timeout)
-        server.task_dispatcher.shutdown()
+    return start(app, host=host, port=port, threads=threads, drain_s=drain_s)
 
 
-def serve_in_thread(app: WSGIApp, *, host: str, port: int, threads: int = 2) -> RunningServer:
-    """Start serving ``app`` on ``host:port`` (0 = any free port) in a background thread."""
-    return RunningServer(app, host=host, port=port, threads=threads)
+def __getattr__(name: str) -> Any:
+    if name == "RunningServer":  # kept importable from here, loaded on first use
+        from .listener import RunningServer
+
+        return RunningServer
+    raise AttributeError(name)

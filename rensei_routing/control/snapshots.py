@@ -7,7 +7,9 @@ module as the audit checkpoints). The clock is the caller's (``compiled_at``).
 
 from __future__ import annotations
 
+import os
 import secrets
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,7 +21,7 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError, StoreError
-from ..files import create_private, token_from_file
+from ..files import create_private, mode_is_private, token_from_file
 from ..store.home import Home
 from ..store.snapshots import CompileResult, SnapshotStore
 from .server import SnapshotService
@@ -30,6 +32,7 @@ __all__ = [
     "ensure_serve_token",
     "is_stale",
     "latest_snapshot",
+    "newer_snapshot",
     "refresh_snapshot",
     "serve_token_path",
     "snapshot_service",
@@ -132,16 +135,24 @@ def serve_token_path(home: Home) -> Path:
 
 def ensure_serve_token(home: Home) -> str:
     """The home's serve token, created (mode 0600, 32 random bytes, URL-safe base64) on first
-    use and never replaced.
+    use and never replaced. A token file group or others can read is refused, not fixed: who
+    read it can fetch every snapshot, so chmod alone would keep a leaked token in use.
 
     Raises:
-        HomeError: the token file cannot be created or read.
+        HomeError: the token file cannot be created or read, or is readable by others.
     """
     path = serve_token_path(home)
     try:
         create_private(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
+        private = mode_is_private(path)
     except OSError as e:
         raise HomeError(f"cannot create {path}: {e.strerror or e}") from e
+    if not private:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        raise HomeError(
+            f"{path} is readable by others (mode {mode:04o}): delete it (serve makes a new one "
+            "and hosts need it) or, if nobody else could have read it, chmod 600 it"
+        )
     try:
         return token_from_file(str(path))
     except ConfigurationError as e:
@@ -162,6 +173,36 @@ def latest_snapshot(home: Home) -> RulesetSnapshot | None:
         return store.load(lookup=signing.key_lookup([home.public_key()]))
     finally:
         conn.close()
+
+
+def newer_snapshot(home: Home, held: RulesetSnapshot) -> RulesetSnapshot | None:
+    """The latest stored snapshot when it is newer than ``held`` (a later revision, or the same
+    revision re-sealed with a later ``compiledAt``), verified; else ``None``. One small read
+    when nothing changed: what ``serve`` runs on every request.
+
+    Raises:
+        SnapshotError, StoreError, HomeError.
+    """
+    conn = home.connect()
+    try:
+        try:
+            row = conn.execute(
+                "SELECT revision, compiled_at FROM ruleset_snapshots ORDER BY revision DESC LIMIT 1"
+            ).fetchone()
+        except Exception as e:  # apsw.Error: a locked or unreadable database
+            raise StoreError(f"cannot read {home.db_path}: {e}") from e
+        if row is None or int(str(row[0])) < held.revision:
+            return None
+        if int(str(row[0])) == held.revision and str(row[1]) == held.compiled_at:
+            return None
+        fresh = SnapshotStore(conn, org_id=home.info().org).load(
+            lookup=signing.key_lookup([home.public_key()])
+        )
+    finally:
+        conn.close()
+    if (fresh.revision, compiled_moment(fresh)) <= (held.revision, compiled_moment(held)):
+        return None
+    return fresh
 
 
 def refresh_snapshot(
@@ -230,6 +271,8 @@ def snapshot_service(
             ).snapshot
         ),
         needs_refresh=lambda held: True,
+        newer=lambda held: newer_snapshot(home, held),
+        clock=clock,
         refresh=lambda held: refresh_snapshot(
             home,
             held,

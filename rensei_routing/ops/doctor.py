@@ -110,6 +110,26 @@ def _modes(home: Home) -> Iterator[Check]:
         )
     else:
         yield Check(name="keys", status=OK, detail=f"host key {public.key_id} (mode 0600)")
+    yield _serve_token(home)
+
+
+def _serve_token(home: Home) -> Check:
+    """``keys/serve.token``: a warning when group or others can read it (``rensei serve``
+    refuses to start with it), since whoever read it can fetch the org's snapshots."""
+    token = home.keys_dir / "serve.token"
+    if not token.exists():
+        return Check(name="serve token", status=OK, detail="none yet (created by `rensei serve`)")
+    mode = _mode(token)
+    if mode & 0o077:
+        return Check(
+            name="serve token",
+            status=WARN,
+            detail=(
+                f"{token} is readable by others (mode {mode:04o}): `rensei serve` refuses it; "
+                "delete it (serve makes a new one) and hand the new token to the hosts"
+            ),
+        )
+    return Check(name="serve token", status=OK, detail=f"{token} (mode 0600)")
 
 
 def _database(home: Home) -> Iterator[Check]:
