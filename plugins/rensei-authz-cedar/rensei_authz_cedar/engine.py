@@ -32,10 +32,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import cedarpy
+
 from rensei_routing.core.authz import AuthorizationRequest, EntityRef
 from rensei_routing.core.org import authorization_of
 from rensei_routing.core.postures import PolicyVerdict
-
 from rensei_routing.errors import SnapshotError
 
 __all__ = [
