@@ -49,7 +49,8 @@ def _snapshot(
             raise SnapshotError(f"cached snapshot {snap.ruleset_rev}: {e}") from e
         if fresh.degraded:
             note(
-                f"warning: ruleset snapshot {snap.ruleset_rev} is degraded (age {fresh.age_ms} ms)"
+                f"warning: ruleset snapshot {snap.ruleset_rev} is degraded "
+                f"(age {format_age(fresh.age_ms or 0)})"
             )
         return policy_set, policy_set.state(), fresh
     snapshot, state = _snapshot_live(policies, home)

@@ -34,6 +34,7 @@ from .. import signing
 from ..core.redact import DEFAULT_REDACTOR, Redactor
 from ..core.snapshot.authz import AuthorizationDecision
 from ..core.snapshot.envelope import RulesetSnapshot
+from ..core.snapshot.freshness import format_age
 from ..core.snapshot.postures import BudgetResult, ClaimGate, admit_budget
 from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS, Receipt
 from ..core.timestamps import format_timestamp
@@ -220,7 +221,8 @@ class HostSessions:
             admitted = datetime.fromisoformat(receipt.admitted_at)
             if epoch_ms(now) > epoch_ms(admitted) + receipt.lease_ms:
                 raise ReceiptError(
-                    "expired", f"{receipt.receipt_id} lapsed unused (lease {receipt.lease_ms} ms)"
+                    "expired",
+                    f"{receipt.receipt_id} lapsed unused (lease {format_age(receipt.lease_ms)})",
                 )
 
     # -- sessions ------------------------------------------------------------------------------
