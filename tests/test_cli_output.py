@@ -260,3 +260,17 @@ def test_error_messages_that_echo_input_are_escaped(runner: CliRunner, args: lis
     assert "Traceback" not in result.output
     _assert_terminal_safe(result.stderr)
     assert result.stderr.count("Error:") == 1
+
+
+@pytest.mark.parametrize(
+    ("typed", "suggested"), [("quickstrat", "quickstart"), ("polcy", "policy"), ("shdow", "shadow")]
+)
+def test_a_mistyped_command_suggests_the_closest(typed: str, suggested: str) -> None:
+    result = CliRunner().invoke(cli, ["--no-plugins", typed])
+    assert result.exit_code == 2
+    assert f"No such command '{typed}'. Did you mean: {suggested}?" in result.stderr
+
+
+def test_a_command_like_nothing_suggests_nothing() -> None:
+    result = CliRunner().invoke(cli, ["--no-plugins", "zzzz"])
+    assert result.exit_code == 2 and "Did you mean" not in result.stderr

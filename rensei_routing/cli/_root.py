@@ -8,6 +8,7 @@ the resolver) and ``--help`` imports none of them. A test keeps the table equal 
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -147,6 +148,22 @@ class _Root(click.Group):
             return found
         plugin_command = session(ctx).commands(self._reserved()).get(cmd_name)
         return None if plugin_command is None else plugin_command[1]
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """A mistyped command name is a usage error that suggests the closest names."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            name = args[0] if args else ""
+            if name and not name.startswith("-") and "Did you mean" not in e.message:
+                close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+                if close:
+                    setattr(  # noqa: B010 (click types it Final)
+                        e, "message", f"{e.message} Did you mean: {', '.join(close)}?"
+                    )
+            raise
 
     def _reserved(self) -> frozenset[str]:
         return frozenset({*BUILTIN, *self.commands})
