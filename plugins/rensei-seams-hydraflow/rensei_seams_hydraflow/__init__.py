@@ -53,7 +53,13 @@ __all__ = [
 ]
 
 #: The agentic runners' stages: the dial or the default, the ratchet, the repo override, failover.
-AGENTIC_STAGES: Final = ("default", "role-dial", "fleet-ratchet", "repo-provider", "credit-failover")
+AGENTIC_STAGES: Final = (
+    "default",
+    "role-dial",
+    "fleet-ratchet",
+    "repo-provider",
+    "credit-failover",
+)
 #: The dialled seams' stages (one-shot and streaming): the dial or the maintenance default, then
 #: the fleet ratchet.
 DIALLED_STAGES: Final = ("maintenance-default", "role-dial", "fleet-ratchet")
