@@ -313,9 +313,10 @@ def test_our_export_passes_hydraflows_verify_and_round_trips(
         assert line == json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n"
         assert rec["schema_version"] == 1
         assert rec["recorded_at"] == ours["recorded_at"]
-        mark = rec["payload"].pop("rensei")
-        assert mark == {"seq": ours["seq"], "record_hash": ours["record_hash"]}
-        assert rec["payload"] == ours["payload"]
+        assert rec["payload"] == {
+            "rensei": {"seq": ours["seq"], "record_hash": ours["record_hash"]},
+            "value": ours["payload"],
+        }
     # ... and imports back: the same payloads, the same times, the same report.
     other = tmp_path / "other"
     _ok(runner, "--home", str(other), "init")
@@ -323,9 +324,7 @@ def test_our_export_passes_hydraflows_verify_and_round_trips(
     _ok(runner, "--home", str(other), "audit", "import", str(out), "--format", "hydraflow")
     back = _records(other)
     assert [r["recorded_at"] for r in back] == [r["recorded_at"] for r in records]
-    assert [{k: v for k, v in r["payload"]["payload"].items() if k != "rensei"} for r in back] == [
-        r["payload"] for r in records
-    ]
+    assert [r["payload"]["payload"]["value"] for r in back] == [r["payload"] for r in records]
     assert [r["payload"]["origin"]["record_hash"] for r in back] == [
         json.loads(x)["record_hash"] for x in lines
     ]
@@ -334,3 +333,59 @@ def test_our_export_passes_hydraflows_verify_and_round_trips(
     again = tmp_path / "again.jsonl"
     _ok(runner, "--home", str(other), "audit", "export", "--format", "hydraflow", str(again))
     assert ref.verify(again.read_text().splitlines(True))[0]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"a": 1, "b": [True, None, 'x\ny\t"q"\\'], "c": {"z": -5, "y": "\x7f/"}},
+        {"k": "caf\u00e9 \u4e2d \U0001f600"},
+        {"\u00e9": 1, "e": 2},
+        {"f": 0.1, "g": 1e-7, "h": 1e21},
+        {"big": 2**60, "small": 12345678901234567},
+        {"s": "1234567890123456789"},
+        {"ctl": "\x01\x1f"},
+        ["not", "an", "object"],
+        "text",
+        {"secret": "password = 'hunter22'", "t": "token ghp_" + "a" * 36},
+    ],
+    ids=lambda p: json.dumps(p)[:24],
+)
+def test_the_stored_envelope_is_the_canonical_encoding_of_the_record(payload: Any) -> None:
+    from rensei_routing.core.audit.chain import encode_payload
+    from rensei_routing.core.audit.hydraflow import import_envelope, stored_envelope, walk
+    from rensei_routing.core.redact import DEFAULT_REDACTOR
+    from rensei_routing.errors import CanonicalEncodingError
+
+    (record,) = walk(ref.chain_lines([payload], redact=lambda t: t))
+    try:
+        slow = encode_payload(import_envelope(record, chain="c", file="f"), DEFAULT_REDACTOR)
+    except CanonicalEncodingError:
+        with pytest.raises(CanonicalEncodingError):
+            stored_envelope(record, chain="c", file="f", redactor=DEFAULT_REDACTOR)
+        return
+    assert stored_envelope(record, chain="c", file="f", redactor=DEFAULT_REDACTOR) == slow
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"a": 1, "b": [True, None, 'x\ny\t"q"\\'], "c": {"z": -5, "y": "\x7f/\x01"}},
+        {"k": "caf\u00e9 \U0001f600"},
+        {"f": 0.1, "g": 5e-7, "h": 1e21, "i": 1.5},
+        {"f": 0.1},
+        [1, 2, "three"],
+        {"rensei": "a payload with our key", "value": 1},
+    ],
+    ids=lambda p: json.dumps(p)[:24],
+)
+def test_the_export_text_is_hydraflows_canonical_text(payload: Any) -> None:
+    from rensei_routing.core.audit.chain import encode_payload
+    from rensei_routing.core.audit.hydraflow import export_payload, export_text, hf_canonical
+
+    mark = "sha256:" + "3" * 64
+    stored = encode_payload(payload)
+    value = json.loads(stored)
+    text = export_text(stored, seq=7, record_hash=mark)
+    assert text == hf_canonical(export_payload(value, seq=7, record_hash=mark))
+    assert text == ref.canonical({"rensei": {"record_hash": mark, "seq": 7}, "value": value})

@@ -24,17 +24,23 @@ from typing import Any, Final
 
 import apsw
 
-from ..core.audit.chain import GENESIS_HASH, encode_payload
+from ..core.audit.chain import GENESIS_HASH
 from ..core.audit.hydraflow import (
     HF_SCHEMA_VERSION,
     export_line,
-    export_payload,
-    import_envelope,
+    export_text,
+    stored_envelope,
     utc_recorded_at,
     walk,
 )
 from ..core.redact import DEFAULT_REDACTOR, Redactor
-from ..errors import CanonicalEncodingError, ImportRefusedError, NotFoundError, StoreError
+from ..errors import (
+    AuditError,
+    CanonicalEncodingError,
+    ImportRefusedError,
+    NotFoundError,
+    StoreError,
+)
 from .audit import AppendResult, AuditLog
 
 __all__ = ["ImportResult", "export_lines", "import_chain"]
@@ -159,7 +165,7 @@ def _encoded(rec: Any, chain: str, file: str, redactor: Redactor) -> bytes:
             f"{HF_SCHEMA_VERSION}; nothing was imported"
         )
     try:
-        return encode_payload(import_envelope(rec, chain=chain, file=file), redactor)
+        return stored_envelope(rec, chain=chain, file=file, redactor=redactor)
     except CanonicalEncodingError as e:
         raise ImportRefusedError(f"seq {rec.seq}: {e}; nothing was imported") from e
 
@@ -184,6 +190,9 @@ def export_lines(log: AuditLog, *, start: int = 0, stop: int) -> Iterator[str]:
     ``prev_hash``), each payload naming our seq and record hash (``rensei``)."""
     prev = GENESIS_HASH
     for i, record in enumerate(log.records(start=start, stop=stop)):
-        payload = export_payload(record.payload, seq=record.seq, record_hash=record.record_hash)
-        line, prev = export_line(i, prev, payload, record.recorded_at)
+        try:
+            text = export_text(record.payload_bytes, seq=record.seq, record_hash=record.record_hash)
+        except (ValueError, RecursionError) as e:
+            raise AuditError(f"record {record.seq} is damaged ({e}); nothing exported") from e
+        line, prev = export_line(i, prev, text, record.recorded_at)
         yield line

@@ -23,7 +23,8 @@ An imported record is stored in our chain as the :func:`import_envelope` object 
 :data:`IMPORT_RECORD_TYPE`): its ``origin`` (the source chain's genesis record hash, the file,
 seq, both HydraFlow hashes and the original ``recorded_at``) and the HydraFlow payload. Readers
 take the payload out with :func:`imported_payload`, which also maps a HydraFlow shadow record
-(``decision``/``legacy``) to our shadow shape and drops the ``rensei`` annotation our export adds.
+(``decision``/``legacy``) to our shadow shape and takes our own payload out of a record our
+export wrote (``{"rensei": {"record_hash", "seq"}, "value": ...}``).
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from ...errors import HydraflowChainError
-from ..canonical import SHA256_PREFIX
+from ..canonical import SHA256_PREFIX, canonical_bytes
+from ..redact import Redactor
 from ..timestamps import is_timestamp
-from .chain import GENESIS_HASH
+from .chain import GENESIS_HASH, encode_payload
 
 __all__ = [
     "HF_SCHEMA_VERSION",
@@ -46,11 +48,13 @@ __all__ = [
     "HfRecord",
     "export_line",
     "export_payload",
+    "export_text",
     "hf_canonical",
     "hf_payload_hash",
     "hf_record_hash",
     "import_envelope",
     "imported_payload",
+    "stored_envelope",
     "utc_recorded_at",
     "walk",
 ]
@@ -98,6 +102,9 @@ class HfRecord:
     payload: Any
     recorded_at: Any
     schema_version: Any
+    #: The payload's RFC 8785 text when it is also its HydraFlow text (no float, no constant,
+    #: no ``\\u`` escape, no integer past 2**53 possible), else ``None``.
+    canonical: str | None = None
 
 
 def _broken(seq: int, reason: HfReason, detail: str) -> HydraflowChainError:
@@ -112,12 +119,24 @@ def walk(lines: Iterable[str]) -> Iterator[HfRecord]:
             position in the chain, i.e. the count of good lines before it).
     """
     expected, prev = 0, GENESIS_HASH
-    loads = json.loads
+    inexact = [False]
+
+    def number(text: str) -> float:
+        inexact[0] = True  # a float or a constant: Python's text is not RFC 8785's
+        return float(text)
+
+    def integer(text: str) -> int:
+        if len(text) > 15:  # maybe past 2**53: RFC 8785 writes it another way, or refuses it
+            inexact[0] = True
+        return int(text)
+
+    decode = json.JSONDecoder(parse_float=number, parse_int=integer, parse_constant=number).decode
     for line in lines:
         if not line.strip():
             continue
+        inexact[0] = False
         try:
-            doc = loads(line)
+            doc = decode(line)
         except (ValueError, RecursionError) as e:
             raise _broken(expected, "unparseable-line", f"not JSON ({e})") from None
         if not isinstance(doc, dict) or any(k not in doc for k in _FIELDS):
@@ -135,7 +154,8 @@ def walk(lines: Iterable[str]) -> Iterator[HfRecord]:
         if prev_hash != prev:
             raise _broken(expected, "prev-hash-mismatch", "does not link to the record before")
         payload = doc["payload"]
-        if hf_payload_hash(payload) != p_hash:
+        text = _dumps(payload)
+        if SHA256_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest() != p_hash:
             raise _broken(expected, "payload-hash-mismatch", "payload does not match its hash")
         if hf_record_hash(seq, prev_hash, p_hash) != r_hash:
             raise _broken(expected, "record-hash-mismatch", "fields do not match the hash")
@@ -147,6 +167,7 @@ def walk(lines: Iterable[str]) -> Iterator[HfRecord]:
             payload=payload,
             recorded_at=doc.get("recorded_at"),
             schema_version=doc.get("schema_version"),
+            canonical=None if inexact[0] or "\\u" in text else text,
         )
         prev = r_hash
         expected += 1
@@ -189,6 +210,28 @@ def import_envelope(record: HfRecord, *, chain: str, file: str) -> dict[str, Any
     }
 
 
+def stored_envelope(record: HfRecord, *, chain: str, file: str, redactor: Redactor) -> bytes:
+    """The stored form (``encode_payload``) of :func:`import_envelope`, byte for byte, written
+    around the payload's canonical text when the walk found it (no re-encoding of the payload).
+
+    Raises:
+        CanonicalEncodingError: the payload has no RFC 8785 form (a non-finite number).
+    """
+    envelope = import_envelope(record, chain=chain, file=file)
+    if record.canonical is None:
+        return encode_payload(envelope, redactor)
+    data = (
+        b'{"origin":'
+        + canonical_bytes(envelope["origin"])
+        + b',"payload":'
+        + record.canonical.encode("utf-8")
+        + f',"record_type":"{IMPORT_RECORD_TYPE}","schema_version":1}}'.encode()
+    )
+    if redactor.might_match(data.decode("utf-8")):
+        return encode_payload(envelope, redactor)
+    return data
+
+
 def imported_payload(payload: Any) -> Any:
     """What a reader counts for a stored payload: an imported record's HydraFlow payload
     (mapped, see the module docstring), any other payload as it is."""
@@ -197,11 +240,8 @@ def imported_payload(payload: Any) -> Any:
     inner = payload.get("payload")
     if not isinstance(inner, dict):
         return inner
-    rensei = inner.get("rensei")
-    if isinstance(rensei, dict) and set(rensei) == {"seq", "record_hash"}:
-        inner = {k: v for k, v in inner.items() if k != "rensei"}
-        if set(inner) == {"value"}:
-            return inner["value"]
+    if set(inner) == {"rensei", "value"}:  # one of our records, exported by us
+        return inner["value"]
     if "record_type" in inner or not {"decision", "agreed", "divergence"} <= set(inner):
         return inner
     # HydraFlow's ShadowDecision (document 001 §D6): the decision, the route that ran (its
@@ -222,20 +262,53 @@ def imported_payload(payload: Any) -> Any:
     return mapped
 
 
-def export_payload(payload: Any, *, seq: int, record_hash: str) -> Any:
-    """The HydraFlow payload of one of our records: our payload with ``rensei`` = our seq and
-    record hash (an object without that key), else ``{"rensei": .., "value": payload}``."""
-    mark = {"record_hash": record_hash, "seq": seq}
-    if isinstance(payload, dict) and "rensei" not in payload:
-        return {**payload, "rensei": mark}
-    return {"rensei": mark, "value": payload}
+def export_payload(payload: Any, *, seq: int, record_hash: str) -> dict[str, Any]:
+    """The HydraFlow payload of one of our records: ``{"rensei": {"record_hash", "seq"},
+    "value": payload}`` (our seq and record hash beside our payload, untouched)."""
+    return {"rensei": {"record_hash": record_hash, "seq": seq}, "value": payload}
 
 
-def export_line(seq: int, prev_hash: str, payload: Any, recorded_at: str) -> tuple[str, str]:
-    """``(line with its newline, record hash)`` of one HydraFlow record: exactly the text of
+class _Floats:
+    """A decoder of stored payload text that notes whether every number reads back as written
+    (Python's ``repr`` of each float equals RFC 8785's text of it)."""
+
+    def __init__(self) -> None:
+        self.exact = True
+        self.decode = json.JSONDecoder(parse_float=self._float).decode
+
+    def _float(self, text: str) -> float:
+        value = float(text)
+        if repr(value) != text:
+            self.exact = False
+        return value
+
+
+_FLOATS: Final = _Floats()
+
+
+def export_text(stored: bytes, *, seq: int, record_hash: str) -> str:
+    """HydraFlow's canonical text of :func:`export_payload` for a record's stored (RFC 8785)
+    payload bytes. When those are ASCII without DEL (``json.dumps`` escapes it, RFC 8785 does
+    not) and every float reads back as written, HydraFlow's canonical text of the payload *is*
+    the stored text (keys sorted alike, the same escapes), so it is spliced in; otherwise the
+    payload is encoded again.
+
+    Raises:
+        ValueError: the stored bytes are not JSON (a damaged record).
+    """
+    text = stored.decode("utf-8")
+    _FLOATS.exact = True
+    value = _FLOATS.decode(text)
+    if _FLOATS.exact and stored.isascii() and b"\x7f" not in stored:  # json escapes DEL
+        return f'{{"rensei":{{"record_hash":"{record_hash}","seq":{seq}}},"value":{text}}}'
+    return _dumps(export_payload(value, seq=seq, record_hash=record_hash))
+
+
+def export_line(seq: int, prev_hash: str, text: str, recorded_at: str) -> tuple[str, str]:
+    """``(line with its newline, record hash)`` of one HydraFlow record whose payload has the
+    canonical ``text`` (:func:`hf_canonical`, :func:`export_text`): exactly the text of
     ``json.dumps(record, sort_keys=True, separators=(",", ":"))`` (ASCII, every nested key
     sorted), so HydraFlow's verify and a reader re-encoding it agree byte for byte."""
-    text = _dumps(payload)
     p_hash = SHA256_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
     r_hash = hf_record_hash(seq, prev_hash, p_hash)
     line = (
