@@ -52,13 +52,13 @@ WHATIF_TARGET = 0.5
 STAMP = "2026-01-01T00:00:00.000000Z"
 
 _AGENTIC = ("default", "role-dial", "fleet-ratchet", "repo-provider", "credit-failover")
-_LIGHT = ("maintenance-default", "role-dial", "fleet-ratchet", "repo-provider", "credit-failover")
+_DIALLED = ("maintenance-default", "role-dial", "fleet-ratchet")
 #: The four HydraFlow seams as the plugin registers them (names, faces, stage names).
 SEAMS = (
     Seam(name="agentic-runner", request_face="agentic", stages=_AGENTIC),
     Seam(name="subprocess-runner", request_face="agentic", stages=_AGENTIC),
-    Seam(name="lightweight-agent", request_face="one-shot", stages=_LIGHT),
-    Seam(name="streaming-agent", request_face="agentic", stages=_AGENTIC),
+    Seam(name="lightweight-agent", request_face="one-shot", stages=_DIALLED),
+    Seam(name="streaming-agent", request_face="agentic", stages=_DIALLED),
 )
 
 

@@ -22,6 +22,7 @@ from . import (
     bench_append,
     bench_batch,
     bench_cli,
+    bench_interop,
     bench_policies,
     bench_replay,
     bench_resolution,
@@ -48,6 +49,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_sessions,
     bench_replay,
     bench_batch,
+    bench_interop,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

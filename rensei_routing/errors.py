@@ -55,6 +55,11 @@ class PolicyError(RenseiRoutingError):
     """A policy set is unacceptable."""
 
 
+class PolicyStoreCorruptError(PolicyError):
+    """A foreign policy store (HydraFlow's ``policies.json``) is ``corrupt``: unparseable, a
+    field of the wrong type, or a content hash that does not match its policies."""
+
+
 class PolicyValidationError(PolicyError):
     """A policy set failed validation; ``issues`` lists every problem found, not just the first."""
 
@@ -121,6 +126,21 @@ class ArchiveFormatError(AuditError):
 
 class CheckpointFormatError(AuditError):
     """A checkpoint note could not be parsed."""
+
+
+class HydraflowChainError(AuditError):
+    """A HydraFlow audit chain does not verify by HydraFlow's rule: ``seq`` is the first bad
+    position, ``reason`` the code (``unparseable-line``, ``seq-gap``, ...)."""
+
+    def __init__(self, seq: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.reason = reason
+
+
+class ImportRefusedError(AuditError):
+    """A verified foreign chain (or policy store) cannot be imported: a fork of what was
+    imported before, a record we cannot store, a corrupt store. Nothing was written."""
 
 
 class PartialRecordError(AuditError):

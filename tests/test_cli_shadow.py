@@ -54,7 +54,7 @@ SPAWNS = [
         repo_class="hydraflow",
         accounts=[{"account_id": "anthropic-primary", "provider_binding": "anthropic"}],
         stages=[
-            {"mechanism": "default", "provider": "claude"},
+            {"mechanism": "maintenance-default", "provider": "claude"},
             {"mechanism": "fleet-ratchet", "provider": "gateway"},
         ],
         model="claude-sonnet-4-5",

@@ -54,9 +54,8 @@ def test_spawn_route_builds_the_context_and_the_actual_route() -> None:
             seam="streaming-agent",
             principal_id="Reviewer",
             stages=[
-                {"mechanism": "default", "provider": "claude"},
+                {"mechanism": "maintenance-default", "provider": "claude"},
                 {"mechanism": "fleet-ratchet", "provider": "gateway", "detail": "ratchet=on"},
-                {"mechanism": "repo-provider", "provider": "gateway"},
             ],
             model="glm-5.3",
             account_id="zai-main",

@@ -28,8 +28,8 @@ DEFAULT_HOME = ".rensei"
 #: order, and its short help as listed by ``rensei --help``.
 BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "audit": (
-        ("audit", "replay"),
-        "The hash-chained decision log: verify, replay, checkpoint, export, show, tail.",
+        ("audit", "replay", "audit_import"),
+        "The hash-chained decision log: verify, replay, checkpoint, export, import, show, tail.",
     ),
     "authorize": (
         ("authorize",),
@@ -62,7 +62,10 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "The org's live data: capacity profiles and grants, pools and hosts, cells, posteriors.",
     ),
     "plugins": (("plugins",), "Installed plugins: list them, check one."),
-    "policy": (("policy", "whatif"), "Policy sets: validate, save as revisions, show, history."),
+    "policy": (
+        ("policy", "whatif", "policy_import"),
+        "Policy sets: validate, save as revisions, import, show, history.",
+    ),
     "quickstart": (("quickstart",), "The main job in one run, on a fresh home, from the examples."),
     "restore": (("backup",), "Restore a backup as the home, verified before it replaces it."),
     "seams": (("plugins",), "Spawn seams registered by plugins."),

@@ -65,7 +65,7 @@ _SEQ = click.IntRange(min=0, max=_MAX_INT64)
 
 @cli.group(name="audit")
 def audit() -> None:
-    """The hash-chained decision log: verify, replay, checkpoint, export, show, tail."""
+    """The hash-chained decision log: verify, replay, checkpoint, export, import, show, tail."""
 
 
 @contextmanager
@@ -232,11 +232,21 @@ def verify_export(
     show_default=True,
     help="The first seq to export (the previous export's record count continues its chain).",
 )
+@click.option(
+    "format_",
+    "--format",
+    type=click.Choice(("rensei", "hydraflow")),
+    default="rensei",
+    show_default=True,
+    help="rensei: our records as stored; hydraflow: a chain HydraFlow's verify() accepts "
+    "(its hashes, seqs from 0), each payload naming our seq and record hash (docs/interop.md).",
+)
 @home_option
-def audit_export(target: Path, since: int, home: Path) -> None:
+def audit_export(target: Path, since: int, format_: str, home: Path) -> None:
     """Verify the chain, then write its records from seq SINCE on to FILE.jsonl, one JSON
     record per line (the chain fields and the stored, redacted payload), atomically: for
-    archiving to other systems. `rensei audit verify --file FILE.jsonl` checks it offline.
+    archiving to other systems. `rensei audit verify --file FILE.jsonl` checks it offline
+    (--format hydraflow: HydraFlow's RoutingAuditLog.verify() does).
     A chain that does not verify is refused (exit 1, nothing written)."""
     h = home_of(home)
     refuse_home_target(h, target)
@@ -253,6 +263,10 @@ def audit_export(target: Path, since: int, home: Path) -> None:
         if since > stop:
             raise CommandError(f"--since {since} is past the end of the log ({stop} records)")
         lines = (export_line(r) for r in log.records(start=since, stop=stop))
+        if format_ == "hydraflow":
+            from ..store.hydraflow import export_lines
+
+            lines = (t.encode("ascii") for t in export_lines(log, start=since, stop=stop))
         try:
             size = atomic_write(target, lines)
         except OSError as e:

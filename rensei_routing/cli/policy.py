@@ -19,7 +19,7 @@ from ._store import now_rfc3339, open_policy_store
 
 @cli.group()
 def policy() -> None:
-    """Policy sets: validate, save as revisions, show, history."""
+    """Policy sets: validate, save as revisions, import, show, history."""
 
 
 @policy.command(name="validate")

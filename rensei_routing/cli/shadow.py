@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..core.audit.chain import AuditRecord
+from ..core.audit.hydraflow import imported_payload
 from ..core.shadow.compare import ShadowDecision, is_shadow_payload
 from ..core.shadow.report import GROUPINGS, ShadowReport
 from ..errors import (
@@ -219,4 +220,4 @@ def _payloads(  # every parseable payload below ``stop`` at or after ``since``
         except InputError:
             unreadable.append(record.seq)
             continue
-        yield record, payload
+        yield record, imported_payload(payload)  # an imported HydraFlow record counts as one

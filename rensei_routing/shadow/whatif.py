@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from ..core._parse import STRICT_DECODER
 from ..core.audit.chain import AuditRecord
+from ..core.audit.hydraflow import imported_payload
 from ..core.routing._quick import Memo, quick_context
 from ..core.routing.context import RouteContext
 from ..core.routing.policy import PolicySnapshot
@@ -49,7 +50,9 @@ def recorded_since(record: AuditRecord, since: dt.datetime | None) -> bool:
 
 def context_of(payload: Any) -> Any | None:
     """The context document a parsed payload carries (a shadow record's proposed decision's,
-    or a plain decision's), or ``None`` for a payload that carries none."""
+    or a plain decision's, imported from HydraFlow or not), or ``None`` for a payload that
+    carries none."""
+    payload = imported_payload(payload)
     if not isinstance(payload, dict):
         return None
     decision = payload.get("proposed") if "record_type" in payload else payload

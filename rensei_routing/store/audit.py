@@ -32,7 +32,7 @@ from ..core.audit.chain import (
     VerifyResult,
     checkpoint_origin,
     encode_payload,
-    link_rows,
+    link_stamped,
     note_key_hash,
     parse_checkpoint,
     verify_chain,
@@ -85,15 +85,13 @@ class AppendResult:
 
 class AuditLog:
     """The audit log of one database file. Opens a writer and a reader connection lazily and
-    closes both in :meth:`close` (or on leaving a ``with`` block). Not for use by several threads
-    at once; each process opens its own.
+    closes both in :meth:`close` (or on leaving a ``with`` block); one thread at a time.
 
     ``origin`` names the log in checkpoints; ``public_key`` checks them; ``private_key`` (a key or
     a loader, called only by :meth:`checkpoint`) signs them. ``options`` (busy timeout, VFS)
     apply to both connections; :meth:`open` takes them from the home. ``protected`` names
     directories a checkpoint export must never write into (:meth:`open` protects the home); the
     database file and its ``-wal``, ``-shm`` and ``-journal`` companions are always protected.
-
     A failed write closes the writer connection, so the next operation opens a fresh one.
     """
 
@@ -257,6 +255,18 @@ class AuditLog:
         """
         return self._append(encoded, recorded_at, keep=False)[0]
 
+    def append_stamped(
+        self, build: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]
+    ) -> AppendResult:
+        """:meth:`append_encoded` of ``(recorded_at, stored payload)`` pairs, each with its own
+        time, streamed from ``build(conn, next seq, head hash)`` in the write transaction: what
+        else ``build`` writes through ``conn`` commits with them; what it raises rolls all back.
+
+        Raises:
+            MalformedError (a ``recorded_at`` is not RFC 3339 UTC), StoreError: nothing written.
+        """
+        return self._append((), "", keep=False, stamped=build)[0]
+
     def _append(
         self,
         encoded: Iterable[bytes],
@@ -264,11 +274,13 @@ class AuditLog:
         *,
         keep: bool = True,
         within: Callable[[apsw.Connection], Iterable[Any]] | None = None,
+        stamped: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]] | None = None,
     ) -> tuple[AppendResult, list[tuple[int, str, str, str, str, bytes]]]:
         """Link and insert ``encoded`` (or what ``within(conn)`` returns, run first inside the
-        transaction) after the head in one transaction, a chunk at a time; the rows are
-        returned only with ``keep``."""
-        check_timestamp(recorded_at)
+        transaction, or the pairs ``stamped`` yields) after the head in one transaction, a
+        chunk at a time; the rows are returned only with ``keep``."""
+        if stamped is None:
+            check_timestamp(recorded_at)
         conn = self._write_conn()
         kept: list[tuple[int, str, str, str, str, bytes]] = []
         count = 0
@@ -281,11 +293,13 @@ class AuditLog:
                         return AppendResult(first_seq=0, count=0, head_hash=""), kept
                 head = conn.execute(_HEAD).fetchone()
                 first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
-                it = iter(encoded)
-                while chunk := list(itertools.islice(it, APPEND_CHUNK)):
-                    rows = link_rows(
-                        chunk, seq=first + count, prev_hash=prev, recorded_at=recorded_at
-                    )
+                pairs = (
+                    ((recorded_at, d) for d in encoded)
+                    if stamped is None
+                    else stamped(conn, first, prev)
+                )
+                while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):
+                    rows = link_stamped(chunk, seq=first + count, prev_hash=prev)
                     conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
                     count += len(rows)
                     prev = rows[-1][4]
@@ -399,12 +413,11 @@ class AuditLog:
     ) -> VerifyResult:
         """Walk the whole chain in one read snapshot (see :func:`.chain.verify_chain`).
 
-        ``checkpoints`` (e.g. exported notes) and, with ``stored``, every checkpoint saved in the
-        database are checked against the host public key and then against the log. A stored
-        note that no longer parses is reported as ``checkpoint-signature-invalid``. Payloads
-        below a verified checkpoint made by :meth:`checkpoint` are not parsed again; a walk that
-        fails below one is repeated with every payload parsed, so the first broken seq and its
-        reason are those a full strict walk reports.
+        ``checkpoints`` (e.g. exported notes) and, with ``stored``, every stored checkpoint are
+        checked against the host public key, then against the log (a stored note that no longer
+        parses is ``checkpoint-signature-invalid``). Payloads below a verified checkpoint made
+        by :meth:`checkpoint` are not parsed again; a walk failing below one is repeated parsing
+        every payload, so the verdict is a full strict walk's.
 
         Raises:
             AuditError: checkpoints must be checked but this log has no public key.
@@ -488,26 +501,16 @@ class AuditLog:
     ) -> Checkpoint:
         """Verify the whole log, then sign a checkpoint of it, export it (optionally) and store it.
 
-        Verification is exactly :meth:`verify`'s: every record from genesis and every stored
-        checkpoint, in one read snapshot. Every record's hashes and links are checked on every
-        call, O(n) in the size of the log (a checkpoint is a signed promise that the log it names
-        is intact, and a walk that starts at an earlier checkpoint would vouch for records
-        damaged below it); the strict parse of payloads and ``recorded_at``, most of the cost, is
-        incremental: it is spared below the largest stored checkpoint that carries
-        :data:`~rensei_routing.core.audit.note.STRICT_PAYLOADS` (see :func:`.chain.verify_chain`).
-        ``progress`` is called as in :meth:`verify`. The checkpoint covers exactly the records
-        verified, and carries that line: every payload below its size was parsed, here or
-        before the earlier checkpoint was signed. Records appended after the snapshot are left
-        for the next checkpoint.
-
-        With ``export_to`` the note is written to a temporary file in the same directory and
-        fsynced before anything is stored, then renamed over ``export_to`` inside the
-        transaction that stores the row: a failed export stores nothing. ``export_to`` may not
-        resolve (symlinks followed) to the database, its companions, or into a protected
-        directory. ``deliver(checkpoint)`` (e.g. printing the note) runs inside that same
-        transaction too, after the export: whatever it raises rolls the row back and propagates.
-        (Only if the commit itself fails after the rename or the delivery is a valid, signed,
-        but unstored note left in the file or shown; the error says so.)
+        Verification is exactly :meth:`verify`'s (every record from genesis and every stored
+        checkpoint, one read snapshot, O(n); the strict parse is spared below the largest stored
+        checkpoint carrying :data:`~rensei_routing.core.audit.note.STRICT_PAYLOADS`, which the
+        new checkpoint carries too). It covers exactly the records verified. With ``export_to``
+        the note is written to a fsynced temporary file beside it, renamed over ``export_to``
+        inside the transaction that stores the row (a failed export stores nothing);
+        ``export_to`` may not resolve to the database, its companions, or into a protected
+        directory. ``deliver(checkpoint)`` runs inside that transaction after the export:
+        whatever it raises rolls the row back. (Only a failed commit after the rename or the
+        delivery leaves a valid but unstored note; the error says so.)
 
         Raises:
             AuditError: the log does not verify (the message names the first broken seq and the

@@ -9,13 +9,13 @@ from rensei_routing.core.shadow.compare import Seam
 from rensei_routing.plugins.hookspecs import hookimpl
 
 _AGENTIC = ("default", "role-dial", "fleet-ratchet", "repo-provider", "credit-failover")
-_LIGHT = ("maintenance-default", "role-dial", "fleet-ratchet", "repo-provider", "credit-failover")
+_DIALLED = ("maintenance-default", "role-dial", "fleet-ratchet")
 
 SEAMS = (
     Seam(name="agentic-runner", request_face="agentic", stages=_AGENTIC),
     Seam(name="subprocess-runner", request_face="agentic", stages=_AGENTIC),
-    Seam(name="lightweight-agent", request_face="one-shot", stages=_LIGHT),
-    Seam(name="streaming-agent", request_face="agentic", stages=_AGENTIC),
+    Seam(name="lightweight-agent", request_face="one-shot", stages=_DIALLED),
+    Seam(name="streaming-agent", request_face="agentic", stages=_DIALLED),
 )
 
 

@@ -11,10 +11,15 @@ seam                      spawn site                                          fa
 ``streaming-agent``       ``runner_utils.stream_claude_with_telemetry``       agentic
 ========================  ==================================================  =========
 
-Stages, in the order a seam applies them: the per-role dial (``role-dial``) or, when no dial is
-set, the seam's default (``default``; ``maintenance-default`` at the lightweight seam), then
-``fleet-ratchet``, ``repo-provider`` and ``credit-failover``. A spawn reports the stages that
-ran; the dial and the default are alternatives, either may open the list.
+Stages, in the order a seam applies them, as HydraFlow wires its four seams:
+
+* the *dialled* seams (``lightweight-agent``, ``streaming-agent``): the per-role dial
+  (``role-dial``) or, when no dial is set, ``maintenance-default``, then ``fleet-ratchet``;
+* the *agentic runners* (``agentic-runner``, ``subprocess-runner``): ``role-dial`` or, when no
+  dial is set, ``default``, then ``fleet-ratchet``, ``repo-provider`` and ``credit-failover``.
+
+A spawn reports the stages that ran; the dial and the default are alternatives, either may open
+the list (the default is listed first: a route-only spawn that names no mechanism ran on it).
 
 The classifier applies the rule of SEMANTICS.md (the last stage that moved the provider, else
 the first stage) after checking the stages are ones this seam applies, in its order; a stage it
@@ -39,11 +44,27 @@ from typing import Final
 from rensei_routing import hookimpl
 from rensei_routing.core.shadow import Classifier, Seam, Stage, classify_legacy_mechanism
 
-__all__ = ["SEAMS", "ordered_classifier", "register_seams"]
+__all__ = [
+    "AGENTIC_STAGES",
+    "DIALLED_STAGES",
+    "SEAMS",
+    "ordered_classifier",
+    "register_seams",
+]
 
-_TAIL: Final = ("fleet-ratchet", "repo-provider", "credit-failover")
-AGENTIC_STAGES: Final = ("default", "role-dial", *_TAIL)
-LIGHTWEIGHT_STAGES: Final = ("maintenance-default", "role-dial", *_TAIL)
+#: The agentic runners' stages: the dial or the default, the ratchet, the repo override, failover.
+AGENTIC_STAGES: Final = (
+    "default",
+    "role-dial",
+    "fleet-ratchet",
+    "repo-provider",
+    "credit-failover",
+)
+#: The dialled seams' stages (one-shot and streaming): the dial or the maintenance default, then
+#: the fleet ratchet.
+DIALLED_STAGES: Final = ("maintenance-default", "role-dial", "fleet-ratchet")
+#: The old name of :data:`DIALLED_STAGES` (the lightweight seam's stages).
+LIGHTWEIGHT_STAGES: Final = DIALLED_STAGES
 
 
 def ordered_classifier(seam: str, order: Sequence[str]) -> Classifier:
@@ -87,13 +108,13 @@ SEAMS: Final = {
         _seam(
             "lightweight-agent",
             "one-shot",
-            LIGHTWEIGHT_STAGES,
+            DIALLED_STAGES,
             "runner_utils.run_lightweight_agent (one-shot: zai, kimi, openrouter are direct HTTP)",
         ),
         _seam(
             "streaming-agent",
             "agentic",
-            AGENTIC_STAGES,
+            DIALLED_STAGES,
             "runner_utils.stream_claude_with_telemetry (fleet ratchet on: gateway transport)",
         ),
     )

@@ -78,6 +78,36 @@ def _account_for(provider: str, model: str) -> str | None:
     return "anthropic-primary"
 
 
+def _runner_tail(rng: random.Random, repo: str, provider: str, stages: list[Any]) -> str:
+    """The agentic runners' last two stages, appended to ``stages``: the repo-wide provider
+    override (ADR-0134), then credit failover to GLM while Anthropic credits are exhausted
+    (ADR-0119). Returns the provider after them."""
+    override = REPO_PROVIDER.get(repo)
+    if override is not None and rng.random() < 0.7:
+        provider = override
+        stages.append(
+            {
+                "mechanism": "repo-provider",
+                "provider": provider,
+                "detail": f"repo_provider={override}",
+            }
+        )
+    else:
+        stages.append({"mechanism": "repo-provider", "provider": provider})
+    if provider != "zai" and rng.random() < 0.12:
+        provider = "zai"
+        stages.append(
+            {
+                "mechanism": "credit-failover",
+                "provider": "zai",
+                "detail": "anthropic credits exhausted",
+            }
+        )
+    else:
+        stages.append({"mechanism": "credit-failover", "provider": provider})
+    return provider
+
+
 def _spawn(rng: random.Random) -> dict[str, Any]:
     seam = rng.choices(
         ("agentic-runner", "subprocess-runner", "lightweight-agent", "streaming-agent"),
@@ -91,13 +121,17 @@ def _spawn(rng: random.Random) -> dict[str, Any]:
         principal = rng.choice((*WORKER_ROLES, "reviewer", "reviewer", "adr_reviewer"))
     requirement = rng.choice(REQUIREMENTS)
     claude_model = rng.choice(CLAUDE_MODELS)
+    # The dialled seams (one-shot and streaming) apply the dial or the maintenance default, then
+    # the fleet ratchet; the agentic runners the dial or the default, the fleet ratchet, the
+    # repo-wide override and credit failover (document 001, as HydraFlow wires them).
+    dialled = seam in ("lightweight-agent", "streaming-agent")
     # Stage 1: the per-role dial (pinned loops and some reviewers start on z.ai) or the default.
     if principal in ZAI_LOOPS or (principal == "reviewer" and rng.random() < 0.3):
         stages = [
             {"mechanism": "role-dial", "provider": "zai", "detail": f"{principal}_provider=zai"}
         ]
     else:
-        first = "maintenance-default" if one_shot else "default"
+        first = "maintenance-default" if dialled else "default"
         stages = [{"mechanism": first, "provider": "claude"}]
     provider = stages[0]["provider"]
     # Stage 2: the fleet ratchet promotes untouched Claude spawns onto the gateway (streaming
@@ -112,31 +146,8 @@ def _spawn(rng: random.Random) -> dict[str, Any]:
             "detail": f"gateway_fleet_ratchet_enabled={'true' if ratchet_on else 'false'}",
         }
     )
-    # Stage 3: the repo-wide provider override.
-    override = REPO_PROVIDER.get(repo)
-    if override is not None and rng.random() < 0.7:
-        provider = override
-        stages.append(
-            {
-                "mechanism": "repo-provider",
-                "provider": provider,
-                "detail": f"repo_provider={override}",
-            }
-        )
-    else:
-        stages.append({"mechanism": "repo-provider", "provider": provider})
-    # Stage 4: credit failover reroutes to GLM while Anthropic credits are exhausted.
-    if provider != "zai" and rng.random() < 0.12:
-        provider = "zai"
-        stages.append(
-            {
-                "mechanism": "credit-failover",
-                "provider": "zai",
-                "detail": "anthropic credits exhausted",
-            }
-        )
-    else:
-        stages.append({"mechanism": "credit-failover", "provider": provider})
+    if not dialled:
+        provider = _runner_tail(rng, repo, provider, stages)
     model = _model_for(provider, rng, claude_model)
     if provider == "gateway" and rng.random() < 0.1:
         model = "glm-5.3"  # the gateway binds a GLM model to z.ai

@@ -27,11 +27,13 @@ from rensei_routing.plugins.testing import (
     stage_sequences_strategy,
 )
 
+_RUNNER = ("default", "role-dial", "fleet-ratchet", "repo-provider", "credit-failover")
+_DIALLED = ("maintenance-default", "role-dial", "fleet-ratchet")
 EXPECTED = {
-    "agentic-runner": ("agentic", "role-dial", "default"),
-    "subprocess-runner": ("agentic", "role-dial", "default"),
-    "lightweight-agent": ("one-shot", "role-dial", "maintenance-default"),
-    "streaming-agent": ("agentic", "role-dial", "default"),
+    "agentic-runner": ("agentic", _RUNNER),
+    "subprocess-runner": ("agentic", _RUNNER),
+    "lightweight-agent": ("one-shot", _DIALLED),
+    "streaming-agent": ("agentic", _DIALLED),
 }
 
 
@@ -43,11 +45,11 @@ def test_four_seams_with_their_faces_and_ordered_stages(rensei_pm: RenseiPluginM
     registry = seam_registry(rensei_pm)
     mine = {n for n, owner in registry.owners.items() if owner == "hydraflow"}
     assert mine == set(EXPECTED)
-    for name, (face, dial, default) in EXPECTED.items():
+    for name, (face, stages) in EXPECTED.items():
         seam = registry.get(name)
         assert seam.request_face == face
         # the default first: a route-only spawn that names no mechanism ran on the default
-        assert seam.stages == (default, dial, "fleet-ratchet", "repo-provider", "credit-failover")
+        assert seam.stages == stages
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -70,13 +72,7 @@ def test_classifier_names_the_last_move(name: str, data: st.DataObject) -> None:
 
 def _zai_dialled(seam: str) -> ActualRoute:
     registry_seam = SEAMS[seam]
-    first = "role-dial"
-    stages = [
-        Stage(mechanism=first, provider="zai"),
-        Stage(mechanism="fleet-ratchet", provider="zai"),
-        Stage(mechanism="repo-provider", provider="zai"),
-        Stage(mechanism="credit-failover", provider="zai"),
-    ]
+    stages = [Stage(mechanism=name, provider="zai") for name in registry_seam.stages[1:]]
     decided = registry_seam.classifier(stages)
     return ActualRoute(
         provider="zai",
@@ -121,7 +117,7 @@ def test_a_role_dial_pinned_to_zai_is_named_not_laundered(seam: str, transport: 
 def test_the_streaming_seams_ratchet_traffic_is_gateway_transport() -> None:
     seam = SEAMS["streaming-agent"]
     stages = [
-        Stage(mechanism="default", provider="claude"),
+        Stage(mechanism="maintenance-default", provider="claude"),
         Stage(mechanism="fleet-ratchet", provider="gateway"),
     ]
     decided = seam.classifier(stages)
@@ -146,3 +142,88 @@ def test_an_impossible_stage_list_is_recorded_unclassified(
     assert got.mechanism == UNCLASSIFIED
     assert got.detail.startswith("ValueError in plugin 'hydraflow': ")
     assert why in got.detail
+
+
+# The stage lists HydraFlow's own recorders build at each seam (document 001 §D7): the dial when
+# one is set, else the seam's default, then what the seam applies after it, in order.
+_RECORDED = [
+    (
+        "streaming-agent",
+        [("maintenance-default", "claude"), ("fleet-ratchet", "gateway")],
+        ("fleet-ratchet", "gateway"),
+    ),
+    (
+        "streaming-agent",
+        [("maintenance-default", "claude"), ("fleet-ratchet", "claude")],
+        ("maintenance-default", "claude"),
+    ),
+    ("streaming-agent", [("role-dial", "zai"), ("fleet-ratchet", "zai")], ("role-dial", "zai")),
+    (
+        "lightweight-agent",
+        [("maintenance-default", "claude"), ("fleet-ratchet", "claude")],
+        ("maintenance-default", "claude"),
+    ),
+    ("lightweight-agent", [("role-dial", "zai"), ("fleet-ratchet", "zai")], ("role-dial", "zai")),
+    *[
+        (
+            seam,
+            [
+                ("default", "claude"),
+                ("fleet-ratchet", "claude"),
+                ("repo-provider", "zai"),
+                ("credit-failover", "zai"),
+            ],
+            ("repo-provider", "zai"),
+        )
+        for seam in ("agentic-runner", "subprocess-runner")
+    ],
+    *[
+        (
+            seam,
+            [
+                ("role-dial", "claude"),
+                ("fleet-ratchet", "claude"),
+                ("repo-provider", "claude"),
+                ("credit-failover", "zai"),
+            ],
+            ("credit-failover", "zai"),
+        )
+        for seam in ("agentic-runner", "subprocess-runner")
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    ("seam", "stages", "decided"),
+    _RECORDED,
+    ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(_RECORDED)],
+)
+def test_each_seam_accepts_the_stage_lists_hydraflow_records(
+    rensei_pm: RenseiPluginManager,
+    seam: str,
+    stages: list[tuple[str, str]],
+    decided: tuple[str, str],
+) -> None:
+    built = [Stage(mechanism=m, provider=p) for m, p in stages]
+    got = safe_classify(seam_registry(rensei_pm), seam, built)
+    assert (got.mechanism, got.provider) == decided
+    assert got.detail == f"provider={decided[1]}"
+
+
+@pytest.mark.parametrize(
+    ("seam", "stage"),
+    [
+        ("streaming-agent", "default"),
+        ("streaming-agent", "repo-provider"),
+        ("streaming-agent", "credit-failover"),
+        ("lightweight-agent", "credit-failover"),
+        ("agentic-runner", "maintenance-default"),
+        ("subprocess-runner", "maintenance-default"),
+    ],
+)
+def test_a_stage_the_seam_does_not_wire_is_unclassified(
+    rensei_pm: RenseiPluginManager, seam: str, stage: str
+) -> None:
+    got = safe_classify(seam_registry(rensei_pm), seam, [Stage(mechanism=stage, provider="zai")])
+    assert got.mechanism == UNCLASSIFIED
+    assert f"does not apply stage {stage!r}" in got.detail

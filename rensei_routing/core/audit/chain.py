@@ -65,6 +65,7 @@ __all__ = [
     "encode_payload",
     "format_timestamp",
     "link_rows",
+    "link_stamped",
     "note_key_hash",
     "parse_checkpoint",
     "payload_hash",
@@ -167,6 +168,26 @@ def link_rows(
     """
     rows: list[Row] = []
     for data in payloads:
+        p_hash = SHA256_PREFIX + hashlib.sha256(data).hexdigest()
+        r_hash = record_hash(seq, prev_hash, recorded_at, p_hash)
+        rows.append((seq, recorded_at, prev_hash, p_hash, r_hash, data))
+        prev_hash = r_hash
+        seq += 1
+    return rows
+
+
+def link_stamped(items: Iterable[tuple[str, bytes]], *, seq: int, prev_hash: str) -> list[Row]:
+    """:func:`link_rows` for ``(recorded_at, encoded payload)`` pairs, each with its own time
+    (an imported record keeps the one it was recorded at).
+
+    Raises:
+        MalformedError: a ``recorded_at`` is not RFC 3339 UTC.
+    """
+    rows: list[Row] = []
+    last = None
+    for recorded_at, data in items:
+        if recorded_at != last:  # a batch shares one time: checked once
+            last = check_timestamp(recorded_at)
         p_hash = SHA256_PREFIX + hashlib.sha256(data).hexdigest()
         r_hash = record_hash(seq, prev_hash, recorded_at, p_hash)
         rows.append((seq, recorded_at, prev_hash, p_hash, r_hash, data))
