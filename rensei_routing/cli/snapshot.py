@@ -47,7 +47,8 @@ def org_load(source: str, home: Path) -> None:
     note(
         f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
         f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
-        f"{len(data.cells)} cell(s), {len(data.arms)} posterior arm(s)"
+        f"{len(data.providers)} provider(s), {len(data.model_profiles)} model profile(s), "
+        f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
     )
 
 
@@ -65,12 +66,14 @@ def org_show(home: Path, json_: bool) -> None:
     for pool in data.pools:
         emit(printable(f"  pool {pool['id']:<24} {pool['status']}"))
     for prof in data.profiles:
-        emit(printable(f"  profile {prof['id']:<21} pools: {', '.join(prof['pools']) or '-'}"))
+        emit(printable(f"  profile {prof['id']:<21} pools: {', '.join(prof['poolIds']) or '-'}"))
     for grant in data.grants:
-        emit(printable(f"  grant {grant['profile']:<23} project: {grant.get('project', '*')}"))
+        project = grant.get("projectId") or "*"
+        emit(printable(f"  grant {grant['profileId']:<23} project: {project}"))
     emit(
         printable(
-            f"  {len(data.hosts)} host(s), {len(data.cells)} cell(s), {len(data.arms)} arm(s)"
+            f"  {len(data.hosts)} host(s), {len(data.providers)} provider(s), "
+            f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
         )
     )
     auth = data.authorization
@@ -131,7 +134,7 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
     h = home_of(home)
     with closing(h.connect()) as conn:
         snap = SnapshotStore(conn, org_id=h.info().org).load(
-            revision, lookup=signing.key_lookup([h.public_key()])
+            revision, lookup=h.snapshot_lookup()
         )
     if json_:
         echo_json(snap.to_dict())
@@ -177,7 +180,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     with closing(h.connect()) as conn:
         store = SnapshotStore(conn, org_id=h.info().org)
         data = store.envelope(revision)
-    snap = verify_snapshot(data, lookup=signing.key_lookup([h.public_key()]))
+    snap = verify_snapshot(data, lookup=h.snapshot_lookup())
     refuse_home_target(h, target)
     try:
         atomic_write(target, data)

@@ -46,6 +46,8 @@ def host_status_data(cache: HostCache, *, now: datetime) -> dict[str, Any]:
         "rulesetRev": snap.ruleset_rev,
         "compiledAt": snap.compiled_at,
         "contentHash": snap.content_hash,
+        "signingKeyId": snap.header.signing_key_id,
+        "signatureScope": snap.signature_scope,
         "state": "fresh",
     }
     try:
