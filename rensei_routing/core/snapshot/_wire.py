@@ -19,7 +19,6 @@ _RFC3339: Final = re.compile(
 )
 
 
-
 def _skip(text: str, idx: int) -> int:
     """The index of the first non-whitespace character at or after ``idx``."""
     while idx < len(text) and text[idx] in " \t\n\r":

@@ -215,9 +215,7 @@ def provider(value: Any, path: p.Path) -> dict[str, Any]:
     if out.get("harnessByAuthMode") is not None:
         hpath = p.at(path, "harnessByAuthMode")
         harness = _row(out["harnessByAuthMode"], hpath)
-        out["harnessByAuthMode"] = {
-            k: _text(v, p.at(hpath, k)) for k, v in sorted(harness.items())
-        }
+        out["harnessByAuthMode"] = {k: _text(v, p.at(hpath, k)) for k, v in sorted(harness.items())}
     return out
 
 
