@@ -2,8 +2,10 @@
 signed (core builds the bytes) and never prints, logs or reprs private key material.
 
 Key files are one line of text: ``ed25519-private:<base64 32-byte seed>`` (mode 0600) and
-``ed25519:<base64 32-byte public key>``. A key id is the first 8 bytes of SHA-256 of the raw
-32-byte public key, as 16 lowercase hex digits.
+``ed25519:<base64 32-byte public key>``. A key's derived id is the first 8 bytes of SHA-256 of
+the raw 32-byte public key, as 16 lowercase hex digits; a key may also be trusted under an opaque
+key id (1..128 of ``[A-Za-z0-9._:-]``, such as a platform's ``ksk_...``), and read from or
+written as a JWKS entry (RFC 8037: ``kty=OKP, crv=Ed25519, x`` base64url without padding).
 """
 
 from __future__ import annotations

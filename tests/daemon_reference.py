@@ -135,9 +135,9 @@ def local_reality(
 ) -> tuple[bool, str]:
     """The daemon's local-reality check: this host's row ready when present; harness known."""
     for row in sections["poolHostInventory"].get("hosts") or []:
-        if row.get("executionPoolId") == pool_id and row.get("id") == host_id:
-            if row.get("status") != "ready":
-                return False, "host-not-ready"
+        mine = row.get("executionPoolId") == pool_id and row.get("id") == host_id
+        if mine and row.get("status") != "ready":
+            return False, "host-not-ready"
     harnesses = {
         h
         for prov in sections["executionCellMatrix"].get("providers") or []

@@ -127,6 +127,21 @@ def test_a_snapshot_compiled_here_verifies_under_the_daemons_algorithm(
     assert set(posterior_of(sections)) == {"anthropic", "zai-harness"}
 
 
+def test_the_docs_envelope_verifies_both_ways() -> None:
+    import re
+
+    from rensei_routing.core.snapshot.envelope import verify_snapshot
+
+    text = (ROOT / "docs" / "formats.md").read_text("utf-8")
+    found = dict(re.findall(r"<!-- example: ([a-z-]+) -->\n```[a-z]*\n(.*?)\n```", text, re.S))
+    key = signing.PublicKey.from_text(found["envelope-key"])
+    body = found["envelope-daemon"].encode("utf-8")
+    snap = verify_snapshot(body, lookup=signing.key_lookup_by_id({"ksk_example": key}))
+    assert snap.signature_scope == "header" and snap.ruleset_rev == "example@1"
+    doc = daemon.verify(body, trusted={"ksk_example": key.raw})
+    assert daemon.claim_permitted(doc["sections"], "local-a") == (True, "permitted")
+
+
 def test_the_daemon_refuses_a_tampered_snapshot_of_ours(runner: CliRunner, tmp_path: Path) -> None:
     home = tmp_path / "control"
     doc = json.loads(_control(runner, home, tmp_path).read_bytes())
