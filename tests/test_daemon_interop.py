@@ -564,3 +564,101 @@ def test_a_v2_home_reads_its_org_data_in_the_daemon_shapes(
     doc = daemon.verify(out.read_bytes(), trusted={kid: _raw_key(home)})
     assert daemon.claim_permitted(doc["sections"], "local-a") == (True, "permitted")
     assert daemon.claim_permitted(doc["sections"], "local-old") == (False, "pool-not-active")
+
+
+def _claim_host(runner: CliRunner, tmp_path: Path) -> Path:
+    control = tmp_path / "control"
+    snap = _control(runner, control, tmp_path)
+    host = tmp_path / "host"
+    _ok(runner, "init", "--home", str(host))
+    _ok(runner, "host", "trust", str(control / "keys" / "host.pub"), "--home", str(host))
+    _ok(runner, "host", "sync", "--from", str(snap), "--home", str(host))
+    return host
+
+
+@pytest.mark.parametrize(
+    ("pool", "extra", "admitted", "reason"),
+    [
+        ("local-a", ("--host-id", "host-1", "--harness", "claude-cli"), True, "granted"),
+        ("local-a", ("--host-id", "not-listed"), True, "granted"),
+        ("docker-b", ("--host-id", "host-2"), False, "host-not-ready"),
+        ("local-a", ("--harness", "zai-cli"), True, "granted"),
+        ("local-a", ("--harness", "nope"), False, "harness-unknown"),
+        ("k8s-gpu", ("--host-id", "gpu-node-1"), True, "granted"),
+    ],
+)
+def test_a_claim_checks_the_hosts_status_and_the_harness(
+    runner: CliRunner,
+    tmp_path: Path,
+    pool: str,
+    extra: tuple[str, ...],
+    admitted: bool,
+    reason: str,
+) -> None:
+    host = _claim_host(runner, tmp_path)
+    before = HostCache(host / "host").snapshot_path.read_bytes()
+    done = _run(
+        runner,
+        "host",
+        "claim",
+        "--pool",
+        pool,
+        "--project",
+        "acme-evals",
+        *extra,
+        "--json",
+        "--home",
+        str(host),
+    )
+    assert done.exit_code == (0 if admitted else 1), done.output
+    record = json.loads(done.stdout)
+    assert (record["admitted"], record["reason"]) == (admitted, reason)
+    assert record["signatureScope"] == "header"
+    assert HostCache(host / "host").snapshot_path.read_bytes() == before
+
+
+def test_a_pool_outside_allowed_project_ids_is_refused(runner: CliRunner, tmp_path: Path) -> None:
+    org = _org_doc()
+    org["capacityProfiles"]["grants"].append(
+        {"id": "gpu-heavy.other", "profileId": "gpu-heavy", "projectId": "other"}
+    )
+    sections = {**org, "policyBundle": None}
+    gate = ClaimGate(sections)
+    assert gate.check("k8s-gpu", "acme-evals").reason == "granted"
+    assert gate.check("k8s-gpu", "other").reason == "project-not-allowed"
+    assert gate.check("k8s-gpu", None).reason == "pool-not-granted"
+
+
+def test_org_load_keeps_unknown_fields_and_names_a_mistyped_one(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    home = tmp_path / "c"
+    _ok(runner, "init", "--home", str(home))
+    doc = _org_doc()
+    doc["poolHostInventory"]["pools"][0]["platformTier"] = {"gold": True}
+    doc["executionCellMatrix"]["schemaVersion"] = 3
+    path = tmp_path / "org.json"
+    path.write_text(json.dumps(doc))
+    _ok(runner, "org", "load", str(path), "--home", str(home))
+    shown = json.loads(_ok(runner, "org", "show", "--json", "--home", str(home)).stdout)
+    pools = {p["id"]: p for p in shown["poolHostInventory"]["pools"]}
+    assert pools["local-a"]["platformTier"] == {"gold": True}
+    assert shown["executionCellMatrix"]["schemaVersion"] == 3
+    for edit, where in [
+        (lambda d: d["capacityProfiles"]["profiles"][0].update(poolIds="local-a"), "poolIds"),
+        (lambda d: d["poolHostInventory"]["hosts"][0].update(maxSessions=-1), "maxSessions"),
+        (lambda d: d["capacityProfiles"]["grants"][0].update(isPrimary="yes"), "isPrimary"),
+        (lambda d: d["posteriorSummary"]["posteriors"][0].pop("workType"), "workType"),
+        (
+            lambda d: d["executionCellMatrix"]["providers"][0].update(harnessByAuthMode=[1]),
+            "harnessByAuthMode",
+        ),
+    ]:
+        bad = _org_doc()
+        edit(bad)
+        path.write_text(json.dumps(bad))
+        refused = _run(runner, "org", "load", str(path), "--home", str(home))
+        assert refused.exit_code != 0 and where in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1
+        again = json.loads(_ok(runner, "org", "show", "--json", "--home", str(home)).stdout)
+        assert again == shown  # nothing stored

@@ -285,6 +285,16 @@ def host_status(home: Path, json_: bool) -> None:
 @click.option("--pool", "pool_id", required=True, help="The pool to claim capacity in.")
 @click.option("--project", default=None, help="The claiming project (checked against grants).")
 @click.option(
+    "--host-id",
+    default=None,
+    help="The claiming host's id: its row in the pool's hosts, when present, must be ready.",
+)
+@click.option(
+    "--harness",
+    default=None,
+    help="The harness to run: some provider's harnessByAuthMode must name it.",
+)
+@click.option(
     "--lease",
     "lease_s",
     type=click.IntRange(min=1, max=MAX_LEASE_MS // 1000),
@@ -304,6 +314,8 @@ def host_status(home: Path, json_: bool) -> None:
 def host_claim(
     pool_id: str,
     project: str | None,
+    host_id: str | None,
+    harness: str | None,
     lease_s: int,
     receipt_file: Path | None,
     home: Path,
@@ -324,7 +336,7 @@ def host_claim(
     h.info()  # refuse before deciding anything if the audit log cannot be written
     moment = now()
     cache = host_cache(home)
-    request = claim_request(pool_id, project)
+    request = claim_request(pool_id, project, host=host_id, harness=harness)
     decision = decide_cached(cache, request, moment, session().authorization)
     payload = claim_payload(decision, pool_id, project)
     reason, detail = payload["reason"], payload["detail"]

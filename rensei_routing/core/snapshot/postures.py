@@ -360,9 +360,10 @@ class ClaimGate:
     shapes keeps deciding the same.
     """
 
-    __slots__ = ("_allowed", "_granted", "_status")
+    __slots__ = ("_allowed", "_granted", "_sections", "_status")
 
     def __init__(self, sections: Mapping[str, Any]) -> None:
+        self._sections = sections
         inventory = _obj(sections.get("poolHostInventory"))
         self._status: dict[str, str] = {}
         self._allowed: dict[str, set[str]] = {}
@@ -390,6 +391,13 @@ class ClaimGate:
             for pool_id in _list(profile.get("poolIds", profile.get("pools"))):
                 if isinstance(pool_id, str):
                     self._granted.setdefault(pool_id, set()).update(projects)
+
+    def place(
+        self, pool_id: str, *, host_id: str | None, harness: str | None = None
+    ) -> PlacementResult:
+        """:func:`check_placement` against this gate's sections (no host row is checked when
+        ``host_id`` is ``None``)."""
+        return check_placement(self._sections, pool_id=pool_id, host_id=host_id, harness=harness)
 
     def check(self, pool_id: str, project: str | None = None) -> ClaimResult:
         status = self._status.get(pool_id)
@@ -444,7 +452,7 @@ class PlacementResult:
 
 
 def check_placement(
-    sections: Mapping[str, Any], *, pool_id: str, host_id: str, harness: str | None = None
+    sections: Mapping[str, Any], *, pool_id: str, host_id: str | None, harness: str | None = None
 ) -> PlacementResult:
     """The Rensei daemon's local-reality check against a snapshot: the host row of this host
     in this pool (``hosts[]`` with ``id`` = ``host_id`` and ``executionPoolId`` = ``pool_id``),
@@ -453,7 +461,7 @@ def check_placement(
     provider's ``harnessByAuthMode`` in the execution-cell matrix."""
     inventory = _obj(sections.get("poolHostInventory"))
     for row in _list(inventory.get("hosts")):
-        if not isinstance(row, Mapping) or row.get("id") != host_id:
+        if host_id is None or not isinstance(row, Mapping) or row.get("id") != host_id:
             continue
         if row.get("executionPoolId", row.get("pool")) != pool_id:
             continue
