@@ -287,6 +287,8 @@ def test_a_platform_snapshot_is_adopted_by_a_hash_only_host_and_refused_by_a_hea
     assert done.output.startswith("adopted: org_platform@7"), done.output
     status = json.loads(_ok(runner, "host", "status", "--json", "--home", str(taker)).stdout)
     assert status["snapshot"]["signatureScope"] == "hash-only"
+    line = _ok(runner, "host", "status", "--home", str(taker)).stdout
+    assert "org_platform@7" in line and "(hash-only signature" in line
     expected = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert status["snapshot"]["compiledAt"] == expected  # offset and fraction normalised
     claim = _run(

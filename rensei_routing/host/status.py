@@ -84,6 +84,8 @@ def snapshot_line(status: dict[str, Any]) -> str:
     line = f"Ruleset snapshot: {snap['rulesetRev']}"
     if age is not None:
         line += f" (age {format_age(age)})"
+    if snap.get("signatureScope") == "hash-only":
+        line += " (hash-only signature: compiledAt and revision unsigned)"
     if snap["state"] == "degraded":
         line += " (degraded)"
     elif snap["state"] in ("expired", "refused"):

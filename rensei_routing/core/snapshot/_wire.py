@@ -26,10 +26,49 @@ def _skip(text: str, idx: int) -> int:
     return idx
 
 
-def scan_top(text: str) -> tuple[dict[str, Any], dict[str, str]]:
+def _object(
+    text: str, idx: int, nested: str | None
+) -> tuple[dict[str, Any], dict[str, str], int, dict[str, str]]:
+    """The JSON object starting at ``text[idx]`` (``{``): its members, each member's source
+    text, the index after it, and, when member ``nested`` is an object, that object's members'
+    source texts (read in the same pass)."""
+    idx = _skip(text, idx + 1)
+    out: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    inner: dict[str, str] = {}
+    if text[idx : idx + 1] == "}":
+        return out, raw, idx + 1, inner
+    while True:
+        if text[idx : idx + 1] != '"':
+            raise ValueError(f"expected a field name at {idx}")
+        key, idx = p.PLAIN_DECODER.raw_decode(text, idx)
+        idx = _skip(text, idx)
+        if text[idx : idx + 1] != ":":
+            raise ValueError(f"expected ':' at {idx}")
+        idx = _skip(text, idx + 1)
+        if key == nested and text[idx : idx + 1] == "{":
+            value, inner, end, _ = _object(text, idx, None)
+        else:
+            value, end = p.PLAIN_DECODER.raw_decode(text, idx)
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key], raw[key] = value, text[idx:end]
+        idx = _skip(text, end)
+        sep = text[idx : idx + 1]
+        idx = _skip(text, idx + 1)
+        if sep == "}":
+            return out, raw, idx, inner
+        if sep != ",":
+            raise ValueError(f"expected ',' or '}}' at {idx}")
+
+
+def scan_top(
+    text: str, nested: str | None = None
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """Parse a top-level JSON object field by field, refusing duplicate top-level keys, and
     return it with the exact source text of each value (so the sections' signed bytes can be
-    hashed as they arrived, without re-encoding megabytes of JSON).
+    hashed as they arrived, without re-encoding megabytes of JSON), and the source text of each
+    member of the object-valued field ``nested`` (each section's bytes, for its digest).
 
     Raises:
         ValueError: not a JSON object, or not valid JSON.
@@ -37,34 +76,11 @@ def scan_top(text: str) -> tuple[dict[str, Any], dict[str, str]]:
     idx = _skip(text, 0)
     if text[idx : idx + 1] != "{":
         raise ValueError("not a JSON object")
-    idx = _skip(text, idx + 1)
-    out: dict[str, Any] = {}
-    raw: dict[str, str] = {}
-    if text[idx : idx + 1] == "}":
-        idx = _skip(text, idx + 1)
-    else:
-        while True:
-            if text[idx : idx + 1] != '"':
-                raise ValueError(f"expected a field name at {idx}")
-            key, idx = p.PLAIN_DECODER.raw_decode(text, idx)
-            idx = _skip(text, idx)
-            if text[idx : idx + 1] != ":":
-                raise ValueError(f"expected ':' at {idx}")
-            idx = _skip(text, idx + 1)
-            value, end = p.PLAIN_DECODER.raw_decode(text, idx)
-            if key in out:
-                raise ValueError(f"duplicate key {key!r}")
-            out[key], raw[key] = value, text[idx:end]
-            idx = _skip(text, end)
-            sep = text[idx : idx + 1]
-            idx = _skip(text, idx + 1)
-            if sep == "}":
-                break
-            if sep != ",":
-                raise ValueError(f"expected ',' or '}}' at {idx}")
+    out, raw, idx, inner = _object(text, idx, nested)
+    idx = _skip(text, idx)
     if idx != len(text):
         raise ValueError(f"extra data after the object at {idx}")
-    return out, raw
+    return out, raw, inner
 
 
 def parse_time(compiled_at: Any) -> datetime:

@@ -312,12 +312,12 @@ def parse_snapshot(data: bytes) -> dict[str, Any]:
     return _parse(data)[0]
 
 
-def _parse(data: bytes) -> tuple[dict[str, Any], str]:
+def _parse(data: bytes) -> tuple[dict[str, Any], str, dict[str, str]]:
     """:func:`parse_snapshot`, plus the sections' source text."""
     if len(data) > MAX_SNAPSHOT_BYTES:
         raise SnapshotFormatError(f"snapshot is larger than {MAX_SNAPSHOT_BYTES} bytes")
     try:
-        doc, raw = _scan_top(data.decode("utf-8"))
+        doc, raw, section_texts = _scan_top(data.decode("utf-8"), "sections")
     except RecursionError as e:
         raise SnapshotFormatError("snapshot is not valid JSON: nested too deeply") from e
     except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, duplicate keys
@@ -351,7 +351,7 @@ def _parse(data: bytes) -> tuple[dict[str, Any], str]:
     ):
         raise SnapshotFormatError("validators must be an array of strings")
     _check_header_values(doc["orgId"], doc["revision"], doc["signingKeyId"])
-    return doc, raw["sections"]
+    return doc, raw["sections"], section_texts
 
 
 def verify_snapshot(
@@ -383,7 +383,7 @@ def verify_snapshot(
         SnapshotFormatError: the bytes are not a well-formed envelope.
         SnapshotVerificationError: a check failed; ``reason`` is its code.
     """
-    doc, raw_sections = _parse(data)
+    doc, raw_sections, section_texts = _parse(data)
     if doc["algorithm"] != ALGORITHM:
         raise SnapshotVerificationError(
             "algorithm", f"algorithm {doc['algorithm']!r} is not {ALGORITHM!r}"
@@ -426,7 +426,9 @@ def verify_snapshot(
         doc, header, signature, check, SCOPE_HEADER if scope_of is None else scope_of(key_id)
     )
     if scope == SCOPE_HEADER and "sectionDigests" in doc:
-        _check_digests(doc["sectionDigests"], sections, raw_sections, doc["contentHash"])
+        _check_digests(
+            doc["sectionDigests"], sections, raw_sections, section_texts, doc["contentHash"]
+        )
     try:
         _parse_time(doc["compiledAt"])
     except SnapshotFormatError as e:
@@ -445,7 +447,11 @@ def verify_snapshot(
 
 
 def _check_digests(
-    declared: Any, sections: Mapping[str, Any], raw: str, content_hash: str
+    declared: Any,
+    sections: Mapping[str, Any],
+    raw: str,
+    section_texts: Mapping[str, str],
+    content_hash: str,
 ) -> None:
     """Our native rule beyond the daemon's (which carries ``sectionDigests`` unchecked): in a
     header-signed envelope the digests must be each section's SHA-256, so an unsigned field
@@ -456,9 +462,9 @@ def _check_digests(
     Raises:
         SnapshotVerificationError: ``section-digests``.
     """
-    texts: dict[str, str] = {}
+    texts: Mapping[str, str] = {}
     if hashlib.sha256(raw.encode("utf-8")).hexdigest() == content_hash:
-        texts = _scan_top(raw)[1]
+        texts = section_texts
     expected = {
         name: hashlib.sha256(texts[name].encode("utf-8")).hexdigest()
         if name in texts
