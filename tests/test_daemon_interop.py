@@ -401,14 +401,22 @@ def test_a_hash_only_host_still_refuses_a_lower_revision_or_another_hash(
     assert (cache.directory / "held.json").read_bytes() == held
 
 
-def test_a_re_dated_hash_only_copy_keeps_its_first_sight(tmp_path: Path) -> None:
-    """Re-dating an unsigned compiledAt earlier never makes the copy older than the host's own
-    first sight; the held revision with the same hash re-dated later is a heartbeat."""
+def test_a_hash_only_copy_fetched_late_ages_from_its_first_sight(tmp_path: Path) -> None:
+    """A copy compiled long before the host first saw it is aged from that first sight (the
+    later moment); a header-signed one would be aged from its signed compiledAt."""
     cache = _hash_only_cache(tmp_path)
     first = T0 + timedelta(minutes=10)
     cache.accept(_platform(tmp_path, compiled_at=_at(T0)).read_bytes(), now=first, source="t")
     _, fresh = cache.current(now=first + timedelta(minutes=1), config=HostConfig())
     assert fresh.age_ms == 60_000
+    # re-offered later with the same hash, its first sight does not move
+    cache.accept(
+        _platform(tmp_path, compiled_at=_at(T0)).read_bytes(),
+        now=first + timedelta(minutes=5),
+        source="t",
+    )
+    _, fresh = cache.current(now=first + timedelta(minutes=6), config=HostConfig())
+    assert fresh.age_ms == 6 * 60_000
 
 
 @pytest.mark.parametrize(
@@ -664,3 +672,57 @@ def test_org_load_keeps_unknown_fields_and_names_a_mistyped_one(
         assert refused.stderr.count("\n") == 1
         again = json.loads(_ok(runner, "org", "show", "--json", "--home", str(home)).stdout)
         assert again == shown  # nothing stored
+
+
+@pytest.mark.parametrize(
+    ("given", "normalised"),
+    [
+        ("2026-01-01T01:00:00.123456789+01:00", "2026-01-01T00:00:00.123456Z"),
+        ("2026-01-01T00:00:00z", "2026-01-01T00:00:00.000000Z"),
+        ("2025-12-31T19:30:00-04:30", "2026-01-01T00:00:00.000000Z"),
+        ("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z"),  # our own form, unchanged
+    ],
+)
+def test_compiled_at_with_an_offset_or_a_long_fraction_is_normalised(
+    given: str, normalised: str
+) -> None:
+    from rensei_routing.core.snapshot.envelope import verify_snapshot
+
+    body = daemon.platform_snapshot(
+        PLATFORM_SEED,
+        kid=PLATFORM_KID,
+        org_id="o",
+        revision=1,
+        compiled_at=given,
+        sections=_platform_sections(),
+    )
+    key = signing.PublicKey(daemon.public_raw(PLATFORM_SEED))
+    snap = verify_snapshot(
+        body,
+        lookup=signing.key_lookup_by_id({PLATFORM_KID: key}),
+        scope_of=lambda kid: "hash-only",
+    )
+    assert snap.compiled_at == normalised
+    assert snap.header.compiled_at == given  # the text as it came
+
+
+@pytest.mark.parametrize("bad", ["2026-13-01T00:00:00Z", "2026-01-01 00:00:00Z", "2026-01-01"])
+def test_a_compiled_at_that_is_not_rfc_3339_is_refused(bad: str) -> None:
+    from rensei_routing.core.snapshot.envelope import verify_snapshot
+
+    body = daemon.platform_snapshot(
+        PLATFORM_SEED,
+        kid=PLATFORM_KID,
+        org_id="o",
+        revision=1,
+        compiled_at=bad,
+        sections=_platform_sections(),
+    )
+    key = signing.PublicKey(daemon.public_raw(PLATFORM_SEED))
+    with pytest.raises(SnapshotVerificationError) as refused:
+        verify_snapshot(
+            body,
+            lookup=signing.key_lookup_by_id({PLATFORM_KID: key}),
+            scope_of=lambda kid: "hash-only",
+        )
+    assert refused.value.reason == "compiled-at"
