@@ -25,8 +25,9 @@ entity                 attributes                                    parents
 The sections are read in the Rensei daemon's shapes (``profileId``/``projectId`` grants,
 ``null`` for every project) and in the older ones (``profile``/``project``, ``pools``, ``kind``,
 ``pool``). Projects are those named by grants and the section's ``projects``, plus
-``Project::"*"`` (the org data's spelling of every project: a claim that names none). The context carries ``pool``,
-``project``, ``repo``, ``role`` (when given), ``rulesetRev``, ``snapshotAgeMs`` and ``degraded``.
+``Project::"*"`` (the org data's spelling of every project: a claim that names none). The
+context carries ``pool``, ``project``, ``repo``, ``role`` (when given), ``rulesetRev``,
+``snapshotAgeMs`` and ``degraded``.
 """
 
 from __future__ import annotations
