@@ -726,3 +726,28 @@ def test_a_compiled_at_that_is_not_rfc_3339_is_refused(bad: str) -> None:
             scope_of=lambda kid: "hash-only",
         )
     assert refused.value.reason == "compiled-at"
+
+
+def test_decisions_through_the_cached_snapshot_carry_the_signature_scope(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    host = _claim_host(runner, tmp_path)
+    context = str(EXAMPLES / "context.json")
+    one = json.loads(
+        _ok(
+            runner, "explain", context, "--snapshot", "--record", "--json", "--home", str(host)
+        ).stdout
+    )
+    assert one["signatureScope"] == "header" and one["rulesetRev"] == f"{ORG}@1"
+    lines = _ok(
+        runner,
+        "explain-batch",
+        str(EXAMPLES / "contexts.jsonl"),
+        "--snapshot",
+        "--record",
+        "--home",
+        str(host),
+    ).stdout.splitlines()
+    assert lines and all(json.loads(line)["signatureScope"] == "header" for line in lines)
+    done = _ok(runner, "audit", "verify", "--home", str(host))
+    assert done.exit_code == 0
