@@ -751,3 +751,21 @@ def test_decisions_through_the_cached_snapshot_carry_the_signature_scope(
     assert lines and all(json.loads(line)["signatureScope"] == "header" for line in lines)
     done = _ok(runner, "audit", "verify", "--home", str(host))
     assert done.exit_code == 0
+
+
+def test_seal_hashes_agree_with_the_reference_encoder() -> None:
+    from rensei_routing.core.snapshot.envelope import content_hash, seal, section_digests
+
+    key = signing.PrivateKey(PLATFORM_SEED)
+    sections = _platform_sections()
+    snap = seal(
+        org_id="o",
+        revision=1,
+        compiled_at="2026-01-01T00:00:00Z",
+        sections=sections,
+        signing_key_id="k",
+        sign=key.sign,
+    )
+    assert snap.content_hash == content_hash(sections)
+    assert snap.section_digests == section_digests(sections)
+    assert snap.content_hash == hashlib.sha256(rfc8785.dumps(sections)).hexdigest()

@@ -253,24 +253,38 @@ def seal(
     """
     _check_header_values(org_id, revision, signing_key_id)
     _check_time(compiled_at)
+    unknown = set(sections) - set(SECTION_NAMES)
+    if unknown:
+        raise SnapshotFormatError(f"unknown section(s): {', '.join(sorted(unknown))}")
+    full = {name: sections.get(name) for name in SECTION_NAMES}
+    digest, digests = _hashes(full)
     header = SignedHeader(
         algorithm=ALGORITHM,
         compiled_at=compiled_at,
-        content_hash=content_hash(sections),
+        content_hash=digest,
         org_id=org_id,
         revision=revision,
         ruleset_rev=ruleset_rev(org_id, revision),
         signing_key_id=signing_key_id,
     )
-    full = {name: sections.get(name) for name in SECTION_NAMES}
     return RulesetSnapshot(
         header=header,
         signature=sign(hash_message(header.content_hash)),
         header_signature=sign(header.signed_bytes()),
-        section_digests=section_digests(full),
+        section_digests=digests,
         validators=tuple(validators),
         sections=full,
     )
+
+
+def _hashes(full: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """The content hash and the section digests from one RFC 8785 encoding of each section:
+    the object of the five is ``{"name":<bytes>,...}`` in sorted (ASCII) name order, exactly
+    :func:`content_hash`'s input (a test checks they agree)."""
+    parts = {name: canonical_bytes(full.get(name)) for name in SECTION_NAMES}
+    body = b"{" + b",".join(b'"%s":%s' % (n.encode(), parts[n]) for n in sorted(parts)) + b"}"
+    digests = {name: hashlib.sha256(parts[name]).hexdigest() for name in SECTION_NAMES}
+    return hashlib.sha256(body).hexdigest(), digests
 
 
 def _check_header_values(org_id: Any, revision: Any, key_id: Any) -> None:
