@@ -769,3 +769,18 @@ def test_seal_hashes_agree_with_the_reference_encoder() -> None:
     assert snap.content_hash == content_hash(sections)
     assert snap.section_digests == section_digests(sections)
     assert snap.content_hash == hashlib.sha256(rfc8785.dumps(sections)).hexdigest()
+
+
+def test_snapshot_verify_takes_an_opaque_kid_and_a_scope(runner: CliRunner, tmp_path: Path) -> None:
+    snap, key = _platform(tmp_path), _platform_key(tmp_path)
+    trust = f"{key}={PLATFORM_KID}"
+    strict = _run(runner, "snapshot", "verify", str(snap), "--trust", trust)
+    assert strict.exit_code != 0 and "header-signature-missing" in strict.stderr
+    done = _ok(
+        runner, "snapshot", "verify", str(snap), "--trust", trust, "--scope", "hash-only", "--json"
+    )
+    assert json.loads(done.stdout)["signatureScope"] == "hash-only"
+    unknown = _run(runner, "snapshot", "verify", str(snap), "--trust", str(key))
+    assert unknown.exit_code != 0 and "unknown-key" in unknown.stderr
+    bad = _run(runner, "snapshot", "verify", str(snap), "--trust", f"{key}=a b")
+    assert bad.exit_code != 0 and "not 1..128" in bad.stderr and bad.stderr.count("\n") == 1

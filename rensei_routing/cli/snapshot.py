@@ -12,7 +12,12 @@ import click
 
 from .. import signing
 from ..control.snapshots import compile_snapshot, validator_results
-from ..core.snapshot.envelope import compiled_moment, verify_snapshot
+from ..core.snapshot.envelope import (
+    SCOPE_HEADER,
+    SIGNATURE_SCOPES,
+    compiled_moment,
+    verify_snapshot,
+)
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.org import OrgData
 from ..errors import KeyFormatError, RenseiRoutingError
@@ -197,13 +202,28 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     multiple=True,
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="A trusted public key file (ed25519:<base64>); repeatable.",
+    help="A trusted public key file (ed25519:<base64>); repeatable; KEYFILE=KID trusts it "
+    "under an opaque key id.",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(SIGNATURE_SCOPES),
+    default=SCOPE_HEADER,
+    show_default=True,
+    help="header: require headerSignature; hash-only: accept a signature over the hash alone.",
 )
 @json_option
-def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
+def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bool) -> None:
     """Check a snapshot file independently against trusted public keys; say why it fails."""
+    keys: dict[str, signing.PublicKey] = {}
     try:
-        keys = [signing.load_public_key(p) for p in trust]
+        for given in trust:
+            path, _, kid = ("", "", "") if given.is_file() else str(given).rpartition("=")
+            path = path or str(given)
+            key = signing.load_public_key(Path(path))
+            if kid and not signing.valid_key_id(kid):
+                raise CommandError(f"--trust {given}: {kid!r} is not 1..128 of [A-Za-z0-9._:-]")
+            keys[kid or key.key_id] = key
     except KeyFormatError as e:
         raise CommandError(str(e)) from e
     try:
@@ -211,7 +231,9 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
     except (OSError, ValueError) as e:
         raise CommandError(f"cannot read {source}: {e}") from e
     try:
-        snap = verify_snapshot(data, lookup=signing.key_lookup(keys))
+        snap = verify_snapshot(
+            data, lookup=signing.key_lookup_by_id(keys), scope_of=lambda kid: scope
+        )
     except RenseiRoutingError as e:
         if json_:
             echo_json({"ok": False, "error": str(e)})
@@ -224,12 +246,13 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
                 "contentHash": snap.content_hash,
                 "compiledAt": snap.compiled_at,
                 "signingKeyId": snap.header.signing_key_id,
+                "signatureScope": snap.signature_scope,
             }
         )
         return
     emit(
         printable(
-            f"ok: {snap.ruleset_rev} compiled {snap.compiled_at}, content "
+            f"ok: {snap.ruleset_rev} compiled {snap.compiled_at} ({snap.signature_scope}), content "
             f"{snap.content_hash[:16]}..., signed by trusted key {snap.header.signing_key_id}"
         )
     )
