@@ -2,8 +2,10 @@
 signed (core builds the bytes) and never prints, logs or reprs private key material.
 
 Key files are one line of text: ``ed25519-private:<base64 32-byte seed>`` (mode 0600) and
-``ed25519:<base64 32-byte public key>``. A key id is the first 8 bytes of SHA-256 of the raw
-32-byte public key, as 16 lowercase hex digits.
+``ed25519:<base64 32-byte public key>``. A key's derived id is the first 8 bytes of SHA-256 of
+the raw 32-byte public key, as 16 lowercase hex digits; a key may also be trusted under an opaque
+key id (1..128 of ``[A-Za-z0-9._:-]``, such as a platform's ``ksk_...``), and read from or
+written as a JWKS entry (RFC 8037: ``kty=OKP, crv=Ed25519, x`` base64url without padding).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import binascii
 import contextlib
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -31,12 +34,16 @@ __all__ = [
     "PublicKey",
     "check",
     "generate",
+    "jwk",
     "key_id",
     "key_lookup",
+    "key_lookup_by_id",
     "load_private_key",
     "load_public_key",
+    "read_jwks",
     "save_private_key",
     "save_public_key",
+    "valid_key_id",
     "verify",
 ]
 
@@ -168,6 +175,101 @@ def key_lookup(keys: Iterable[PublicKey]) -> KeyLookup:
         return lambda message, signature: check(key, message, signature)
 
     return find
+
+
+def key_lookup_by_id(keys: Mapping[str, PublicKey]) -> KeyLookup:
+    """A :data:`KeyLookup` over ``keys`` by the key ids they are trusted under (an opaque id,
+    such as a platform's ``ksk_...``, or the derived one)."""
+    by_id = dict(keys)
+
+    def find(kid: str) -> Callable[[bytes, bytes], bool] | None:
+        key = by_id.get(kid)
+        if key is None:
+            return None
+        return lambda message, signature: check(key, message, signature)
+
+    return find
+
+
+# -- opaque key ids and JWKS (RFC 7517 / RFC 8037) -----------------------------------------------
+
+_KID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+#: Largest JWKS document and number of entries read.
+MAX_JWKS_BYTES: Final = 1024 * 1024
+MAX_JWKS_KEYS: Final = 1000
+
+
+def valid_key_id(kid: object) -> bool:
+    """Whether ``kid`` is a key id: an opaque string of 1..128 of ``[A-Za-z0-9._:-]``."""
+    return isinstance(kid, str) and _KID.fullmatch(kid) is not None
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def jwk(kid: str, key: PublicKey) -> dict[str, str]:
+    """The JWK of an Ed25519 public key (``kty=OKP, crv=Ed25519, x`` base64url unpadded)."""
+    return {
+        "kty": "OKP",
+        "crv": "Ed25519",
+        "kid": kid,
+        "use": "sig",
+        "alg": "EdDSA",
+        "x": _b64url(key.raw),
+    }
+
+
+def read_jwks(document: object) -> tuple[list[tuple[str, PublicKey]], list[str]]:
+    """The Ed25519 keys of a JWKS document ``{"keys": [...]}`` as ``(kid, key)`` pairs, and one
+    line for every entry skipped (not an object, ``kty`` not ``OKP``, ``crv`` not ``Ed25519``,
+    a missing or invalid ``kid``, ``x`` not unpadded base64url of 32 key bytes, a duplicate
+    kid), as the daemon skips them.
+
+    Raises:
+        KeyFormatError: the document is not an object with a ``keys`` array.
+    """
+    if not isinstance(document, Mapping) or not isinstance(document.get("keys"), list):
+        raise KeyFormatError('a JWKS document is an object with a "keys" array')
+    entries = document["keys"]
+    if len(entries) > MAX_JWKS_KEYS:
+        raise KeyFormatError(f"a JWKS document holds at most {MAX_JWKS_KEYS} keys")
+    found: list[tuple[str, PublicKey]] = []
+    skipped: list[str] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        why = _jwk_problem(entry)
+        if why is None:
+            assert isinstance(entry, Mapping)
+            kid, x = entry["kid"], entry["x"]
+            try:
+                key = PublicKey(base64.urlsafe_b64decode(x + "=" * (-len(x) % 4)))
+            except (KeyFormatError, binascii.Error, ValueError):
+                why = "x is not a 32-byte Ed25519 public key"
+            else:
+                if kid in seen:
+                    why = f"duplicate kid {kid!r}"
+                else:
+                    seen.add(kid)
+                    found.append((kid, key))
+                    continue
+        skipped.append(f"keys[{i}]: {why}")
+    return found, skipped
+
+
+def _jwk_problem(entry: object) -> str | None:
+    if not isinstance(entry, Mapping):
+        return "not an object"
+    if entry.get("kty") != "OKP":
+        return f"kty {entry.get('kty')!r} is not 'OKP'"
+    if entry.get("crv") != "Ed25519":
+        return f"crv {entry.get('crv')!r} is not 'Ed25519'"
+    if not valid_key_id(entry.get("kid")):
+        return "kid is missing or not 1..128 of [A-Za-z0-9._:-]"
+    x = entry.get("x")
+    if not isinstance(x, str) or "=" in x or not re.fullmatch(r"[A-Za-z0-9_-]{43}", x):
+        return "x is not unpadded base64url of 32 bytes"
+    return None
 
 
 def verify(public_key: PublicKey, message: bytes, signature: bytes) -> None:

@@ -124,7 +124,7 @@ def _revoked_org(tmp_path: Path) -> Path:
     """The example org with the ``gpu-heavy`` grant revoked."""
     org = json.loads((EXAMPLES / "org.json").read_text())
     grants = org["capacityProfiles"]["grants"]
-    org["capacityProfiles"]["grants"] = [g for g in grants if g["profile"] != "gpu-heavy"]
+    org["capacityProfiles"]["grants"] = [g for g in grants if g["profileId"] != "gpu-heavy"]
     path = tmp_path / "revoked.json"
     path.write_text(json.dumps(org))
     return path
@@ -162,7 +162,7 @@ def test_a_compile_racing_a_write_never_publishes_older_data(
         shown = _rensei("snapshot", "show", "--json", "--home", str(home))
         assert shown.returncode == 0, shown.stderr
         grants = json.loads(shown.stdout)["sections"]["capacityProfiles"]["grants"]
-        assert grants == [{"profile": "general"}]  # the revoked grant did not come back
+        assert [g["id"] for g in grants] == ["general.all"]  # the revoked grant did not come back
 
 
 def test_seeded_writers_and_compilers_keep_revisions_monotonic(home: Path, tmp_path: Path) -> None:

@@ -175,22 +175,22 @@ ATTACKS: list[tuple[str, Callable[[dict[str, Any]], dict[str, Any]], type[Except
     (
         "signature-over-hash-only",
         lambda d: {
-            **d,
+            **{k: v for k, v in d.items() if k not in ("headerSignature", "sectionDigests")},
             "signature": base64.b64encode(KEY.sign(bytes.fromhex(d["contentHash"]))).decode(),
         },
         SnapshotVerificationError,
-        "signature",
+        "header-signature-missing",
     ),
     (
         "missing-field",
-        lambda d: {k: v for k, v in d.items() if k != "validators"},
+        lambda d: {k: v for k, v in d.items() if k != "sections"},
         SnapshotFormatError,
         "missing",
     ),
     ("unknown-field", lambda d: {**d, "extra": 1}, SnapshotFormatError, "unknown field"),
     ("revision-not-int", lambda d: {**d, "revision": "42"}, SnapshotFormatError, "integer"),
     ("revision-too-big", lambda d: {**d, "revision": 2**53}, SnapshotFormatError, "outside"),
-    ("key-id-form", lambda d: {**d, "signingKeyId": "ABC"}, SnapshotFormatError, "hex"),
+    ("key-id-form", lambda d: {**d, "signingKeyId": "a b"}, SnapshotFormatError, "key id"),
     (
         "unknown-section",
         lambda d: {**d, "sections": {**d["sections"], "x": 1}},

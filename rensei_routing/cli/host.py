@@ -5,6 +5,7 @@ logic (host.cache); owns the loops, signals and output.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
@@ -21,9 +22,11 @@ from .. import signing
 from ..core.snapshot.authz import (
     BUILTIN_AUTHORIZER,
 )
+from ..core.snapshot.envelope import SCOPE_HEADER, SIGNATURE_SCOPES
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
-from ..errors import KeyFormatError, RenseiRoutingError, SnapshotError
+from ..errors import ConfigurationError, KeyFormatError, RenseiRoutingError, SnapshotError
+from ..files import read_limited
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
 from ..host.status import host_status_data, set_aside_lines, snapshot_line
@@ -113,7 +116,12 @@ def serve(
     accepting and lets responses in flight finish (up to --drain seconds)."""
     from ..control.listener import Limits, RunningServer
     from ..control.server import ahead_of_clock, make_app
-    from ..control.snapshots import ensure_serve_token, latest_snapshot, snapshot_service
+    from ..control.snapshots import (
+        ensure_serve_token,
+        home_jwks,
+        latest_snapshot,
+        snapshot_service,
+    )
     from ..plugins.manager import snapshot_validators
     from ._store import home_of
 
@@ -128,7 +136,7 @@ def serve(
         vocabulary=ctx.vocabulary(),
         reseal_after=reseal_after,
     )
-    app = make_app(now=now, token=token, service=service)
+    app = make_app(now=now, token=token, service=service, jwks=home_jwks(h))
     try:
         latest = latest_snapshot(h)
     except RenseiRoutingError:
@@ -167,16 +175,62 @@ def host() -> None:
 
 
 @host.command(name="trust")
-@click.argument("keyfile", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("keyfile", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@click.option(
+    "--kid",
+    default=None,
+    metavar="ID",
+    help="Trust KEYFILE under this key id (an opaque id such as a platform's; default: the "
+    "key's derived id).",
+)
+@click.option(
+    "--jwks",
+    "jwks_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Trust every Ed25519 key of this JWKS document under its kid (malformed entries are "
+    "skipped and reported).",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(SIGNATURE_SCOPES),
+    default=SCOPE_HEADER,
+    show_default=True,
+    help="header: require headerSignature (compiledAt and revision signed); hash-only: accept "
+    "a signer that signs only the content hash (the platform's).",
+)
 @home_option
-def host_trust(keyfile: Path, home: Path) -> None:
-    """Trust the public signing key in KEYFILE (ed25519:<base64>) for snapshots."""
+def host_trust(
+    keyfile: Path | None, kid: str | None, jwks_file: Path | None, scope: str, home: Path
+) -> None:
+    """Trust the public signing key in KEYFILE (ed25519:<base64>), or the keys of a JWKS
+    document (--jwks), for snapshots."""
+    if (keyfile is None) == (jwks_file is None):
+        raise CommandError("give exactly one of KEYFILE or --jwks FILE")
+    if jwks_file is not None and kid is not None:
+        raise CommandError("--kid applies to a KEYFILE; a JWKS entry carries its own kid")
+    cache = host_cache(home)
     try:
-        key = signing.load_public_key(keyfile)
-    except KeyFormatError as e:
+        if keyfile is not None:
+            key = signing.load_public_key(keyfile)
+            path = cache.trust(key, kid=kid, scope=scope)
+            note(f"trusted key {kid or key.key_id} ({scope}) ({path})")
+            return
+        assert jwks_file is not None
+        try:
+            document = json.loads(read_limited(jwks_file, signing.MAX_JWKS_BYTES))
+        except (OSError, ValueError) as e:
+            raise CommandError(f"cannot read JWKS document {jwks_file}: {e}") from e
+        found, skipped = signing.read_jwks(document)
+        for line in skipped:
+            note(f"skipped {line}")
+        if not found:
+            raise CommandError(f"{jwks_file}: no usable Ed25519 key")
+        for jwk_kid, key in found:
+            path = cache.trust(key, kid=jwk_kid, scope=scope)
+            note(f"trusted key {jwk_kid} ({scope}) ({path})")
+    except (KeyFormatError, ConfigurationError) as e:
         raise CommandError(str(e)) from e
-    path = host_cache(home).trust(key)
-    note(f"trusted key {key.key_id} ({path})")
 
 
 @host.command(name="sync")
@@ -282,6 +336,16 @@ def host_status(home: Path, json_: bool) -> None:
 @click.option("--pool", "pool_id", required=True, help="The pool to claim capacity in.")
 @click.option("--project", default=None, help="The claiming project (checked against grants).")
 @click.option(
+    "--host-id",
+    default=None,
+    help="The claiming host's id: its row in the pool's hosts, when present, must be ready.",
+)
+@click.option(
+    "--harness",
+    default=None,
+    help="The harness to run: some provider's harnessByAuthMode must name it.",
+)
+@click.option(
     "--lease",
     "lease_s",
     type=click.IntRange(min=1, max=MAX_LEASE_MS // 1000),
@@ -301,6 +365,8 @@ def host_status(home: Path, json_: bool) -> None:
 def host_claim(
     pool_id: str,
     project: str | None,
+    host_id: str | None,
+    harness: str | None,
     lease_s: int,
     receipt_file: Path | None,
     home: Path,
@@ -321,7 +387,7 @@ def host_claim(
     h.info()  # refuse before deciding anything if the audit log cannot be written
     moment = now()
     cache = host_cache(home)
-    request = claim_request(pool_id, project)
+    request = claim_request(pool_id, project, host=host_id, harness=harness)
     decision = decide_cached(cache, request, moment, session().authorization)
     payload = claim_payload(decision, pool_id, project)
     reason, detail = payload["reason"], payload["detail"]

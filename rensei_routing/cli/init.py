@@ -7,10 +7,16 @@ from pathlib import Path
 
 import click
 
-from ..control.snapshots import ensure_serve_token, start_snapshots_after
+from ..control.snapshots import (
+    ensure_serve_token,
+    set_snapshot_key_id,
+    snapshot_key_id,
+    start_snapshots_after,
+)
+from ..errors import ConfigurationError
 from ..store.home import DEFAULT_ORG
 from ._output import emit, note, printable
-from ._root import cli, echo_json, home_option, json_option
+from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._store import home_of
 
 
@@ -28,23 +34,41 @@ from ._store import home_of
     help="Publish this home's first snapshot as revision REV+1: a new control home taking over "
     "an org (key rotation) starts after the old home's latest revision, so hosts adopt it.",
 )
+@click.option(
+    "--key-id",
+    "key_id",
+    default=None,
+    metavar="ID",
+    help="The key id this home's snapshots carry as signingKeyId (1..128 of [A-Za-z0-9._:-]; "
+    "default: derived from the key). Set once: hosts trust the key under it.",
+)
 @home_option
 @json_option
-def init(org: str | None, start_after: int | None, home: Path, json_: bool) -> None:
+def init(
+    org: str | None, start_after: int | None, key_id: str | None, home: Path, json_: bool
+) -> None:
     """Create the home, its SQLite store, the host signing key and the snapshot endpoint's
     bearer token (idempotent; an existing key or token is never replaced)."""
     info = home_of(home).init(org=org)
     ensure_serve_token(home_of(home))
     if start_after is not None:
         start_snapshots_after(home_of(home), start_after)
+    if key_id is not None:
+        try:
+            set_snapshot_key_id(home_of(home), key_id)
+        except ConfigurationError as e:
+            raise CommandError(str(e)) from e
+    kid = snapshot_key_id(home_of(home))
     for warning in info.warnings:
         note(f"warning: {warning}")
     where = info.path.resolve()
     if json_:
-        echo_json({**info.to_dict(), "home": str(where)})
+        echo_json({**info.to_dict(), "home": str(where), "snapshotKeyId": kid})
         return
     state = "initialised" if info.created else "already initialised"
     after = "" if start_after is None else f"; snapshots start after revision {start_after}"
+    if kid != info.key_id:
+        after += f"; snapshots signed as key id {kid}"
     emit(
         printable(
             f"{state}: rensei home at {where} (org {info.org}, host key {info.key_id}{after})"

@@ -12,7 +12,12 @@ import click
 
 from .. import signing
 from ..control.snapshots import compile_snapshot, validator_results
-from ..core.snapshot.envelope import compiled_moment, verify_snapshot
+from ..core.snapshot.envelope import (
+    SCOPE_HEADER,
+    SIGNATURE_SCOPES,
+    compiled_moment,
+    verify_snapshot,
+)
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.org import OrgData
 from ..errors import KeyFormatError, RenseiRoutingError
@@ -47,7 +52,8 @@ def org_load(source: str, home: Path) -> None:
     note(
         f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
         f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
-        f"{len(data.cells)} cell(s), {len(data.arms)} posterior arm(s)"
+        f"{len(data.providers)} provider(s), {len(data.model_profiles)} model profile(s), "
+        f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
     )
 
 
@@ -65,12 +71,14 @@ def org_show(home: Path, json_: bool) -> None:
     for pool in data.pools:
         emit(printable(f"  pool {pool['id']:<24} {pool['status']}"))
     for prof in data.profiles:
-        emit(printable(f"  profile {prof['id']:<21} pools: {', '.join(prof['pools']) or '-'}"))
+        emit(printable(f"  profile {prof['id']:<21} pools: {', '.join(prof['poolIds']) or '-'}"))
     for grant in data.grants:
-        emit(printable(f"  grant {grant['profile']:<23} project: {grant.get('project', '*')}"))
+        project = grant.get("projectId") or "*"
+        emit(printable(f"  grant {grant['profileId']:<23} project: {project}"))
     emit(
         printable(
-            f"  {len(data.hosts)} host(s), {len(data.cells)} cell(s), {len(data.arms)} arm(s)"
+            f"  {len(data.hosts)} host(s), {len(data.providers)} provider(s), "
+            f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
         )
     )
     auth = data.authorization
@@ -131,7 +139,7 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
     h = home_of(home)
     with closing(h.connect()) as conn:
         snap = SnapshotStore(conn, org_id=h.info().org).load(
-            revision, lookup=signing.key_lookup([h.public_key()])
+            revision, lookup=h.snapshot_lookup()
         )
     if json_:
         echo_json(snap.to_dict())
@@ -177,7 +185,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     with closing(h.connect()) as conn:
         store = SnapshotStore(conn, org_id=h.info().org)
         data = store.envelope(revision)
-    snap = verify_snapshot(data, lookup=signing.key_lookup([h.public_key()]))
+    snap = verify_snapshot(data, lookup=h.snapshot_lookup())
     refuse_home_target(h, target)
     try:
         atomic_write(target, data)
@@ -194,13 +202,28 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     multiple=True,
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="A trusted public key file (ed25519:<base64>); repeatable.",
+    help="A trusted public key file (ed25519:<base64>); repeatable; KEYFILE=KID trusts it "
+    "under an opaque key id.",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(SIGNATURE_SCOPES),
+    default=SCOPE_HEADER,
+    show_default=True,
+    help="header: require headerSignature; hash-only: accept a signature over the hash alone.",
 )
 @json_option
-def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
+def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bool) -> None:
     """Check a snapshot file independently against trusted public keys; say why it fails."""
+    keys: dict[str, signing.PublicKey] = {}
     try:
-        keys = [signing.load_public_key(p) for p in trust]
+        for given in trust:
+            path, _, kid = ("", "", "") if given.is_file() else str(given).rpartition("=")
+            path = path or str(given)
+            key = signing.load_public_key(Path(path))
+            if kid and not signing.valid_key_id(kid):
+                raise CommandError(f"--trust {given}: {kid!r} is not 1..128 of [A-Za-z0-9._:-]")
+            keys[kid or key.key_id] = key
     except KeyFormatError as e:
         raise CommandError(str(e)) from e
     try:
@@ -208,7 +231,9 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
     except (OSError, ValueError) as e:
         raise CommandError(f"cannot read {source}: {e}") from e
     try:
-        snap = verify_snapshot(data, lookup=signing.key_lookup(keys))
+        snap = verify_snapshot(
+            data, lookup=signing.key_lookup_by_id(keys), scope_of=lambda kid: scope
+        )
     except RenseiRoutingError as e:
         if json_:
             echo_json({"ok": False, "error": str(e)})
@@ -221,12 +246,13 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], json_: bool) -> None:
                 "contentHash": snap.content_hash,
                 "compiledAt": snap.compiled_at,
                 "signingKeyId": snap.header.signing_key_id,
+                "signatureScope": snap.signature_scope,
             }
         )
         return
     emit(
         printable(
-            f"ok: {snap.ruleset_rev} compiled {snap.compiled_at}, content "
+            f"ok: {snap.ruleset_rev} compiled {snap.compiled_at} ({snap.signature_scope}), content "
             f"{snap.content_hash[:16]}..., signed by trusted key {snap.header.signing_key_id}"
         )
     )

@@ -5,6 +5,8 @@
   policy or org-data write is noticed on the next request and recompiled in the background
   while the previous snapshot keeps serving; a failing validator is a 503 naming it.
 - ``GET /api/daemon/routing/config`` (host side): the status of the host's snapshot cache.
+- ``GET /.well-known/jwks.json`` (control side, no token: public keys only): the signing key as
+  a JWKS document (``kty=OKP, crv=Ed25519``), under the key id snapshots carry.
 
 Adapter: owns HTTP only; compiling, verifying and caching are the callables it is given. The
 clock is injected (``now``). Access log lines never include headers, so never the token, and
@@ -44,6 +46,7 @@ log = logging.getLogger("rensei_routing.http")
 
 SNAPSHOT_PATH: Final = "/api/daemon/ruleset-snapshot"
 CONFIG_PATH: Final = "/api/daemon/routing/config"
+JWKS_PATH: Final = "/.well-known/jwks.json"
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -227,9 +230,11 @@ def make_app(
     service: SnapshotService | None = None,
     freshness: FreshnessPolicy | None = None,
     host_status: Callable[[], dict[str, Any]] | None = None,
+    jwks: dict[str, Any] | None = None,
 ) -> WSGIApp:
     """A WSGI app serving the snapshot endpoint (when ``service`` is given; it requires
-    ``token``) and the host status endpoint (when ``host_status`` is given)."""
+    ``token``), the host status endpoint (when ``host_status`` is given) and the JWKS
+    document (when ``jwks`` is given: public keys only, so no token)."""
     policy = freshness or FreshnessPolicy()
 
     def app(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
@@ -248,6 +253,8 @@ def make_app(
             return _snapshot(environ, start)
         if path == CONFIG_PATH and host_status is not None:
             return "200", _json(start, "200 OK", host_status())
+        if path == JWKS_PATH and jwks is not None:
+            return "200", _json(start, "200 OK", jwks)
         return "404", _json(start, "404 Not Found", {"error": f"no route {path}"})
 
     def _snapshot(environ: dict[str, Any], start: StartResponse) -> tuple[str, Iterable[bytes]]:

@@ -23,6 +23,7 @@ from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError, StoreError
 from ..files import create_private, mode_is_private, token_from_file
 from ..store.home import Home
+from ..store.settings import SNAPSHOT_KEY_ID, read_text, write_text
 from ..store.snapshots import CompileResult, SnapshotStore
 from .server import SnapshotService
 
@@ -30,11 +31,15 @@ __all__ = [
     "DEFAULT_RESEAL_AFTER_S",
     "compile_snapshot",
     "ensure_serve_token",
+    "home_jwks",
+    "home_lookup",
     "is_stale",
     "latest_snapshot",
     "newer_snapshot",
     "refresh_snapshot",
     "serve_token_path",
+    "set_snapshot_key_id",
+    "snapshot_key_id",
     "snapshot_service",
     "source_revisions",
     "start_snapshots_after",
@@ -64,18 +69,60 @@ def compile_snapshot(
     """
     info = home.info()
     key = home.private_key()
+    kid = snapshot_key_id(home)
     conn = home.connect(write=True)
     try:
         # The inputs are read inside the write transaction that publishes (issue 19 #5).
         return SnapshotStore(conn, org_id=info.org).compile_current(
             compiled_at=compiled_at,
-            signing_key_id=key.public_key.key_id,
+            signing_key_id=kid,
             sign=key.sign,
             validators=validators,
             vocabulary=vocabulary,
         )
     finally:
         conn.close()
+
+
+def snapshot_key_id(home: Home) -> str:
+    """The key id ``home``'s snapshots carry (:meth:`Home.snapshot_key_id`)."""
+    return home.snapshot_key_id()
+
+
+def set_snapshot_key_id(home: Home, kid: str) -> None:
+    """Make ``kid`` the key id of ``home``'s snapshots (``init --key-id``); the same id again is
+    a no-op.
+
+    Raises:
+        ConfigurationError: ``kid`` is not a key id, or the home already has another one (its
+            hosts trust the key under that id).
+        StoreError, HomeError: the home is unusable.
+    """
+    if not signing.valid_key_id(kid):
+        raise ConfigurationError(f"--key-id {kid!r} is not 1..128 of [A-Za-z0-9._:-]")
+    conn = home.connect(write=True)
+    try:
+        current = read_text(conn, SNAPSHOT_KEY_ID)
+        if current == kid:
+            return
+        if current is not None:
+            raise ConfigurationError(
+                f"this home's snapshots already carry key id {current!r}; its hosts trust the "
+                "key under that id (rotate to a new home to change it)"
+            )
+        write_text(conn, SNAPSHOT_KEY_ID, kid)
+    finally:
+        conn.close()
+
+
+def home_lookup(home: Home) -> signing.KeyLookup:
+    """The home's own key under its derived id and its snapshot key id."""
+    return home.snapshot_lookup()
+
+
+def home_jwks(home: Home) -> dict[str, Any]:
+    """The JWKS document ``serve`` publishes: the home's public key under its snapshot key id."""
+    return {"keys": [signing.jwk(snapshot_key_id(home), home.public_key())]}
 
 
 def start_snapshots_after(home: Home, revision: int) -> None:
@@ -170,7 +217,7 @@ def latest_snapshot(home: Home) -> RulesetSnapshot | None:
         store = SnapshotStore(conn, org_id=home.info().org)
         if store.compiled_from() is None:
             return None
-        return store.load(lookup=signing.key_lookup([home.public_key()]))
+        return store.load(lookup=home_lookup(home))
     finally:
         conn.close()
 
@@ -233,13 +280,15 @@ def refresh_snapshot(
     if now - compiled_moment(held) <= reseal_after:
         return None
     key = home.private_key()
+    kid = snapshot_key_id(home)
+    lookup = home_lookup(home)
     conn = home.connect(write=True)
     try:
         return SnapshotStore(conn, org_id=home.info().org).reseal(
             compiled_at=format_timestamp(now),
-            signing_key_id=key.public_key.key_id,
+            signing_key_id=kid,
             sign=key.sign,
-            lookup=signing.key_lookup([key.public_key]),
+            lookup=lookup,
         )
     finally:
         conn.close()

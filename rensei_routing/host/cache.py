@@ -21,7 +21,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,6 +31,9 @@ from .. import signing
 from ..core.audit.chain import format_timestamp
 from ..core.snapshot.envelope import (
     MAX_SNAPSHOT_BYTES,
+    SCOPE_HASH_ONLY,
+    SCOPE_HEADER,
+    SIGNATURE_SCOPES,
     RulesetSnapshot,
     check_succession,
     compiled_moment,
@@ -62,6 +65,9 @@ _FLOOR_FIELDS: Final = ("orgId", "revision", "rulesetRev", "contentHash", "compi
 #: How long an accept waits for another process's accept to finish before giving up.
 LOCK_WAIT_S: Final = 30.0
 _MAX_SMALL_FILE: Final = 1024 * 1024
+_TRUST_SUFFIX: Final = ".trust.json"
+#: How many content hashes ``held.json`` remembers the first sight of (hash-only snapshots).
+_FIRST_SEEN_KEPT: Final = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,37 +192,83 @@ class HostCache:
     def trusted_dir(self) -> Path:
         return self.directory / _TRUSTED
 
-    def trust(self, public: signing.PublicKey) -> Path:
-        """Add a trusted signing key (idempotent); returns its file.
+    def trust(
+        self, public: signing.PublicKey, *, kid: str | None = None, scope: str = SCOPE_HEADER
+    ) -> Path:
+        """Trust ``public`` under key id ``kid`` (default: its derived id) with ``scope``
+        (``header``: a snapshot must carry a valid ``headerSignature``; ``hash-only``: a
+        signature over the content hash alone is enough). Idempotent; trusting a kid again
+        replaces its key and scope. Returns its file: ``trusted/<kid>.pub`` for the derived id
+        with scope ``header`` (the form older versions read), else ``trusted/<kid>.trust.json``
+        (kid, key and scope; it wins over a ``.pub`` of the same kid).
 
         Raises:
+            ConfigurationError: ``kid`` is not a key id or ``scope`` is unknown.
             HomeError: the cache directory cannot be written.
         """
+        kid = public.key_id if kid is None else kid
+        if not signing.valid_key_id(kid):
+            raise ConfigurationError(f"key id {kid!r} is not 1..128 of [A-Za-z0-9._:-]")
+        if scope not in SIGNATURE_SCOPES:
+            raise ConfigurationError(f"scope {scope!r} is not one of {', '.join(SIGNATURE_SCOPES)}")
+        entry = {"kid": kid, "publicKey": public.to_text(), "scope": scope}
         try:
             self.trusted_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = self.trusted_dir / f"{public.key_id}.pub"
-            atomic_write(path, (public.to_text() + "\n").encode("ascii"))
+            entry_path = self.trusted_dir / f"{kid}{_TRUST_SUFFIX}"
+            if kid == public.key_id and scope == SCOPE_HEADER:
+                path = self.trusted_dir / f"{kid}.pub"
+                atomic_write(path, (public.to_text() + "\n").encode("ascii"))
+                if entry_path.exists():
+                    entry_path.unlink()
+                    fsync_dir(self.trusted_dir)
+            else:
+                path = entry_path
+                atomic_write(path, (json.dumps(entry, indent=1) + "\n").encode("ascii"))
         except OSError as e:
             raise HomeError(f"cannot write trusted key in {self.trusted_dir}: {e}") from e
         return path
 
-    def trusted_keys(self) -> dict[str, signing.PublicKey]:
-        """Every trusted key by key id (a file whose name is not its key's id is ignored)."""
-        out: dict[str, signing.PublicKey] = {}
+    def trusted_entries(self) -> dict[str, tuple[signing.PublicKey, str]]:
+        """Every trusted key by key id with its scope: the ``<kid>.trust.json`` entries, and
+        each older ``<derived id>.pub`` (scope ``header``) with no entry of its own. A file whose
+        name is not its entry's kid (or, for a ``.pub``, its key's derived id) is ignored."""
+        out: dict[str, tuple[signing.PublicKey, str]] = {}
         if not self.trusted_dir.is_dir():
             return out
+        for path in sorted(self.trusted_dir.glob(f"*{_TRUST_SUFFIX}")):
+            found = _read_entry(path)
+            if found is not None and path.name == f"{found[0]}{_TRUST_SUFFIX}":
+                out[found[0]] = (found[1], found[2])
         for path in sorted(self.trusted_dir.glob("*.pub")):
             try:
                 key = signing.load_public_key(path)
             except KeyFormatError:
                 continue
-            if path.stem == key.key_id:
-                out[key.key_id] = key
+            if path.stem == key.key_id and key.key_id not in out:
+                out[key.key_id] = (key, SCOPE_HEADER)
         return out
+
+    def trusted_keys(self) -> dict[str, signing.PublicKey]:
+        """Every trusted key by key id."""
+        return {kid: key for kid, (key, _) in self.trusted_entries().items()}
 
     def lookup(self) -> signing.KeyLookup:
         """The key lookup :func:`verify_snapshot` takes, over the trusted keys."""
-        return signing.key_lookup(self.trusted_keys().values())
+        return signing.key_lookup_by_id(self.trusted_keys())
+
+    def scope_of(self) -> Callable[[str], str]:
+        """Each trusted kid's scope (``header`` for an unknown one)."""
+        scopes = {kid: scope for kid, (_, scope) in self.trusted_entries().items()}
+        return lambda kid: scopes.get(kid, SCOPE_HEADER)
+
+    def _verify(self, data: bytes) -> RulesetSnapshot:
+        entries = self.trusted_entries()
+        scopes = {kid: scope for kid, (_, scope) in entries.items()}
+        return verify_snapshot(
+            data,
+            lookup=signing.key_lookup_by_id({kid: key for kid, (key, _) in entries.items()}),
+            scope_of=lambda kid: scopes.get(kid, SCOPE_HEADER),
+        )
 
     # -- the cached snapshot ------------------------------------------------------------------
 
@@ -241,7 +293,7 @@ class HostCache:
         except OSError as e:
             raise SnapshotError(f"cannot read the cached snapshot: {e}") from e
         try:
-            return verify_snapshot(data, lookup=self.lookup())
+            return self._verify(data)
         except SnapshotError as e:
             raise DamagedCacheError(f"the cached snapshot no longer verifies: {e}") from e
 
@@ -265,7 +317,7 @@ class HostCache:
                 written.
         """
         try:
-            snap = verify_snapshot(data, lookup=self.lookup())
+            snap = self._verify(data)
             _refuse_future(snap, now)
             with self._exclusive():  # load, succession check and rename: one at a time
                 record = self._held_record()
@@ -284,8 +336,13 @@ class HostCache:
                     except OSError as e:
                         raise SnapshotError(f"cannot persist the snapshot: {e}") from e
                 kept = snap if adopted else held
+                changed = snap.signature_scope == SCOPE_HASH_ONLY and _note_first_seen(
+                    record, snap.content_hash, now
+                )
                 if kept is not None and floor != _floor_of(kept):
                     record["lastAdopted"] = _floor_of(kept)
+                    changed = True
+                if changed:
                     self._write_held_record(record)
                 self.record_fetch(
                     now=now,
@@ -314,6 +371,8 @@ class HostCache:
             value.pop("lastAdopted", None)
         if not isinstance(value.get("setAside"), list):
             value["setAside"] = []
+        if not isinstance(value.get("firstSeen"), dict):
+            value["firstSeen"] = {}
         return value
 
     def _write_held_record(self, record: dict[str, Any]) -> None:
@@ -372,8 +431,23 @@ class HostCache:
         snap = self.load()
         if snap is None:
             raise SnapshotError("the host has no cached snapshot (rensei host sync)")
-        fresh = config.freshness().judge(snap.ruleset_rev, compiled_moment(snap), now)
-        return snap, fresh
+        fresh = config.freshness().judge(snap.ruleset_rev, self.aged_from(snap), now)
+        return snap, dataclasses.replace(fresh, signature_scope=snap.signature_scope)
+
+    def aged_from(self, snap: RulesetSnapshot) -> datetime:
+        """The moment ``snap``'s age counts from: its ``compiledAt``, or for a hash-only
+        snapshot (whose ``compiledAt`` is unsigned) the later of that and the first time this
+        host saw its content hash (kept in ``held.json``)."""
+        moment = compiled_moment(snap)
+        if snap.signature_scope != SCOPE_HASH_ONLY:
+            return moment
+        seen = self._held_record().get("firstSeen", {}).get(snap.content_hash)
+        if isinstance(seen, str):
+            with contextlib.suppress(ValueError):
+                first = datetime.fromisoformat(seen.replace("Z", "+00:00"))
+                if first.tzinfo is not None:
+                    moment = max(moment, first)
+        return moment
 
     def record_fetch(self, *, now: datetime, source: str, ok: bool, detail: str) -> None:
         """Remember the last fetch's outcome (best effort: a status that cannot be written
@@ -423,6 +497,31 @@ class HostCache:
             )
         except OSError as e:
             raise HomeError(f"cannot write host config in {self.directory}: {e}") from e
+
+
+def _read_entry(path: Path) -> tuple[str, signing.PublicKey, str] | None:
+    """``(kid, key, scope)`` of a ``<kid>.trust.json`` file; ``None`` when it is unusable."""
+    try:
+        value = json.loads(read_limited(path, _MAX_SMALL_FILE))
+        kid, scope = value["kid"], value["scope"]
+        key = signing.PublicKey.from_text(value["publicKey"])
+    except (OSError, ValueError, TypeError, KeyError, KeyFormatError):
+        return None
+    if not signing.valid_key_id(kid) or scope not in SIGNATURE_SCOPES:
+        return None
+    return kid, key, scope
+
+
+def _note_first_seen(record: dict[str, Any], content_hash: str, now: datetime) -> bool:
+    """Remember when this host first saw ``content_hash`` (the newest
+    :data:`_FIRST_SEEN_KEPT` hashes); whether the record changed."""
+    seen = record.setdefault("firstSeen", {})
+    if content_hash in seen:
+        return False
+    seen[content_hash] = format_timestamp(now)
+    for old in list(seen)[:-_FIRST_SEEN_KEPT]:
+        del seen[old]
+    return True
 
 
 def _refuse_future(snap: RulesetSnapshot, now: datetime) -> None:

@@ -81,9 +81,15 @@ def record(home: Home, payload: dict[str, Any], moment: datetime) -> None:
         audit_log.append(payload, recorded_at=format_timestamp(moment))
 
 
-def claim_request(pool_id: str, project: str | None) -> AuthorizationRequest:
-    """The authorization request of a claim in ``pool_id`` by ``project`` (any, when none)."""
-    context = {"pool": pool_id} if project is None else {"pool": pool_id, "project": project}
+def claim_request(
+    pool_id: str, project: str | None, *, host: str | None = None, harness: str | None = None
+) -> AuthorizationRequest:
+    """The authorization request of a claim in ``pool_id`` by ``project`` (any, when none),
+    from ``host`` to run ``harness`` when given (the local-reality check)."""
+    context: dict[str, Any] = {"pool": pool_id}
+    for name, value in (("project", project), ("host", host), ("harness", harness)):
+        if value is not None:
+            context[name] = value
     return AuthorizationRequest.build(
         EntityRef(type="Project", id=project or "*"),
         EntityRef(type="Action", id="claim"),

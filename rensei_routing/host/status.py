@@ -46,6 +46,8 @@ def host_status_data(cache: HostCache, *, now: datetime) -> dict[str, Any]:
         "rulesetRev": snap.ruleset_rev,
         "compiledAt": snap.compiled_at,
         "contentHash": snap.content_hash,
+        "signingKeyId": snap.header.signing_key_id,
+        "signatureScope": snap.signature_scope,
         "state": "fresh",
     }
     try:
@@ -82,6 +84,8 @@ def snapshot_line(status: dict[str, Any]) -> str:
     line = f"Ruleset snapshot: {snap['rulesetRev']}"
     if age is not None:
         line += f" (age {format_age(age)})"
+    if snap.get("signatureScope") == "hash-only":
+        line += " (hash-only signature: compiledAt and revision unsigned)"
     if snap["state"] == "degraded":
         line += " (degraded)"
     elif snap["state"] in ("expired", "refused"):

@@ -195,7 +195,7 @@ def verify_home(
         snapshots = SnapshotStore(conn, org_id=info.org)
         snapshot = None
         if snapshots.compiled_from() is not None:
-            snapshot = snapshots.load(lookup=signing.key_lookup([home.public_key()])).ruleset_rev
+            snapshot = snapshots.load(lookup=home.snapshot_lookup()).ruleset_rev
     except RenseiRoutingError as e:
         if isinstance(e, BackupError):
             raise

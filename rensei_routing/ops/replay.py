@@ -139,7 +139,6 @@ class Sources:
         return found
 
     def _control_snapshot(self, ruleset_rev: str) -> RulesetSnapshot | None:
-        from .. import signing
         from ..store.snapshots import SnapshotStore
 
         org, _, rev = ruleset_rev.rpartition("@")
@@ -151,7 +150,7 @@ class Sources:
                 return None
             with closing(self._home.connect(write=False)) as conn:
                 return SnapshotStore(conn, org_id=org).load(
-                    revision=int(rev), lookup=signing.key_lookup([self._home.public_key()])
+                    revision=int(rev), lookup=self._home.snapshot_lookup()
                 )
         except RenseiRoutingError:
             return None

@@ -291,6 +291,31 @@ class Home:
         except KeyFormatError:
             return self.private_key().public_key
 
+    def snapshot_key_id(self) -> str:
+        """The key id this home's snapshots carry (``init --key-id``, else the derived id).
+
+        Raises:
+            HomeError, StoreError: the home is unusable.
+        """
+        from .settings import SNAPSHOT_KEY_ID, read_text
+
+        conn = self.connect()
+        try:
+            kid = read_text(conn, SNAPSHOT_KEY_ID)
+        finally:
+            conn.close()
+        return self.public_key().key_id if kid is None else kid
+
+    def snapshot_lookup(self) -> signing.KeyLookup:
+        """The home's own key under its derived id and its snapshot key id: what verifies the
+        snapshots this home compiled.
+
+        Raises:
+            HomeError, StoreError: the home is unusable.
+        """
+        public = self.public_key()
+        return signing.key_lookup_by_id({public.key_id: public, self.snapshot_key_id(): public})
+
     def _not_initialised(self) -> HomeError:
         return HomeError(f"no rensei home at {self.path}: run `rensei init` first")
 

@@ -15,6 +15,7 @@ from ..errors import MalformedError, StoreError
 __all__ = [
     "QUICKSTART_ID",
     "SHADOW_ENABLED",
+    "SNAPSHOT_KEY_ID",
     "START_AFTER",
     "read_flag",
     "read_text",
@@ -29,6 +30,9 @@ SHADOW_ENABLED: Final = "shadow_enabled"
 QUICKSTART_ID: Final = "quickstart_id"
 #: The snapshot revision a control home's first snapshot follows (``init --start-after``).
 START_AFTER: Final = "snapshot_start_after"
+#: The key id this home's snapshots carry as ``signingKeyId`` (``init --key-id``; unset: the
+#: key's derived id).
+SNAPSHOT_KEY_ID: Final = "snapshot_key_id"
 _TRUE: Final = "true"
 _FALSE: Final = "false"
 

@@ -13,16 +13,21 @@ Entity model (what a policy can name; ``examples/org.json`` carries the matching
 entity                 attributes                                    parents
 =====================  ============================================  ===================
 ``Profile::"id"``      ``grantedToAll: Bool``                        -
-``Pool::"id"``         ``status: String``, ``kind?: String``,        the profiles
-                       ``profiles: Set<Profile>``                    naming it
-``Host::"id"``         ``pool: Pool``, ``status?: String``           its pool
+``Pool::"id"``         ``status: String``, ``kind?: String``         the profiles
+                       (``substrateClass``), ``profiles:             naming it
+                       Set<Profile>``                                (``poolIds``)
+``Host::"id"``         ``pool: Pool`` (``executionPoolId``),         its pool
+                       ``status?: String``
 ``Project::"id"``      ``profiles: Set<Profile>`` (granted to it     those profiles
                        or to every project)
 =====================  ============================================  ===================
 
-Projects are those named by grants and the section's ``projects``, plus ``Project::"*"`` (the
-org data's spelling of every project: a claim that names none). The context carries ``pool``,
-``project``, ``repo``, ``role`` (when given), ``rulesetRev``, ``snapshotAgeMs`` and ``degraded``.
+The sections are read in the Rensei daemon's shapes (``profileId``/``projectId`` grants,
+``null`` for every project) and in the older ones (``profile``/``project``, ``pools``, ``kind``,
+``pool``). Projects are those named by grants and the section's ``projects``, plus
+``Project::"*"`` (the org data's spelling of every project: a claim that names none). The
+context carries ``pool``, ``project``, ``repo``, ``role`` (when given), ``rulesetRev``,
+``snapshotAgeMs`` and ``degraded``.
 """
 
 from __future__ import annotations
@@ -195,14 +200,15 @@ def entities_of(
     ]
     granted: dict[str, set[str]] = {}
     for g in _items(sections, "capacityProfiles", "grants"):
-        if isinstance(g.get("profile"), str):
-            project = g.get("project") or _EVERY_PROJECT
+        profile = g.get("profileId", g.get("profile"))
+        if isinstance(profile, str):
+            project = g.get("projectId", g.get("project")) or _EVERY_PROJECT
             if isinstance(project, str):
-                granted.setdefault(project, set()).add(g["profile"])
+                granted.setdefault(project, set()).add(profile)
     to_all = granted.get(_EVERY_PROJECT, set())
     of_pool: dict[str, list[str]] = {}
     for prof in profiles:
-        pools = prof.get("pools")
+        pools = prof.get("poolIds", prof.get("pools"))
         for pool in pools if isinstance(pools, list) else []:
             if isinstance(pool, str):
                 of_pool.setdefault(pool, []).append(prof["id"])
@@ -222,8 +228,9 @@ def entities_of(
             "status": str(pool.get("status", "")),
             "profiles": [{"__entity": _uid("Profile", n)} for n in names],
         }
-        if isinstance(pool.get("kind"), str):
-            attrs["kind"] = pool["kind"]
+        kind = pool.get("substrateClass", pool.get("kind"))
+        if isinstance(kind, str):
+            attrs["kind"] = kind
         out.append(
             {
                 "uid": _uid("Pool", pool["id"]),
@@ -232,16 +239,17 @@ def entities_of(
             }
         )
     for host in _items(sections, "poolHostInventory", "hosts"):
-        if not (isinstance(host.get("id"), str) and isinstance(host.get("pool"), str)):
+        in_pool = host.get("executionPoolId", host.get("pool"))
+        if not (isinstance(host.get("id"), str) and isinstance(in_pool, str)):
             continue
-        attrs = {"pool": {"__entity": _uid("Pool", host["pool"])}}
+        attrs = {"pool": {"__entity": _uid("Pool", in_pool)}}
         if isinstance(host.get("status"), str):
             attrs["status"] = host["status"]
         out.append(
             {
                 "uid": _uid("Host", host["id"]),
                 "attrs": attrs,
-                "parents": [_uid("Pool", host["pool"])],
+                "parents": [_uid("Pool", in_pool)],
             }
         )
     known = {n for n in granted if n != _EVERY_PROJECT} | set(projects) | {_EVERY_PROJECT}

@@ -30,7 +30,7 @@ from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 __all__ = ["RouteDecision"]
 
 #: The stamp members a recorded decision may carry besides the decision's own fields.
-STAMP_FIELDS: Final = ("rulesetRev", "snapshotAgeMs", "degraded")
+STAMP_FIELDS: Final = ("rulesetRev", "snapshotAgeMs", "degraded", "signatureScope")
 
 # Outcomes.
 SELECTED: Final = "selected"

@@ -25,7 +25,8 @@ __all__ = ["LINE_MEMO_LIMIT", "LineMemo", "Stamp", "decision_line"]
 
 class Stamp(Protocol):
     """What a decision line reads of a snapshot stamp (``core.snapshot.freshness.Freshness`` is
-    one): routing knows the stamp's three members (``STAMP_FIELDS``), not the snapshot domain."""
+    one): routing knows the stamp's members (``STAMP_FIELDS``: three, and ``signatureScope``
+    when the stamp has a ``signature_scope``), not the snapshot domain."""
 
     @property
     def ruleset_rev(self) -> str | None: ...
@@ -37,6 +38,7 @@ class Stamp(Protocol):
 
 _LIVE: Final = ',"rulesetRev":null,"snapshotAgeMs":null,"degraded":false}'
 _OUTRANKED: Final = '"unlisted_outranked_count":'
+_SCOPE: Final = '"signatureScope":'
 
 
 def _s(value: str | None) -> str:
@@ -141,9 +143,11 @@ def decision_line(
     elif stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:
         end = _LIVE
     else:
+        scope = getattr(stamp, "signature_scope", None)
         end = (
             f',"rulesetRev":{_s(stamp.ruleset_rev)},"snapshotAgeMs":{_n(stamp.age_ms)},'
-            f'"degraded":{"true" if stamp.degraded else "false"}}}'
+            f'"degraded":{"true" if stamp.degraded else "false"}'
+            f"{f',{_SCOPE}{_s(scope)}' if isinstance(scope, str) else ''}}}"
         )
     outranked = ex.unlisted_outranked_count
     return (

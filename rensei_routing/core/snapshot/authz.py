@@ -282,8 +282,10 @@ class AuthorizationDecision:
 
 def grant_check(gate: ClaimGate, request: AuthorizationRequest) -> AuthorizationResult:
     """The built-in authorizer: the claim's pool (``context.pool`` or a ``Pool`` resource) is
-    in the inventory, active, and granted to its project (or to every project). A request
-    naming no pool is denied (``no-pool``): nothing to check is never an allow."""
+    in the inventory, active, and granted to its project (or to every project); when the
+    context names the claiming ``host`` or the ``harness`` to run, the daemon's local-reality
+    check too (:func:`~.postures.check_placement`: ``host-not-ready``, ``harness-unknown``). A
+    request naming no pool is denied (``no-pool``): nothing to check is never an allow."""
     pool = request.pool
     if pool is None:
         return AuthorizationResult(
@@ -292,6 +294,15 @@ def grant_check(gate: ClaimGate, request: AuthorizationRequest) -> Authorization
             detail="the snapshot grant check needs a pool (context.pool or a Pool resource)",
         )
     claim = gate.check(pool, request.project)
+    host, harness = request.context.get("host"), request.context.get("harness")
+    if claim.admitted and (isinstance(host, str) or isinstance(harness, str)):
+        place = gate.place(
+            pool,
+            host_id=host if isinstance(host, str) else None,
+            harness=harness if isinstance(harness, str) else None,
+        )
+        if not place.placeable:
+            return AuthorizationResult(allowed=False, reason=place.reason, detail=place.detail)
     return AuthorizationResult(allowed=claim.admitted, reason=claim.reason, detail=claim.detail)
 
 

@@ -27,17 +27,25 @@ from ...errors import (
 from .. import _parse as p
 from ..canonical import canonical_bytes
 from ..timestamps import check_timestamp
+from ._wire import normalise_time
+from ._wire import parse_time as _parse_time
+from ._wire import scan_top as _scan_top
 
 __all__ = [
     "ALGORITHM",
     "MAX_SNAPSHOT_BYTES",
+    "SCOPE_HASH_ONLY",
+    "SCOPE_HEADER",
     "SECTION_NAMES",
+    "SIGNATURE_SCOPES",
     "RulesetSnapshot",
     "SignedHeader",
     "check_succession",
     "content_hash",
     "parse_snapshot",
     "seal",
+    "section_digests",
+    "valid_key_id",
     "verify_snapshot",
 ]
 
@@ -54,7 +62,13 @@ SECTION_NAMES: Final = (
 MAX_SNAPSHOT_BYTES: Final = 64 * 1024 * 1024
 _MAX_REVISION: Final = 2**53 - 1
 _ORG_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_KEY_ID: Final = re.compile(r"^[0-9a-f]{16}$")
+#: A key id: an opaque string (ours is derived from the key, a platform's is any name).
+_KEY_ID: Final = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+#: How far each signature of an envelope goes: ``header`` (our ``headerSignature`` over the
+#: signed header) or ``hash-only`` (the daemon's ``signature`` over the 32 hash bytes alone).
+SCOPE_HEADER: Final = "header"
+SCOPE_HASH_ONLY: Final = "hash-only"
+SIGNATURE_SCOPES: Final = (SCOPE_HEADER, SCOPE_HASH_ONLY)
 _HEX_HASH: Final = re.compile(r"^[0-9a-f]{64}$")
 _ENVELOPE_FIELDS: Final = frozenset(
     {
@@ -68,8 +82,13 @@ _ENVELOPE_FIELDS: Final = frozenset(
         "compiledAt",
         "validators",
         "sections",
+        "headerSignature",
+        "sectionDigests",
     }
 )
+#: Envelope fields that may be absent: ``validators`` (the daemon carries it unchecked),
+#: ``headerSignature`` (a hash-only signer has none), ``sectionDigests`` (carried, unchecked).
+_OPTIONAL_FIELDS: Final = frozenset({"validators", "headerSignature", "sectionDigests"})
 
 #: ``check(key_id, message, signature) -> bool``, or ``None`` when the key id is not trusted.
 KeyLookup = Callable[[str], "Callable[[bytes, bytes], bool] | None"]
@@ -87,6 +106,29 @@ def content_hash(sections: Mapping[str, Any]) -> str:
         raise SnapshotFormatError(f"unknown section(s): {', '.join(sorted(unknown))}")
     body = {name: sections.get(name) for name in SECTION_NAMES}
     return hashlib.sha256(canonical_bytes(body)).hexdigest()
+
+
+def section_digests(sections: Mapping[str, Any]) -> dict[str, str]:
+    """Each section's lowercase hex SHA-256 of its RFC 8785 form (absent = null): the
+    envelope's ``sectionDigests`` (carried for inspection; the daemon does not check them).
+
+    Raises:
+        CanonicalEncodingError: a section holds a value RFC 8785 cannot encode.
+    """
+    return {
+        name: hashlib.sha256(canonical_bytes(sections.get(name))).hexdigest()
+        for name in SECTION_NAMES
+    }
+
+
+def valid_key_id(key_id: Any) -> bool:
+    """Whether ``key_id`` is a key id: 1..128 of ``[A-Za-z0-9._:-]``."""
+    return isinstance(key_id, str) and bool(_KEY_ID.fullmatch(key_id))
+
+
+def hash_message(content_hash: str) -> bytes:
+    """The 32 raw bytes of a hex content hash: what the daemon's ``signature`` is over."""
+    return bytes.fromhex(content_hash)
 
 
 def ruleset_rev(org_id: str, revision: int) -> str:
@@ -136,9 +178,18 @@ class RulesetSnapshot:
     (equality ignores it)."""
 
     header: SignedHeader
+    #: The envelope's ``signature``: Ed25519 over the 32 raw content-hash bytes (the daemon's);
+    #: for an envelope written before ``headerSignature`` existed, over the signed header.
     signature: bytes
     validators: tuple[str, ...] = field(compare=False)
     sections: Mapping[str, Any]
+    #: ``headerSignature``: Ed25519 over the signed header (ours); ``None`` from a hash-only
+    #: signer, and in an envelope written before it existed (whose ``signature`` is over it).
+    header_signature: bytes | None = None
+    #: ``sectionDigests`` as carried (``None`` when absent); never checked, never trusted.
+    section_digests: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: What the signatures cover: ``header`` (compiledAt and revision signed) or ``hash-only``.
+    signature_scope: str = field(default=SCOPE_HEADER, compare=False)
 
     @property
     def org_id(self) -> str:
@@ -158,12 +209,19 @@ class RulesetSnapshot:
 
     @property
     def compiled_at(self) -> str:
-        return self.header.compiled_at
+        """``compiledAt`` normalised to RFC 3339 UTC ``...Z`` (our own form unchanged; one
+        with an offset or more fraction digits rewritten, the signed text stays in
+        ``header``)."""
+        return normalise_time(self.header.compiled_at)
 
     def to_dict(self) -> dict[str, Any]:
         """The envelope as served (camelCase fields of SEMANTICS.md)."""
         out = self.header.to_dict()
         out["signature"] = base64.b64encode(self.signature).decode("ascii")
+        if self.header_signature is not None:
+            out["headerSignature"] = base64.b64encode(self.header_signature).decode("ascii")
+        if self.section_digests is not None:
+            out["sectionDigests"] = dict(self.section_digests)
         out["validators"] = list(self.validators)
         out["sections"] = {name: self.sections.get(name) for name in SECTION_NAMES}
         return out
@@ -184,27 +242,49 @@ def seal(
     sign: Callable[[bytes], bytes],
     validators: tuple[str, ...] = (),
 ) -> RulesetSnapshot:
-    """Hash the sections, build the signed header, and sign it with ``sign``.
+    """Hash the sections, build the signed header, and sign twice with the one key ``sign``
+    holds: ``signature`` over the 32 raw hash bytes (what a Rensei daemon verifies) and
+    ``headerSignature`` over the signed header's RFC 8785 bytes (what our hosts require, so
+    ``compiledAt`` and ``revision`` cannot be edited); ``sectionDigests`` carries each
+    section's SHA-256.
 
     Raises:
         SnapshotFormatError: an id, revision, timestamp or section that cannot be published.
     """
     _check_header_values(org_id, revision, signing_key_id)
     _check_time(compiled_at)
+    unknown = set(sections) - set(SECTION_NAMES)
+    if unknown:
+        raise SnapshotFormatError(f"unknown section(s): {', '.join(sorted(unknown))}")
+    full = {name: sections.get(name) for name in SECTION_NAMES}
+    digest, digests = _hashes(full)
     header = SignedHeader(
         algorithm=ALGORITHM,
         compiled_at=compiled_at,
-        content_hash=content_hash(sections),
+        content_hash=digest,
         org_id=org_id,
         revision=revision,
         ruleset_rev=ruleset_rev(org_id, revision),
         signing_key_id=signing_key_id,
     )
-    signature = sign(header.signed_bytes())
-    full = {name: sections.get(name) for name in SECTION_NAMES}
     return RulesetSnapshot(
-        header=header, signature=signature, validators=tuple(validators), sections=full
+        header=header,
+        signature=sign(hash_message(header.content_hash)),
+        header_signature=sign(header.signed_bytes()),
+        section_digests=digests,
+        validators=tuple(validators),
+        sections=full,
     )
+
+
+def _hashes(full: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """The content hash and the section digests from one RFC 8785 encoding of each section:
+    the object of the five is ``{"name":<bytes>,...}`` in sorted (ASCII) name order, exactly
+    :func:`content_hash`'s input (a test checks they agree)."""
+    parts = {name: canonical_bytes(full.get(name)) for name in SECTION_NAMES}
+    body = b"{" + b",".join(b'"%s":%s' % (n.encode(), parts[n]) for n in sorted(parts)) + b"}"
+    digests = {name: hashlib.sha256(parts[name]).hexdigest() for name in SECTION_NAMES}
+    return hashlib.sha256(body).hexdigest(), digests
 
 
 def _check_header_values(org_id: Any, revision: Any, key_id: Any) -> None:
@@ -214,8 +294,10 @@ def _check_header_values(org_id: Any, revision: Any, key_id: Any) -> None:
         raise SnapshotFormatError("revision must be an integer")
     if not 1 <= revision <= _MAX_REVISION:
         raise SnapshotFormatError(f"revision {revision} is outside 1..2^53-1")
-    if not isinstance(key_id, str) or not _KEY_ID.match(key_id):
-        raise SnapshotFormatError(f"signingKeyId {key_id!r} is not 16 lowercase hex digits")
+    if not valid_key_id(key_id):
+        raise SnapshotFormatError(
+            f"signingKeyId {key_id!r} is not a key id (1..128 of [A-Za-z0-9._:-])"
+        )
 
 
 def _check_time(compiled_at: Any) -> datetime:
@@ -230,55 +312,7 @@ def _check_time(compiled_at: Any) -> datetime:
 
 def compiled_moment(snapshot: RulesetSnapshot) -> datetime:
     """``compiledAt`` as an aware UTC datetime (checked when the snapshot was built or read)."""
-    return _check_time(snapshot.compiled_at)
-
-
-def _skip(text: str, idx: int) -> int:
-    """The index of the first non-whitespace character at or after ``idx``."""
-    while idx < len(text) and text[idx] in " \t\n\r":
-        idx += 1
-    return idx
-
-
-def _scan_top(text: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """Parse a top-level JSON object field by field, refusing duplicate top-level keys, and
-    return it with the exact source text of each value (so the sections' signed bytes can be
-    hashed as they arrived, without re-encoding megabytes of JSON).
-
-    Raises:
-        ValueError: not a JSON object, or not valid JSON.
-    """
-    idx = _skip(text, 0)
-    if text[idx : idx + 1] != "{":
-        raise ValueError("not a JSON object")
-    idx = _skip(text, idx + 1)
-    out: dict[str, Any] = {}
-    raw: dict[str, str] = {}
-    if text[idx : idx + 1] == "}":
-        idx = _skip(text, idx + 1)
-    else:
-        while True:
-            if text[idx : idx + 1] != '"':
-                raise ValueError(f"expected a field name at {idx}")
-            key, idx = p.PLAIN_DECODER.raw_decode(text, idx)
-            idx = _skip(text, idx)
-            if text[idx : idx + 1] != ":":
-                raise ValueError(f"expected ':' at {idx}")
-            idx = _skip(text, idx + 1)
-            value, end = p.PLAIN_DECODER.raw_decode(text, idx)
-            if key in out:
-                raise ValueError(f"duplicate key {key!r}")
-            out[key], raw[key] = value, text[idx:end]
-            idx = _skip(text, end)
-            sep = text[idx : idx + 1]
-            idx = _skip(text, idx + 1)
-            if sep == "}":
-                break
-            if sep != ",":
-                raise ValueError(f"expected ',' or '}}' at {idx}")
-    if idx != len(text):
-        raise ValueError(f"extra data after the object at {idx}")
-    return out, raw
+    return _parse_time(snapshot.header.compiled_at)
 
 
 def parse_snapshot(data: bytes) -> dict[str, Any]:
@@ -292,17 +326,17 @@ def parse_snapshot(data: bytes) -> dict[str, Any]:
     return _parse(data)[0]
 
 
-def _parse(data: bytes) -> tuple[dict[str, Any], str]:
+def _parse(data: bytes) -> tuple[dict[str, Any], str, dict[str, str]]:
     """:func:`parse_snapshot`, plus the sections' source text."""
     if len(data) > MAX_SNAPSHOT_BYTES:
         raise SnapshotFormatError(f"snapshot is larger than {MAX_SNAPSHOT_BYTES} bytes")
     try:
-        doc, raw = _scan_top(data.decode("utf-8"))
+        doc, raw, section_texts = _scan_top(data.decode("utf-8"), "sections")
     except RecursionError as e:
         raise SnapshotFormatError("snapshot is not valid JSON: nested too deeply") from e
     except ValueError as e:  # UnicodeDecodeError, JSONDecodeError, duplicate keys
         raise SnapshotFormatError(f"snapshot is not valid JSON: {e}") from e
-    missing = sorted(_ENVELOPE_FIELDS - set(doc))
+    missing = sorted(_ENVELOPE_FIELDS - _OPTIONAL_FIELDS - set(doc))
     if missing:
         raise SnapshotFormatError(f"snapshot is missing field(s): {', '.join(missing)}")
     unknown = sorted(set(doc) - _ENVELOPE_FIELDS)
@@ -321,20 +355,38 @@ def _parse(data: bytes) -> tuple[dict[str, Any], str]:
             raise SnapshotFormatError(f"{name} must be a string")
     if not isinstance(doc["sections"], dict):
         raise SnapshotFormatError("sections must be an object")
+    doc.setdefault("validators", [])
+    if "headerSignature" in doc and not isinstance(doc["headerSignature"], str):
+        raise SnapshotFormatError("headerSignature must be a string")
+    if "sectionDigests" in doc and not isinstance(doc["sectionDigests"], dict):
+        raise SnapshotFormatError("sectionDigests must be an object")
     if not isinstance(doc["validators"], list) or not all(
         isinstance(v, str) for v in doc["validators"]
     ):
         raise SnapshotFormatError("validators must be an array of strings")
     _check_header_values(doc["orgId"], doc["revision"], doc["signingKeyId"])
-    return doc, raw["sections"]
+    return doc, raw["sections"], section_texts
 
 
 def verify_snapshot(
-    data: bytes, *, lookup: KeyLookup, keep_validators: bool = False
+    data: bytes,
+    *,
+    lookup: KeyLookup,
+    keep_validators: bool = False,
+    scope_of: Callable[[str], str] | None = None,
 ) -> RulesetSnapshot:
     """Check a served envelope fully, in the order of SEMANTICS.md, before trusting any of it:
     parse, shape, algorithm, key id, ``rulesetRev``, content hash, key lookup (an unknown key
-    is an error), signature over the signed header, ``compiledAt``, then the sections.
+    is an error), the signatures, ``compiledAt`` (any offset, any fraction), then the sections.
+
+    The signatures (one key): ``signature`` must verify over the 32 raw hash bytes (the
+    daemon's rule) and ``headerSignature``, when present, over the signed header (reason
+    ``header-signature`` when it does not). Without a ``headerSignature`` the envelope is
+    hash-only, accepted only when ``scope_of(key_id)`` is ``hash-only`` (else refused
+    ``header-signature-missing``; ``scope_of`` defaults to ``header`` for every key), and its
+    ``compiledAt`` and ``revision`` are unsigned (``signature_scope`` says so). An envelope
+    from before ``headerSignature`` existed (``signature`` over the header, nothing else) still
+    verifies, with scope ``header``.
 
     ``lookup(key_id)`` returns a signature check for a trusted key, or ``None``. The
     envelope's ``validators`` list is shape-checked but not covered by the signature, so the
@@ -345,7 +397,7 @@ def verify_snapshot(
         SnapshotFormatError: the bytes are not a well-formed envelope.
         SnapshotVerificationError: a check failed; ``reason`` is its code.
     """
-    doc, raw_sections = _parse(data)
+    doc, raw_sections, section_texts = _parse(data)
     if doc["algorithm"] != ALGORITHM:
         raise SnapshotVerificationError(
             "algorithm", f"algorithm {doc['algorithm']!r} is not {ALGORITHM!r}"
@@ -374,10 +426,7 @@ def verify_snapshot(
     check = lookup(key_id)
     if check is None:
         raise SnapshotVerificationError("unknown-key", f"signing key {key_id} is not trusted")
-    try:
-        signature = base64.b64decode(doc["signature"], validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise SnapshotVerificationError("signature", "signature is not standard base64") from e
+    signature = _b64(doc["signature"], "signature")
     header = SignedHeader(
         algorithm=doc["algorithm"],
         compiled_at=doc["compiledAt"],
@@ -387,17 +436,107 @@ def verify_snapshot(
         ruleset_rev=doc["rulesetRev"],
         signing_key_id=key_id,
     )
-    if not check(header.signed_bytes(), signature):
-        raise SnapshotVerificationError(
-            "signature", f"signature does not verify under key {key_id}"
+    header_signature, scope = _check_signatures(
+        doc, header, signature, check, SCOPE_HEADER if scope_of is None else scope_of(key_id)
+    )
+    if scope == SCOPE_HEADER and "sectionDigests" in doc:
+        _check_digests(
+            doc["sectionDigests"], sections, raw_sections, section_texts, doc["contentHash"]
         )
     try:
-        _check_time(doc["compiledAt"])
+        _parse_time(doc["compiledAt"])
     except SnapshotFormatError as e:
         raise SnapshotVerificationError("compiled-at", str(e)) from e
     full = {name: sections.get(name) for name in SECTION_NAMES}
     validators = tuple(doc["validators"]) if keep_validators else ()
-    return RulesetSnapshot(header=header, signature=signature, validators=validators, sections=full)
+    return RulesetSnapshot(
+        header=header,
+        signature=signature,
+        header_signature=header_signature,
+        section_digests=doc.get("sectionDigests"),
+        signature_scope=scope,
+        validators=validators,
+        sections=full,
+    )
+
+
+def _check_digests(
+    declared: Any,
+    sections: Mapping[str, Any],
+    raw: str,
+    section_texts: Mapping[str, str],
+    content_hash: str,
+) -> None:
+    """Our native rule beyond the daemon's (which carries ``sectionDigests`` unchecked): in a
+    header-signed envelope the digests must be each section's SHA-256, so an unsigned field
+    edited in place is refused like a signed one (a hash-only envelope's are carried as they
+    are: a platform may compute them its own way). Canonical sections text (what we serve) is
+    split as it arrived; any other is re-encoded.
+
+    Raises:
+        SnapshotVerificationError: ``section-digests``.
+    """
+    texts: Mapping[str, str] = {}
+    if hashlib.sha256(raw.encode("utf-8")).hexdigest() == content_hash:
+        texts = section_texts
+    expected = {
+        name: hashlib.sha256(texts[name].encode("utf-8")).hexdigest()
+        if name in texts
+        else hashlib.sha256(canonical_bytes(sections.get(name))).hexdigest()
+        for name in SECTION_NAMES
+    }
+    if declared != expected:
+        raise SnapshotVerificationError(
+            "section-digests", "sectionDigests do not match the sections' SHA-256"
+        )
+
+
+def _b64(text: str, name: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise SnapshotVerificationError("signature", f"{name} is not standard base64") from e
+
+
+def _check_signatures(
+    doc: Mapping[str, Any],
+    header: SignedHeader,
+    signature: bytes,
+    check: Callable[[bytes, bytes], bool],
+    trusted_scope: str,
+) -> tuple[bytes | None, str]:
+    """``(headerSignature, signature scope)`` of a verified envelope (see
+    :func:`verify_snapshot`).
+
+    Raises:
+        SnapshotVerificationError: ``signature``, ``header-signature`` or
+            ``header-signature-missing``.
+    """
+    key_id = header.signing_key_id
+    hash_ok = check(hash_message(header.content_hash), signature)
+    if "headerSignature" in doc:
+        if not hash_ok:
+            raise SnapshotVerificationError(
+                "signature", f"signature does not verify over the content hash under key {key_id}"
+            )
+        header_signature = _b64(doc["headerSignature"], "headerSignature")
+        if not check(header.signed_bytes(), header_signature):
+            raise SnapshotVerificationError(
+                "header-signature", f"headerSignature does not verify under key {key_id}"
+            )
+        return header_signature, SCOPE_HEADER
+    if hash_ok:
+        if trusted_scope != SCOPE_HASH_ONLY:
+            raise SnapshotVerificationError(
+                "header-signature-missing",
+                f"snapshot has no headerSignature and key {key_id} is trusted with scope "
+                f"{trusted_scope!r} (its compiledAt and revision would be unsigned; trust the "
+                f"key with --scope hash-only to accept it)",
+            )
+        return None, SCOPE_HASH_ONLY
+    if "sectionDigests" not in doc and check(header.signed_bytes(), signature):
+        return None, SCOPE_HEADER  # an envelope from before headerSignature: header-signed
+    raise SnapshotVerificationError("signature", f"signature does not verify under key {key_id}")
 
 
 def _sections_hash(raw: str, declared: str) -> str:

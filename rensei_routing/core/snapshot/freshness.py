@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from ...errors import ConfigurationError, ExpiredError, FutureSnapshotError
 from .. import _parse as p
-from ..canonical import json_string
+from ..canonical import canonical_bytes, json_string
 from ..routing.decision import RouteDecision
 
 __all__ = [
@@ -88,17 +88,23 @@ class Freshness:
     ruleset_rev: str | None
     age_ms: int | None
     degraded: bool
+    #: What the cached snapshot's signatures covered (``header`` or ``hash-only``); ``None``
+    #: for a live decision (and then absent from :meth:`to_dict`).
+    signature_scope: str | None = None
 
     @classmethod
     def live(cls) -> Freshness:
         return cls(ruleset_rev=None, age_ms=None, degraded=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "rulesetRev": self.ruleset_rev,
             "snapshotAgeMs": self.age_ms,
             "degraded": self.degraded,
         }
+        if self.signature_scope is not None:
+            out["signatureScope"] = self.signature_scope
+        return out
 
 
 def age_of(compiled_at: datetime, now: datetime) -> timedelta:
@@ -151,6 +157,9 @@ class StampedDecision:
                 if age is None
                 else p.integer(age, p.at(path, "snapshotAgeMs"), lo=0, hi=2**53 - 1),
                 degraded=p.boolean(data.get("degraded", False), p.at(path, "degraded")),
+                signature_scope=p.opt_string(
+                    data.get("signatureScope"), p.at(path, "signatureScope"), max_len=64
+                ),
             ),
         )
 
@@ -163,8 +172,10 @@ class StampedDecision:
         """RFC 8785 bytes of :meth:`to_dict`: the decision's own canonical bytes with the stamp's
         three members spliced in at their sorted places (tested equal to the encoder). A JSON
         string never holds an unescaped quote, so the member names found are top-level ones."""
-        text = self.decision.canonical().decode("utf-8")
         f = self.freshness
+        if f.signature_scope is not None:
+            return canonical_bytes(self.to_dict())
+        text = self.decision.canonical().decode("utf-8")
         rev = "null" if f.ruleset_rev is None else json_string(f.ruleset_rev)
         age = "null" if f.age_ms is None else str(f.age_ms)
         head, sep, tail = text.partition(',"effective_model":')

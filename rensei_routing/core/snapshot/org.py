@@ -13,15 +13,16 @@ sorted by a stable key when compiled, so two compiles over the same data agree b
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .. import _parse as p
+from ..canonical import canonical_bytes
 from ..routing.policy import PolicySnapshot
 from ..routing.validation import validate
 from ..routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from . import org_rows as rows
 from .validators import SnapshotValidator
 
 __all__ = [
@@ -36,123 +37,41 @@ __all__ = [
     "policy_kinds_of",
 ]
 
-_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-_MAX_ITEMS: Final = 1_000_000
 _SECTIONS: Final = (
     "capacityProfiles",
     "poolHostInventory",
     "executionCellMatrix",
     "posteriorSummary",
 )
+#: The members of each section this module reads rows from (any other member is kept verbatim).
+_ROWS: Final = {
+    "capacityProfiles": ("profiles", "grants"),
+    "poolHostInventory": ("pools", "hosts"),
+    "executionCellMatrix": ("providers", "modelProfiles", "cells"),
+    "posteriorSummary": ("posteriors", "arms"),
+}
 #: The optional org-document section compiled into the policy bundle (not a snapshot section).
 AUTHORIZATION: Final = "authorization"
 _MAX_POLICIES: Final = 100_000
 _MAX_POLICY_TEXT: Final = 64 * 1024
 _MAX_SCHEMA_TEXT: Final = 4 * 1024 * 1024
-
-
-def _id(value: Any, path: p.Path) -> str:
-    text = p.string(value, path, max_len=128, verbatim=True)
-    if not _ID.match(text):
-        raise p.fail(path, f"{text!r} is not an id ([A-Za-z0-9][A-Za-z0-9._:-]*, <= 128)")
-    return text
+_id = rows.row_id
 
 
 def _ids(value: Any, path: p.Path) -> tuple[str, ...]:
-    items = p.array(value, path)
-    out = tuple(_id(v, p.at(path, i)) for i, v in enumerate(items))
-    if len(set(out)) != len(out):
-        raise p.fail(path, "duplicate id")
-    return tuple(sorted(out))
+    return tuple(rows.ids(value, path))
 
 
-def _records(
-    value: Any, path: p.Path, read: Callable[[Any, p.Path], dict[str, Any]], key: str
-) -> tuple[dict[str, Any], ...]:
-    """An array of objects read by ``read``, unique and sorted by ``key``."""
-    items = p.array(value, path)
-    if len(items) > _MAX_ITEMS:
-        raise p.fail(path, f"more than {_MAX_ITEMS} entries")
-    out = [read(v, p.at(path, i)) for i, v in enumerate(items)]
-    seen: set[Any] = set()
-    for i, rec in enumerate(out):
-        k = rec[key] if key != "*" else tuple(sorted((a, str(b)) for a, b in rec.items()))
-        if k in seen:
-            raise p.fail(p.at(path, i), f"duplicate entry {k!r}")
-        seen.add(k)
-    out.sort(key=lambda r: _sort_key(r, key))
-    return tuple(out)
+def _by_id(rec: dict[str, Any]) -> Any:
+    return rec["id"]
 
 
-def _sort_key(rec: dict[str, Any], key: str) -> tuple[str, ...]:
-    if key != "*":
-        return (rec[key],)
-    return tuple(f"{k}={rec[k]}" for k in sorted(rec))
+def _posterior_key(rec: dict[str, Any]) -> Any:
+    return (rec["provider"], rec["workType"])
 
 
-def _profile(v: Any, path: p.Path) -> dict[str, Any]:
-    d = p.obj(v, path, required=("id",), optional=("pools", "description"))
-    out: dict[str, Any] = {
-        "id": _id(d["id"], p.at(path, "id")),
-        "pools": list(_ids(d.get("pools", []), p.at(path, "pools"))),
-    }
-    if "description" in d:
-        out["description"] = p.string(d["description"], p.at(path, "description"), min_len=0)
-    return out
-
-
-def _grant(v: Any, path: p.Path) -> dict[str, Any]:
-    d = p.obj(v, path, required=("profile",), optional=("project",))
-    out: dict[str, Any] = {"profile": _id(d["profile"], p.at(path, "profile"))}
-    if d.get("project") is not None:
-        project = d["project"]
-        out["project"] = "*" if project == "*" else _id(project, p.at(path, "project"))
-    return out
-
-
-def _pool(v: Any, path: p.Path) -> dict[str, Any]:
-    d = p.obj(v, path, required=("id", "status"), optional=("kind", "description"))
-    out: dict[str, Any] = {
-        "id": _id(d["id"], p.at(path, "id")),
-        # any status is stored; only "active" admits a claim (unknown statuses refuse)
-        "status": p.string(d["status"], p.at(path, "status"), max_len=64).lower(),
-    }
-    if "kind" in d:
-        out["kind"] = p.choice(
-            d["kind"], p.at(path, "kind"), ("local", "docker", "kubernetes"), what="pool kind"
-        )
-    if "description" in d:
-        out["description"] = p.string(d["description"], p.at(path, "description"), min_len=0)
-    return out
-
-
-def _host(v: Any, path: p.Path) -> dict[str, Any]:
-    d = p.obj(v, path, required=("id", "pool"), optional=("status",))
-    out: dict[str, Any] = {
-        "id": _id(d["id"], p.at(path, "id")),
-        "pool": _id(d["pool"], p.at(path, "pool")),
-    }
-    if "status" in d:
-        out["status"] = p.string(d["status"], p.at(path, "status"), max_len=64).lower()
-    return out
-
-
-def _cell(v: Any, path: p.Path) -> dict[str, Any]:
-    d = p.obj(v, path, required=("pool", "runtime"), optional=("allowed",))
-    return {
-        "pool": _id(d["pool"], p.at(path, "pool")),
-        "runtime": _id(d["runtime"], p.at(path, "runtime")),
-        "allowed": p.boolean(d.get("allowed", True), p.at(path, "allowed")),
-    }
-
-
-def _arm(v: Any, path: p.Path) -> dict[str, Any]:
-    d = p.obj(v, path, required=("arm", "alpha", "beta"))
-    return {
-        "arm": _id(d["arm"], p.at(path, "arm")),
-        "alpha": p.integer(d["alpha"], p.at(path, "alpha"), lo=1, hi=2**53 - 1),
-        "beta": p.integer(d["beta"], p.at(path, "beta"), lo=1, hi=2**53 - 1),
-    }
+def _by_items(rec: dict[str, Any]) -> Any:
+    return canonical_bytes(rec)
 
 
 def _authorization(v: Any, path: p.Path) -> dict[str, Any]:
@@ -183,58 +102,91 @@ def _authorization(v: Any, path: p.Path) -> dict[str, Any]:
     }
 
 
+def _section(d: Mapping[str, Any], name: str, path: p.Path) -> dict[str, Any]:
+    """The section ``name`` of an org document as an object (``{}`` when absent)."""
+    value = d.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise p.fail(p.at(path, name), "expected an object")
+    return dict(value)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OrgData:
-    """The org's live data, normalised: every list sorted by its stable key."""
+    """The org's live data in the daemon's shapes (``core.snapshot.org_rows``), normalised:
+    every row list sorted by its stable key, old rows converted, unknown fields kept."""
 
     profiles: tuple[dict[str, Any], ...] = ()
     grants: tuple[dict[str, Any], ...] = ()
     pools: tuple[dict[str, Any], ...] = ()
     hosts: tuple[dict[str, Any], ...] = ()
+    providers: tuple[dict[str, Any], ...] = ()
+    model_profiles: tuple[dict[str, Any], ...] = ()
+    #: Old execution cells (no daemon counterpart), kept as the matrix's ``cells`` member.
     cells: tuple[dict[str, Any], ...] = ()
-    arms: tuple[dict[str, Any], ...] = ()
+    posteriors: tuple[dict[str, Any], ...] = ()
+    #: Members of the four sections this module does not read, by section (kept verbatim).
+    extras: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: The authorization section (see :func:`_authorization`), ``None`` when not declared.
     authorization: dict[str, Any] | None = None
 
+    @property
+    def arms(self) -> tuple[dict[str, Any], ...]:
+        """The posteriors (their old name)."""
+        return self.posteriors
+
     @classmethod
     def from_dict(cls, data: Any, *, path: p.Path = "") -> OrgData:
-        """Read an org document (every section optional).
+        """Read an org document (every section optional), in the daemon's shapes or the old
+        ones (converted).
 
         Raises:
             MalformedError: naming the offending field path.
         """
+        if not isinstance(data, Mapping):
+            raise p.fail(path, "expected an object")
         d = p.obj(data, path, optional=(*_SECTIONS, AUTHORIZATION))
-        cap = p.obj(
-            d.get("capacityProfiles", {}),
-            p.at(path, "capacityProfiles"),
-            optional=("profiles", "grants"),
-        )
-        inv = p.obj(
-            d.get("poolHostInventory", {}),
-            p.at(path, "poolHostInventory"),
-            optional=("pools", "hosts"),
-        )
-        cells = p.obj(
-            d.get("executionCellMatrix", {}), p.at(path, "executionCellMatrix"), optional=("cells",)
-        )
-        post = p.obj(
-            d.get("posteriorSummary", {}), p.at(path, "posteriorSummary"), optional=("arms",)
-        )
+        secs = {name: _section(d, name, path) for name in _SECTIONS}
+        extras = {
+            name: {k: v for k, v in secs[name].items() if k not in _ROWS[name]}
+            for name in _SECTIONS
+        }
         cp, ip = p.at(path, "capacityProfiles"), p.at(path, "poolHostInventory")
+        mp, sp = p.at(path, "executionCellMatrix"), p.at(path, "posteriorSummary")
+        cap, inv = secs["capacityProfiles"], secs["poolHostInventory"]
+        matrix, post = secs["executionCellMatrix"], secs["posteriorSummary"]
+        by_pair = _posterior_key
+        posteriors = rows.records(
+            [
+                *rows.records(
+                    post.get("posteriors") or [], p.at(sp, "posteriors"), rows.posterior, by_pair
+                ),
+                *rows.records(post.get("arms") or [], p.at(sp, "arms"), rows.posterior, by_pair),
+            ],
+            p.at(sp, "posteriors"),
+            lambda rec, _path: dict(rec),
+            by_pair,
+        )
         return cls(
-            profiles=_records(cap.get("profiles", []), p.at(cp, "profiles"), _profile, "id"),
-            grants=_records(cap.get("grants", []), p.at(cp, "grants"), _grant, "*"),
-            pools=_records(inv.get("pools", []), p.at(ip, "pools"), _pool, "id"),
-            hosts=_records(inv.get("hosts", []), p.at(ip, "hosts"), _host, "id"),
-            cells=_records(
-                cells.get("cells", []),
-                p.at(p.at(path, "executionCellMatrix"), "cells"),
-                _cell,
-                "*",
+            profiles=rows.records(
+                cap.get("profiles") or [], p.at(cp, "profiles"), rows.profile, _by_id
             ),
-            arms=_records(
-                post.get("arms", []), p.at(p.at(path, "posteriorSummary"), "arms"), _arm, "arm"
+            grants=rows.records(cap.get("grants") or [], p.at(cp, "grants"), rows.grant, _by_id),
+            pools=rows.records(inv.get("pools") or [], p.at(ip, "pools"), rows.pool, _by_id),
+            hosts=rows.records(inv.get("hosts") or [], p.at(ip, "hosts"), rows.host, _by_id),
+            providers=rows.records(
+                matrix.get("providers") or [], p.at(mp, "providers"), rows.provider, _by_id
             ),
+            model_profiles=rows.records(
+                matrix.get("modelProfiles") or [],
+                p.at(mp, "modelProfiles"),
+                rows.model_profile,
+                _by_items,
+            ),
+            cells=rows.records(matrix.get("cells") or [], p.at(mp, "cells"), rows.cell, _by_items),
+            posteriors=posteriors,
+            extras={k: v for k, v in extras.items() if v},
             authorization=(
                 None
                 if d.get(AUTHORIZATION) is None
@@ -250,13 +202,23 @@ class OrgData:
         return out
 
     def sections(self) -> dict[str, Any]:
-        """The four non-policy snapshot sections."""
-        return {
+        """The four non-policy snapshot sections in the daemon's shapes (the matrix's old
+        ``cells`` member only when there are some)."""
+        matrix: dict[str, Any] = {
+            "providers": list(self.providers),
+            "modelProfiles": list(self.model_profiles),
+        }
+        if self.cells:
+            matrix["cells"] = list(self.cells)
+        out = {
             "capacityProfiles": {"profiles": list(self.profiles), "grants": list(self.grants)},
             "poolHostInventory": {"pools": list(self.pools), "hosts": list(self.hosts)},
-            "executionCellMatrix": {"cells": list(self.cells)},
-            "posteriorSummary": {"arms": list(self.arms)},
+            "executionCellMatrix": matrix,
+            "posteriorSummary": {"posteriors": list(self.posteriors)},
         }
+        for name, members in self.extras.items():
+            out[name] = {**members, **out[name]}
+        return out
 
 
 def compile_sections(org: OrgData, policies: PolicySnapshot) -> dict[str, Any]:
@@ -318,9 +280,9 @@ def _grants_name_profiles(sections: Mapping[str, Any]) -> list[str]:
     cap = sections["capacityProfiles"]
     known = {prof["id"] for prof in cap["profiles"]}
     return [
-        f"grant names unknown profile {g['profile']!r}"
+        f"grant {g['id']!r} names unknown profile {g['profileId']!r}"
         for g in cap["grants"]
-        if g["profile"] not in known
+        if g["profileId"] not in known
     ]
 
 
@@ -329,7 +291,7 @@ def _profile_pools_exist(sections: Mapping[str, Any]) -> list[str]:
     return [
         f"profile {prof['id']!r} names unknown pool {pool!r}"
         for prof in sections["capacityProfiles"]["profiles"]
-        for pool in prof["pools"]
+        for pool in prof["poolIds"]
         if pool not in pools
     ]
 
@@ -337,9 +299,9 @@ def _profile_pools_exist(sections: Mapping[str, Any]) -> list[str]:
 def _host_pools_exist(sections: Mapping[str, Any]) -> list[str]:
     pools = {pool["id"] for pool in sections["poolHostInventory"]["pools"]}
     return [
-        f"host {h['id']!r} is in unknown pool {h['pool']!r}"
+        f"host {h['id']!r} is in unknown pool {h['executionPoolId']!r}"
         for h in sections["poolHostInventory"]["hosts"]
-        if h["pool"] not in pools
+        if h["executionPoolId"] not in pools
     ]
 
 
@@ -347,7 +309,7 @@ def _cell_pools_exist(sections: Mapping[str, Any]) -> list[str]:
     pools = {pool["id"] for pool in sections["poolHostInventory"]["pools"]}
     return [
         f"execution cell ({c['pool']!r}, {c['runtime']!r}) is in unknown pool {c['pool']!r}"
-        for c in sections["executionCellMatrix"]["cells"]
+        for c in sections["executionCellMatrix"].get("cells", [])
         if c["pool"] not in pools
     ]
 

@@ -27,11 +27,13 @@ __all__ = [
     "ClaimGate",
     "ClaimResult",
     "DecisionClass",
+    "PlacementResult",
     "PolicyVerdict",
     "Posture",
     "admit_budget",
     "authorize",
     "budget_verdict",
+    "check_placement",
     "choose_arm",
     "local_cap_verdict",
     "posterior_of",
@@ -288,16 +290,36 @@ def choose_arm(
     return BanditChoice(arm=best[1], mode="sampled")
 
 
-def posterior_of(sections: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """The snapshot's posterior summary as ``{arm: {"alpha", "beta"}}`` for :func:`choose_arm`.
+def posterior_of(
+    sections: Mapping[str, Any], work_type: str = "default"
+) -> dict[str, Mapping[str, Any]]:
+    """The snapshot's posteriors for ``work_type`` as ``{provider: {"alpha", "beta", ...}}``
+    for :func:`choose_arm` (the daemon's ``posteriorSummary.posteriors[]``, keyed by
+    (provider, workType); an old ``arms`` list reads as work type ``default``).
 
     Raises:
         KeyError: the snapshot carries no posterior summary (the sampler then falls back).
     """
     summary = sections.get("posteriorSummary")
-    if not isinstance(summary, Mapping) or not isinstance(summary.get("arms"), list):
+    if not isinstance(summary, Mapping):
         raise KeyError("posteriorSummary")
-    return {a["arm"]: a for a in summary["arms"] if isinstance(a, Mapping) and "arm" in a}
+    found = summary.get("posteriors")
+    if not isinstance(found, list):
+        arms = summary.get("arms")
+        if not isinstance(arms, list):
+            raise KeyError("posteriorSummary")
+        found = [
+            {**a, "provider": a["arm"], "workType": "default"}
+            for a in arms
+            if isinstance(a, Mapping) and "arm" in a
+        ]
+    return {
+        a["provider"]: a
+        for a in found
+        if isinstance(a, Mapping)
+        and isinstance(a.get("provider"), str)
+        and a.get("workType") == work_type
+    }
 
 
 def _positive(value: Any) -> bool:
@@ -311,7 +333,7 @@ def _positive(value: Any) -> bool:
 class ClaimResult:
     """``admitted`` with a reason: ``granted``, ``pool-not-in-inventory``,
     ``pool-not-active`` (any status but ``active``, unknown ones included),
-    ``pool-not-granted``."""
+    ``pool-not-granted``, ``project-not-allowed``."""
 
     admitted: bool
     reason: str
@@ -325,37 +347,57 @@ class ClaimResult:
 class ClaimGate:
     """Permission re-check of a claim against one snapshot's sections, indexed once.
 
-    A claim for a pool is admitted only if the pool is in the inventory with status
-    ``active``, and some capacity profile that names the pool has a grant (to the claim's
-    project, or to every project: a grant without ``project`` or with ``"*"``). Revoking the
-    grant takes effect for a claim against a cached snapshot exactly as for a live one.
-    Malformed entries are skipped, never read as a grant.
+    A claim for a pool is admitted only if the pool is in ``poolHostInventory.pools`` with
+    status ``active``, some capacity profile whose ``poolIds`` name the pool has a grant
+    (``profileId``) to the claim's project (``projectId``) or to every project (``projectId``
+    null, absent or ``"*"``), and the pool's ``allowedProjectIds`` (when non-empty) include the
+    claim's project, checked in that order. Inventory, status and "named by a profile" are the
+    Rensei daemon's own check (reasons ``pool-not-in-inventory``, ``pool-not-active``,
+    ``pool-not-granted``); the grant and ``allowedProjectIds`` (``project-not-allowed``) are
+    ours on top. Revoking the grant takes effect for a claim against a cached snapshot exactly
+    as for a live one. Malformed entries are skipped, never read as a grant. Old-shape rows
+    (``pools``, ``profile``/``project``) are read too, so a snapshot cached before the daemon
+    shapes keeps deciding the same.
     """
 
-    __slots__ = ("_granted", "_status")
+    __slots__ = ("_allowed", "_granted", "_sections", "_status")
 
     def __init__(self, sections: Mapping[str, Any]) -> None:
+        self._sections = sections
         inventory = _obj(sections.get("poolHostInventory"))
         self._status: dict[str, str] = {}
+        self._allowed: dict[str, set[str]] = {}
         for pool in _list(inventory.get("pools")):
             if isinstance(pool, Mapping) and isinstance(pool.get("id"), str):
                 status = pool.get("status")
                 self._status[pool["id"]] = status if isinstance(status, str) else ""
+                allowed = [a for a in _list(pool.get("allowedProjectIds")) if isinstance(a, str)]
+                if allowed or pool.get("allowedProjectIds") not in (None, []):
+                    self._allowed[pool["id"]] = set(allowed)
         capacity = _obj(sections.get("capacityProfiles"))
         projects_by_profile: dict[str, set[str]] = {}
         for grant in _list(capacity.get("grants")):
-            if isinstance(grant, Mapping) and isinstance(grant.get("profile"), str):
-                project = grant.get("project", "*")
-                if project is None or isinstance(project, str):
-                    projects_by_profile.setdefault(grant["profile"], set()).add(project or "*")
+            if not isinstance(grant, Mapping):
+                continue
+            profile = grant.get("profileId", grant.get("profile"))
+            project = grant.get("projectId", grant.get("project", "*"))
+            if isinstance(profile, str) and (project is None or isinstance(project, str)):
+                projects_by_profile.setdefault(profile, set()).add(project or "*")
         self._granted: dict[str, set[str]] = {}
         for profile in _list(capacity.get("profiles")):
             if not (isinstance(profile, Mapping) and isinstance(profile.get("id"), str)):
                 continue
             projects = projects_by_profile.get(profile["id"], set())
-            for pool_id in _list(profile.get("pools")):
+            for pool_id in _list(profile.get("poolIds", profile.get("pools"))):
                 if isinstance(pool_id, str):
                     self._granted.setdefault(pool_id, set()).update(projects)
+
+    def place(
+        self, pool_id: str, *, host_id: str | None, harness: str | None = None
+    ) -> PlacementResult:
+        """:func:`check_placement` against this gate's sections (no host row is checked when
+        ``host_id`` is ``None``)."""
+        return check_placement(self._sections, pool_id=pool_id, host_id=host_id, harness=harness)
 
     def check(self, pool_id: str, project: str | None = None) -> ClaimResult:
         status = self._status.get(pool_id)
@@ -368,8 +410,24 @@ class ClaimGate:
                 pool_id=pool_id,
                 detail=f"status {status!r}",
             )
-        projects = self._granted.get(pool_id, set())
+        if pool_id not in self._granted:
+            return ClaimResult(
+                admitted=False,
+                reason="pool-not-granted",
+                pool_id=pool_id,
+                detail="no capacity profile names this pool",
+            )
+        projects = self._granted[pool_id]
         if "*" in projects or (project is not None and project in projects):
+            allowed = self._allowed.get(pool_id)
+            if allowed is not None and (project is None or project not in allowed):
+                return ClaimResult(
+                    admitted=False,
+                    reason="project-not-allowed",
+                    pool_id=pool_id,
+                    detail="the pool's allowedProjectIds do not include "
+                    + ("an unnamed project" if project is None else f"project {project!r}"),
+                )
             return ClaimResult(admitted=True, reason="granted", pool_id=pool_id)
         return ClaimResult(
             admitted=False,
@@ -378,6 +436,56 @@ class ClaimGate:
             detail="no capacity profile naming this pool is granted"
             + ("" if project is None else f" to project {project!r}"),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementResult:
+    """The host's local-reality check: ``placeable`` with a reason (``ready``,
+    ``host-not-ready``, ``harness-unknown``)."""
+
+    placeable: bool
+    reason: str
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return self.placeable
+
+
+def check_placement(
+    sections: Mapping[str, Any], *, pool_id: str, host_id: str | None, harness: str | None = None
+) -> PlacementResult:
+    """The Rensei daemon's local-reality check against a snapshot: the host row of this host
+    in this pool (``hosts[]`` with ``id`` = ``host_id`` and ``executionPoolId`` = ``pool_id``),
+    when present, must have status ``ready`` (``draining``, ``unhealthy``, ``offline`` and
+    unknown statuses refuse); ``harness``, when given, must appear as a value of some
+    provider's ``harnessByAuthMode`` in the execution-cell matrix."""
+    inventory = _obj(sections.get("poolHostInventory"))
+    for row in _list(inventory.get("hosts")):
+        if host_id is None or not isinstance(row, Mapping) or row.get("id") != host_id:
+            continue
+        if row.get("executionPoolId", row.get("pool")) != pool_id:
+            continue
+        status = row.get("status")
+        if status is not None and status != "ready":
+            return PlacementResult(
+                placeable=False, reason="host-not-ready", detail=f"host status {status!r}"
+            )
+    if harness is not None:
+        matrix = _obj(sections.get("executionCellMatrix"))
+        known = {
+            h
+            for prov in _list(matrix.get("providers"))
+            if isinstance(prov, Mapping)
+            for h in _obj(prov.get("harnessByAuthMode")).values()
+            if isinstance(h, str)
+        }
+        if harness not in known:
+            return PlacementResult(
+                placeable=False,
+                reason="harness-unknown",
+                detail=f"no provider's harnessByAuthMode names {harness!r}",
+            )
+    return PlacementResult(placeable=True, reason="ready")
 
 
 def _obj(value: Any) -> Mapping[str, Any]:
