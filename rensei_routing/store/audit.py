@@ -32,6 +32,7 @@ from ..core.audit.chain import (
     VerifyResult,
     checkpoint_origin,
     encode_payload,
+    encode_payloads,
     link_rows,
     note_key_hash,
     parse_checkpoint,
@@ -227,9 +228,7 @@ class AuditLog:
             CanonicalEncodingError: a payload is not a canonical JSON value (nothing written).
             StoreError: the database write failed (nothing was written).
         """
-        redactor = self._redactor
-        encoded = [encode_payload(p, redactor) for p in payloads]
-        return self._append(encoded, recorded_at)[0]
+        return self._append(encode_payloads(payloads, self._redactor), recorded_at)[0]
 
     def append_within(
         self, change: Callable[[apsw.Connection], Iterable[Any]], *, recorded_at: str

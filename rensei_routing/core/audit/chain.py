@@ -37,6 +37,7 @@ from ...errors import MalformedError
 from .. import _parse as p
 from ..canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
 from ..redact import DEFAULT_REDACTOR, Redactor
+from ..routing.ids import ScanMemo
 from ..timestamps import check_timestamp, format_timestamp, is_timestamp
 from .note import (
     NOTE_MAX_BYTES,
@@ -66,6 +67,7 @@ __all__ = [
     "checkpoint_marks",
     "checkpoint_origin",
     "encode_payload",
+    "encode_payloads",
     "end_of_log",
     "format_timestamp",
     "link_rows",
@@ -113,6 +115,29 @@ def encode_payload(payload: Any, redactor: Redactor = DEFAULT_REDACTOR) -> bytes
     if redactor.might_match(data.decode("utf-8")):
         data = canonical_bytes(redactor.redact(payload))
     return data
+
+
+def encode_payloads(payloads: Iterable[Any], redactor: Redactor = DEFAULT_REDACTOR) -> list[bytes]:
+    """:func:`encode_payload` of each payload, in order, with the redaction pre-check of one
+    batch remembered per distinct string: a payload object whose type has
+    ``stored_may_redact(scan)`` (a decision, a shadow record) answers it from the strings it
+    holds through one shared :class:`~rensei_routing.core.routing.ids.ScanMemo` (names, ids
+    and models repeat across a batch), and when that says nothing can match, its canonical
+    bytes are stored as they are, exactly what :func:`encode_payload` returns then. Any other
+    payload takes :func:`encode_payload` itself.
+
+    Raises:
+        CanonicalEncodingError: a payload is not a JSON value with a canonical form.
+    """
+    scan = ScanMemo(redactor)
+    out: list[bytes] = []
+    for payload in payloads:
+        hook = getattr(type(payload), "stored_may_redact", None)
+        if hook is not None and not hook(payload, scan):
+            out.append(bytes(payload.canonical()))
+        else:
+            out.append(encode_payload(payload, redactor))
+    return out
 
 
 def payload_hash(data: bytes) -> str:
