@@ -63,6 +63,8 @@ PARALLEL_MIN_RECORDS: Final = 100_000
 #: Ranges per worker: enough that a slow worker (a shared machine) does not hold the others up,
 #: few enough that opening a range costs nothing measurable.
 RANGES_PER_WORKER: Final = 8
+#: Ranges handed to each worker ahead of its outcomes.
+_IN_FLIGHT: Final = 2
 #: How often (seconds) the parent reports the workers' progress while it waits.
 _POLL: Final = 0.2
 _SELECT_ALL: Final = (
@@ -309,9 +311,12 @@ class _Pool:
         """The ranges' outcomes in seq order; ranges are handed to whichever worker is free,
         and ``progress`` gets the records checked so far (in any range) while waiting."""
         pending = iter(tasks)
-        for k in range(len(self._procs)):
-            if (task := next(pending, None)) is not None:
-                self._give(k, task)
+        # Two ranges in flight per worker: the next is already in its pipe while the parent
+        # (perhaps descheduled on a busy machine) reads the outcome of the last.
+        for _ in range(_IN_FLIGHT):
+            for k in range(len(self._procs)):
+                if (task := next(pending, None)) is not None:
+                    self._give(k, task)
         done: dict[int, RangeOutcome] = {}
         counts = [0] * len(tasks)
         shown = wanted_index = 0

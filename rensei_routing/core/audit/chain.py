@@ -37,7 +37,6 @@ from ...errors import MalformedError
 from .. import _parse as p
 from ..canonical import SHA256_PREFIX, canonical_bytes, digest, sha256_hex
 from ..redact import DEFAULT_REDACTOR, Redactor
-from ..routing.ids import ScanMemo
 from ..timestamps import check_timestamp, format_timestamp, is_timestamp
 from .note import (
     NOTE_MAX_BYTES,
@@ -129,6 +128,8 @@ def encode_payloads(payloads: Iterable[Any], redactor: Redactor = DEFAULT_REDACT
     Raises:
         CanonicalEncodingError: a payload is not a JSON value with a canonical form.
     """
+    from ..routing.ids import ScanMemo  # the routing domain, only when a batch is encoded
+
     scan = ScanMemo(redactor)
     out: list[bytes] = []
     for payload in payloads:
