@@ -58,8 +58,10 @@ __all__ = [
     "wanted",
 ]
 
-#: Below this many records (judged by the largest seq) one process walks the chain.
-PARALLEL_MIN_RECORDS: Final = 100_000
+#: Below this many records (judged by the largest seq) one process walks the chain: starting
+#: two workers costs ~0.5 s on a busy 2-core machine, what one process needs for ~50-100k small
+#: records (docs/performance.md, issue 21).
+PARALLEL_MIN_RECORDS: Final = 250_000
 #: Ranges per worker: enough that a slow worker (a shared machine) does not hold the others up,
 #: few enough that opening a range costs nothing measurable.
 RANGES_PER_WORKER: Final = 8
