@@ -6,7 +6,7 @@ the call by writing ``5`` to ``/proc/self/clear_refs``; ``ru_maxrss`` is not use
 a child started by fork + exec inherits its parent's high-water mark and would report the
 benchmark runner's memory instead of its own. Elsewhere ``ru_maxrss`` is the fallback.
 
-    python -m benchmarks._worker verify DB ORIGIN   # AuditLog.verify()
+    python -m benchmarks._worker verify DB ORIGIN [WORKERS]   # AuditLog.verify(workers=...)
     python -m benchmarks._worker scan DB ORIGIN     # baseline: raw scan + decompress + SHA-256
     python -m benchmarks._worker validate N         # validate N globals that all conflict
 
@@ -69,13 +69,18 @@ class _Peak:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def _verify(path: Path, origin: str) -> dict[str, Any]:
+def children_peak_kib() -> int:
+    """The largest peak resident memory of a waited-for child (verify's worker processes)."""
+    return int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+
+
+def _verify(path: Path, origin: str, workers: int | None = None) -> dict[str, Any]:
     with AuditLog(path, origin=origin) as log:
         log.head()  # open both connections outside the timed call (reads one row)
         peak = _Peak()
         peak.start()
         start = time.perf_counter()
-        result = log.verify()
+        result = log.verify(workers=workers)
         seconds = time.perf_counter() - start
         memory = peak.stop()
     return {
@@ -83,6 +88,7 @@ def _verify(path: Path, origin: str) -> dict[str, Any]:
         "records": result.records_checked,
         "ok": bool(result),
         "detail": result.reason,
+        "workers_peak_kib": children_peak_kib(),
         **memory,
     }
 
@@ -151,11 +157,12 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "validate":
         print(json.dumps(_validate(int(argv[1]))))
         return 0
-    if len(argv) != 3 or argv[0] not in ("verify", "scan"):
+    if len(argv) not in (3, 4) or argv[0] not in ("verify", "scan"):
         print(__doc__, file=sys.stderr)
         return 2
     mode, path, origin = argv[0], Path(argv[1]), argv[2]
-    out = _verify(path, origin) if mode == "verify" else _scan(path)
+    workers = int(argv[3]) if len(argv) == 4 else None
+    out = _verify(path, origin, workers) if mode == "verify" else _scan(path)
     print(json.dumps(out))
     return 0
 

@@ -464,3 +464,31 @@ def decision_payloads(count: int, policies: int = 1_000) -> tuple[dict[str, Any]
     """``count`` audit payloads shaped like real ones: ``RouteDecision.to_dict()`` of decisions
     over a ``policies``-policy set (default trace), the JSON form of what ``--record`` stores."""
     return tuple(d.to_dict() for d in decisions(count, policies))
+
+
+def decision_dicts(count: int, seed: int = 21) -> tuple[dict[str, Any], ...]:
+    """``count`` plain decision-shaped dicts (issue 21): 15 fields, ~465 canonical bytes each,
+    no explanation trace; what an integration that logs its own summary of a decision writes."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        out.append(
+            {
+                "decision_id": f"dec_{rng.getrandbits(96):024x}",
+                "outcome": rng.choice(("selected", "fallback", "denied")),
+                "reason": rng.choice(("policy-match", "default", "no-eligible-account")),
+                "policy_id": f"pol-{rng.randrange(1_000):04d}",
+                "policy_revision": rng.randrange(1, 500),
+                "account": f"acct-{rng.randrange(40)}",
+                "model": rng.choice(("claude-sonnet-4", "claude-opus-4", "claude-haiku-4")),
+                "provider": "anthropic",
+                "project": f"proj-{rng.randrange(200)}",
+                "repo": f"org/repo-{rng.randrange(5_000)}",
+                "pool": rng.choice(("default", "batch", "interactive")),
+                "ruleset_rev": f"r-{rng.randrange(10_000):06d}",
+                "snapshot_hash": f"sha256:{rng.getrandbits(256):064x}",
+                "recorded_by": f"host-{rng.randrange(64):02d}.example",
+                "context": {"task": "build", "priority": rng.randrange(5), "labels": ["ci"]},
+            }
+        )
+    return tuple(out)

@@ -109,12 +109,20 @@ def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
     help="With --file: a public key file (ed25519:<base64>, e.g. <home>/keys/host.pub) that "
     "signs the --checkpoint notes (repeatable).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=1024),
+    default=None,
+    help="Processes that check ranges of the chain at once (default: every core; 1: one "
+    "process). The verdict is the same; small logs are always walked in one process.",
+)
 @home_option
 @json_option
 def audit_verify(
     checkpoint_files: tuple[Path, ...],
     files: tuple[Path, ...],
     trust: tuple[Path, ...],
+    workers: int | None,
     home: Path,
     json_: bool,
 ) -> None:
@@ -145,7 +153,7 @@ def audit_verify(
             with AuditLog.open(home_of(home)) as log:
                 total = log.count() if sys.stderr.isatty() else 0
                 with _progress(total) as progress:
-                    result = log.verify(checkpoints, progress=progress)
+                    result = log.verify(checkpoints, progress=progress, workers=workers)
     except (RenseiRoutingError, OSError) as e:
         raise CouldNotVerifyError(f"could not verify: {e}") from e
     try:

@@ -32,10 +32,10 @@ from ..core.audit.chain import (
     VerifyResult,
     checkpoint_origin,
     encode_payload,
+    encode_payloads,
     link_stamped,
     note_key_hash,
     parse_checkpoint,
-    verify_chain,
 )
 from ..core.redact import DEFAULT_REDACTOR, Redactor
 from ..core.timestamps import check_timestamp
@@ -47,6 +47,7 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
+from . import parallel
 from .codec import FUNCTION, Codec
 from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
@@ -225,9 +226,7 @@ class AuditLog:
             CanonicalEncodingError: a payload is not a canonical JSON value (nothing written).
             StoreError: the database write failed (nothing was written).
         """
-        redactor = self._redactor
-        encoded = [encode_payload(p, redactor) for p in payloads]
-        return self._append(encoded, recorded_at)[0]
+        return self._append(encode_payloads(payloads, self._redactor), recorded_at)[0]
 
     def append_within(
         self, change: Callable[[apsw.Connection], Iterable[Any]], *, recorded_at: str
@@ -410,8 +409,11 @@ class AuditLog:
         *,
         stored: bool = True,
         progress: Callable[[int], None] | None = None,
+        workers: int | None = None,
     ) -> VerifyResult:
-        """Walk the whole chain in one read snapshot (see :func:`.chain.verify_chain`).
+        """Walk the whole chain in one read snapshot (see :func:`.chain.verify_chain`), cut into
+        ranges checked by ``workers`` processes (default: every core; see :mod:`.parallel`: the
+        verdict is the one walk's, and a small log is walked in this process).
 
         ``checkpoints`` (e.g. exported notes) and, with ``stored``, every stored checkpoint are
         checked against the host public key, then against the log (a stored note that no longer
@@ -426,7 +428,7 @@ class AuditLog:
         conn = self._read_conn()
         try:
             with conn:
-                result = self._verify_in(conn, checkpoints, stored, progress, self._public)
+                result = self._verify_in(conn, checkpoints, stored, progress, self._public, workers)
         except apsw.Error as e:
             raise store_error("cannot read the audit log", e, self._path) from e
         return result
@@ -438,6 +440,7 @@ class AuditLog:
         stored: bool,
         progress: Callable[[int], None] | None,
         public: signing.PublicKey | None,
+        workers: int | None = None,
     ) -> VerifyResult:
         """The whole of :meth:`verify`, inside a transaction the caller holds on ``conn``."""
         cps = list(checkpoints)
@@ -459,26 +462,16 @@ class AuditLog:
             sig = cp.signature_by(self.origin, note_key_hash(self.origin, public.raw))
             return sig is not None and signing.check(public, cp.body, sig)
 
-        cursors: list[apsw.Cursor] = []
-
-        def walk() -> apsw.Cursor:
-            """The rows from genesis, in the caller's read transaction (so the same snapshot:
-            ``verify_chain`` walks them a second time to name a failure below a checkpoint)."""
-            cursors.append(conn.execute(f"{_SELECT} ORDER BY seq"))
-            return cursors[-1]
-
-        try:
-            return verify_chain(
-                walk(),
-                checkpoints=cps,
-                origin=self.origin,
-                signature_ok=signature_ok if cps else None,
-                progress=progress,
-                rows_again=walk,
-            )
-        finally:
-            for cursor in cursors:
-                cursor.close(True)
+        return parallel.walk(
+            conn,
+            self._path,
+            cps,
+            origin=self.origin,
+            signature_ok=signature_ok if cps else None,
+            progress=progress,
+            workers=workers,
+            options=self._options,
+        )
 
     def _stored_checkpoints(self, conn: apsw.Connection) -> list[Checkpoint]:
         rows = conn.execute("SELECT id, note FROM audit_checkpoints ORDER BY size, id").fetchall()

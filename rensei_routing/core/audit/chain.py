@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _e
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from ...errors import MalformedError
 from .. import _parse as p
@@ -47,6 +47,8 @@ from .note import (
     note_key_hash,
     parse_checkpoint,
 )
+from .verdict import GENESIS_HASH, REASONS, Reason, VerifyResult
+from .verdict import broken as _broken
 
 __all__ = [
     "GENESIS_HASH",
@@ -61,8 +63,11 @@ __all__ = [
     "Reason",
     "VerifyResult",
     "check_timestamp",
+    "checkpoint_marks",
     "checkpoint_origin",
     "encode_payload",
+    "encode_payloads",
+    "end_of_log",
     "format_timestamp",
     "link_rows",
     "link_stamped",
@@ -71,29 +76,9 @@ __all__ = [
     "payload_hash",
     "record_hash",
     "verify_chain",
+    "walk_range",
 ]
 
-GENESIS_HASH: Final = SHA256_PREFIX + "0" * 64
-
-Reason = Literal[
-    "seq-gap",
-    "prev-hash-mismatch",
-    "payload-hash-mismatch",
-    "record-hash-mismatch",
-    "unparseable-record",
-    "truncated-below-checkpoint",
-    "checkpoint-signature-invalid",
-]
-#: Every reason code :func:`verify_chain` can report, in the order checks run on one record.
-REASONS: Final[tuple[Reason, ...]] = (
-    "unparseable-record",
-    "seq-gap",
-    "prev-hash-mismatch",
-    "payload-hash-mismatch",
-    "record-hash-mismatch",
-    "truncated-below-checkpoint",
-    "checkpoint-signature-invalid",
-)
 
 #: The column order of a stored row, as :func:`verify_chain` expects it.
 ROW_COLUMNS: Final = ("seq", "recorded_at", "prev_hash", "payload_hash", "record_hash", "payload")
@@ -130,6 +115,31 @@ def encode_payload(payload: Any, redactor: Redactor = DEFAULT_REDACTOR) -> bytes
     if redactor.might_match(data.decode("utf-8")):
         data = canonical_bytes(redactor.redact(payload))
     return data
+
+
+def encode_payloads(payloads: Iterable[Any], redactor: Redactor = DEFAULT_REDACTOR) -> list[bytes]:
+    """:func:`encode_payload` of each payload, in order, with the redaction pre-check of one
+    batch remembered per distinct string: a payload object whose type has
+    ``stored_may_redact(scan)`` (a decision, a shadow record) answers it from the strings it
+    holds through one shared :class:`~rensei_routing.core.routing.ids.ScanMemo` (names, ids
+    and models repeat across a batch), and when that says nothing can match, its canonical
+    bytes are stored as they are, exactly what :func:`encode_payload` returns then. Any other
+    payload takes :func:`encode_payload` itself.
+
+    Raises:
+        CanonicalEncodingError: a payload is not a JSON value with a canonical form.
+    """
+    from ..routing.ids import ScanMemo  # the routing domain, only when a batch is encoded
+
+    scan = ScanMemo(redactor)
+    out: list[bytes] = []
+    for payload in payloads:
+        hook = getattr(type(payload), "stored_may_redact", None)
+        if hook is not None and not hook(payload, scan):
+            out.append(bytes(payload.canonical()))
+        else:
+            out.append(encode_payload(payload, redactor))
+    return out
 
 
 def payload_hash(data: bytes) -> str:
@@ -287,38 +297,6 @@ def _one_line(text: str) -> str:
 # -- verification -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VerifyResult:
-    """What :func:`verify_chain` found; truthy when the chain (and every checkpoint) holds.
-
-    ``first_broken_seq`` is the seq at which the chain stops holding (records below it verified),
-    ``None`` when intact or when a checkpoint itself is untrustworthy.
-    """
-
-    ok: bool
-    records_checked: int
-    first_broken_seq: int | None = None
-    reason: Reason | None = None
-    detail: str = ""
-    head_hash: str = GENESIS_HASH
-    checkpoints_checked: int = 0
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (keys as the field names)."""
-        return {
-            "ok": self.ok,
-            "records_checked": self.records_checked,
-            "first_broken_seq": self.first_broken_seq,
-            "reason": self.reason,
-            "detail": self.detail,
-            "head_hash": self.head_hash,
-            "checkpoints_checked": self.checkpoints_checked,
-        }
-
-
 def verify_chain(
     rows: Iterable[Sequence[Any]],
     *,
@@ -360,6 +338,41 @@ def verify_chain(
     Raises:
         ValueError: checkpoints were given without ``signature_ok``.
     """
+    marks = checkpoint_marks(checkpoints, origin=origin, signature_ok=signature_ok)
+    if isinstance(marks, VerifyResult):
+        return marks
+    # Every checkpoint has passed its signature check by now, so the largest one whose signer
+    # says it parsed what it signed may spare the parse below its size.
+    parsed_below = 0
+    if rows_again is not None:
+        parsed_below = max(
+            (c.size for c in checkpoints if STRICT_PAYLOADS in c.extensions), default=0
+        )
+    count = len(checkpoints)
+    result = _walk(rows, marks, count, progress, start_seq, start_hash, parsed_below)
+    seq = result.first_broken_seq
+    if rows_again is not None and seq is not None and seq < parsed_below:
+        # Unparsed records may hide the first broken one: e.g. a record rewritten as non-JSON,
+        # hashes recomputed after it, shows here only as a mismatch with the checkpoint. The
+        # strict walk names it. (A failure at or above the size needs no second walk: the
+        # record below it matched the checkpoint, so every unparsed record is the signer's.)
+        # It stops at or before ``seq``, so it has no progress to report beyond the first's.
+        result = _walk(rows_again(), marks, count, None, start_seq, start_hash, 0)
+    return result
+
+
+def checkpoint_marks(
+    checkpoints: Sequence[Checkpoint],
+    *,
+    origin: str | None,
+    signature_ok: Callable[[Checkpoint], bool] | None,
+) -> dict[int, list[str]] | VerifyResult:
+    """The checks :func:`verify_chain` runs on ``checkpoints`` before any record: the head
+    hashes the walk must meet, by size, or the failure that ends the verification.
+
+    Raises:
+        ValueError: checkpoints were given without ``signature_ok``.
+    """
     if checkpoints and signature_ok is None:
         raise ValueError("checkpoints need a signature check")
     marks: dict[int, list[str]] = {}
@@ -388,24 +401,23 @@ def verify_chain(
                 "truncated-below-checkpoint",
                 "checkpoint of size 0 does not carry the genesis hash",
             )
-    # Every checkpoint has passed its signature check by now, so the largest one whose signer
-    # says it parsed what it signed may spare the parse below its size.
-    parsed_below = 0
-    if rows_again is not None:
-        parsed_below = max(
-            (c.size for c in checkpoints if STRICT_PAYLOADS in c.extensions), default=0
-        )
-    count = len(checkpoints)
-    result = _walk(rows, marks, count, progress, start_seq, start_hash, parsed_below)
-    seq = result.first_broken_seq
-    if rows_again is not None and seq is not None and seq < parsed_below:
-        # Unparsed records may hide the first broken one: e.g. a record rewritten as non-JSON,
-        # hashes recomputed after it, shows here only as a mismatch with the checkpoint. The
-        # strict walk names it. (A failure at or above the size needs no second walk: the
-        # record below it matched the checkpoint, so every unparsed record is the signer's.)
-        # It stops at or before ``seq``, so it has no progress to report beyond the first's.
-        result = _walk(rows_again(), marks, count, None, start_seq, start_hash, 0)
-    return result
+    return marks
+
+
+def walk_range(
+    rows: Iterable[Sequence[Any]],
+    marks: dict[int, list[str]],
+    *,
+    expected: int,
+    prev: str,
+    parsed_below: int,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyResult:
+    """One stretch of :func:`verify_chain`'s walk: ``rows`` checked from the state
+    ``(expected, prev)`` exactly as a whole walk checks them there (the same code), but with no
+    end-of-log check and no final progress call; a success carries the state after the last
+    row (``records_checked`` = the next expected seq, ``head_hash``). See :mod:`.ranges`."""
+    return _walk(rows, marks, 0, progress, expected, prev, parsed_below, final=False)
 
 
 def _walk(
@@ -416,6 +428,8 @@ def _walk(
     expected: int,
     prev: str,
     parsed_below: int,
+    *,
+    final: bool = True,
 ) -> VerifyResult:
     """One walk of :func:`verify_chain`. Records below ``parsed_below`` skip the payload parse
     and the ``recorded_at`` form: their record hash covers ``recorded_at``, so once the record
@@ -484,8 +498,16 @@ def _walk(
                     )
         if progress is not None and expected % PROGRESS_EVERY == 0:
             progress(expected)
+    if not final:
+        return VerifyResult(ok=True, records_checked=expected, head_hash=prev)
     if progress is not None:
         progress(expected)
+    return end_of_log(marks, count, expected, prev)
+
+
+def end_of_log(marks: dict[int, list[str]], count: int, expected: int, prev: str) -> VerifyResult:
+    """The verdict of a walk that read every row without a failure: ``expected`` records,
+    head ``prev``; ``truncated-below-checkpoint`` if a checkpoint vouches for more."""
     beyond = [size for size in marks if size > expected]
     if beyond:
         return _broken(
@@ -574,16 +596,3 @@ def _check_row(row: Sequence[Any], expected: int, prev: str) -> VerifyResult | N
             prev,
         )
     return None
-
-
-def _broken(
-    checked: int, seq: int | None, reason: Reason, detail: str, head: str = GENESIS_HASH
-) -> VerifyResult:
-    return VerifyResult(
-        ok=False,
-        records_checked=checked,
-        first_broken_seq=seq,
-        reason=reason,
-        detail=detail,
-        head_hash=head,
-    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
 from json.encoder import encode_basestring as _e
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import _parse as p
 from ..canonical import canonical_bytes
@@ -26,6 +26,9 @@ from .explanation import (
     explanation_of,
 )
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
+
+if TYPE_CHECKING:  # ids imports this module
+    from .ids import ScanMemo
 
 __all__ = ["RouteDecision"]
 
@@ -252,6 +255,12 @@ class RouteDecision(_DecisionFields):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_decision_from_fields, self._values())
+
+    def stored_may_redact(self, scan: ScanMemo) -> bool:
+        """Whether the redactor behind ``scan`` might change this decision's record (any
+        string or key of :meth:`to_dict`); ``False``: its stored form is :meth:`canonical`
+        (see :func:`rensei_routing.core.audit.chain.encode_payloads`)."""
+        return scan.record_may_redact(self, None)
 
     def canonical(self) -> bytes:
         """RFC 8785 bytes of :meth:`to_dict`, written directly: what the audit log stores for a

@@ -312,6 +312,12 @@ class ShadowDecision:
             "divergence": self.divergence,
         }
 
+    def stored_may_redact(self, scan: ScanMemo) -> bool:
+        """Whether the redactor behind ``scan`` might change this record (any string value, or
+        a key of :data:`RECORD_KEYS`); ``False``: its stored form is :meth:`canonical` (see
+        :func:`rensei_routing.core.audit.chain.encode_payloads`)."""
+        return scan.may_redact((_KEYS_TEXT,)) or record_may_redact(scan, self)
+
     def canonical(self) -> bytes:
         """RFC 8785 bytes of :meth:`to_dict`, written directly around the proposed decision's
         own canonical bytes (what the audit log stores; tested equal to the encoder)."""
@@ -433,6 +439,7 @@ _OPTIONAL: Final = ("schema_version", "principal_id")
 #: Every object key a shadow record adds to those of a decision record (its own and its actual
 #: route's): a redactor whose pre-check might match one scans every record whole.
 RECORD_KEYS: Final = (*_REQUIRED, *_OPTIONAL, "provider", "transport")
+_KEYS_TEXT: Final = " ".join(RECORD_KEYS)
 
 
 def record_may_redact(scan: ScanMemo, record: ShadowDecision) -> bool:

@@ -1,0 +1,365 @@
+"""Verification of the audit chain on every core: the chain is cut into seq ranges, each checked
+in a worker process with its own read-only connection (links, hashes and the strict parse of
+its rows), and the seams are joined in order by :func:`rensei_routing.core.audit.ranges.join`,
+so the first broken seq, its reason and its detail are exactly those of the one-process walk.
+Owns the worker pool; the rules are the core's (:mod:`..core.audit.chain`, ``.ranges``).
+
+The ranges are bounded by the largest seq stored when the verification starts (read in the
+caller's read transaction, with the checkpoints): rows appended while the workers run lie
+above every range and are not counted, as a one-process walk in one snapshot does not count
+them. Each worker streams its rows through a cursor and returns one seam row and one verdict,
+so memory stays flat at any log size. Workers are processes of our own (``python -m`` this module,
+see :class:`_Pool`): never a ``fork`` of a process that may hold threads, locks or connections,
+and never a second run of the caller's ``__main__``.
+
+The one-process walk is kept (:func:`wanted` says when): for ``workers=1``, for a log of
+fewer than :data:`PARALLEL_MIN_RECORDS` records (starting workers costs more than it saves),
+and for a connection on a custom VFS (registered in this process only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, Final
+
+import apsw
+
+from ..core.audit.chain import (
+    ROW_COLUMNS,
+    STRICT_PAYLOADS,
+    Checkpoint,
+    VerifyResult,
+    checkpoint_marks,
+    verify_chain,
+)
+from ..core.audit.ranges import RangeOutcome, check_range, join
+from ..core.audit.verdict import GENESIS_HASH
+from ..errors import StoreError
+from .codec import FUNCTION
+from .db import close_quietly, connect
+from .home import ConnectOptions
+
+__all__ = [
+    "PARALLEL_MIN_RECORDS",
+    "RANGES_PER_WORKER",
+    "default_workers",
+    "verify_in_workers",
+    "walk",
+    "wanted",
+]
+
+#: Below this many records (judged by the largest seq) one process walks the chain: starting
+#: two workers costs ~0.5 s on a busy 2-core machine, what one process needs for ~50-100k small
+#: records (docs/performance.md, issue 21).
+PARALLEL_MIN_RECORDS: Final = 250_000
+#: Ranges per worker: enough that a slow worker (a shared machine) does not hold the others up,
+#: few enough that opening a range costs nothing measurable.
+RANGES_PER_WORKER: Final = 8
+#: Ranges handed to each worker ahead of its outcomes.
+_IN_FLIGHT: Final = 2
+#: How often (seconds) the parent reports the workers' progress while it waits.
+_POLL: Final = 0.2
+_SELECT_ALL: Final = (
+    f"SELECT {', '.join(ROW_COLUMNS[:-1])}, {FUNCTION}(payload) AS payload FROM audit_records "
+    "ORDER BY seq"
+)
+_SELECT: Final = _SELECT_ALL.replace("ORDER BY", "WHERE seq >= ? AND seq < ? ORDER BY")
+
+#: One range to check: (index, lo, hi, checkpoint marks, parsed_below).
+_Task = tuple[int, int, int, dict[int, list[str]], int]
+#: The directory holding the package, put on the workers' path.
+_ROOT: Final = str(Path(__file__).resolve().parent.parent.parent)
+
+
+def default_workers() -> int:
+    """The number of workers ``verify()`` uses by default: every core (``os.cpu_count()``)."""
+    return max(1, os.cpu_count() or 1)
+
+
+def wanted(workers: int, records: int, vfs: str | None) -> bool:
+    """Whether a log of about ``records`` records is checked in ``workers`` processes."""
+    return workers > 1 and records >= PARALLEL_MIN_RECORDS and vfs is None
+
+
+def _send(out: IO[bytes], message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(struct.pack(">Q", len(data)) + data)
+    out.flush()
+
+
+def _receive(inp: IO[bytes]) -> Any:
+    """The next message on ``inp``, or ``None`` at its end."""
+    head = inp.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack(">Q", head)
+    return pickle.loads(inp.read(size))
+
+
+def _check(conn: apsw.Connection, task: _Task, out: IO[bytes]) -> tuple[str, int, Any]:
+    """Check the range ``[lo, hi)`` in one read transaction: ``("ok", index, outcome)`` or
+    ``("error", index, message)`` (an exception is not sent: a typed error may not unpickle)."""
+    index, lo, hi, marks, parsed_below = task
+
+    def progress(seq: int) -> None:
+        _send(out, ("progress", index, seq - lo))
+
+    try:
+        with conn:
+            cursor = conn.execute(_SELECT, (lo, hi))
+            try:
+                outcome = check_range(cursor, marks, parsed_below=parsed_below, progress=progress)
+            finally:
+                cursor.close(True)
+    except Exception as e:
+        return "error", index, f"{type(e).__name__}: {e}"
+    return "ok", index, outcome
+
+
+def serve(path: Path, busy_timeout_ms: int) -> int:
+    """A worker process (``python -m rensei_routing.store.parallel DB BUSY_MS``): its own
+    read-only connection; ranges in on stdin, progress and outcomes out on stdout, until stdin
+    ends. Only ever started by :func:`_run`, which trusts what it reads back."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        conn = connect(path, write=False, busy_timeout_ms=busy_timeout_ms)
+    except Exception as e:
+        _send(out, ("error", -1, f"{type(e).__name__}: {e}"))
+        return 1
+    try:
+        while (task := _receive(inp)) is not None:
+            _send(out, _check(conn, task, out))
+    finally:
+        close_quietly(conn)
+    return 0
+
+
+def walk(
+    conn: apsw.Connection,
+    path: Path,
+    checkpoints: Sequence[Checkpoint],
+    *,
+    origin: str,
+    signature_ok: Callable[[Checkpoint], bool] | None,
+    progress: Callable[[int], None] | None,
+    workers: int | None,
+    options: ConnectOptions,
+) -> VerifyResult:
+    """:func:`.chain.verify_chain` over every row of ``conn`` (in a read transaction the caller
+    holds), in ``workers`` processes (``None``: :func:`default_workers`) when :func:`wanted`,
+    else in this one.
+
+    Raises:
+        StoreError: a worker could not read its range, or a worker process failed.
+        apsw.Error: this process could not read the rows.
+    """
+    n = default_workers() if workers is None else workers
+    row = conn.execute("SELECT max(seq) FROM audit_records").fetchone()
+    top = -1 if row is None or row[0] is None else int(row[0])
+    if wanted(n, top + 1, options.vfs):
+        spare = max((c.size for c in checkpoints if STRICT_PAYLOADS in c.extensions), default=0)
+        return verify_in_workers(
+            path,
+            checkpoints,
+            top=top,
+            origin=origin,
+            signature_ok=signature_ok,
+            progress=progress,
+            workers=n,
+            busy_timeout_ms=options.busy_timeout_ms,
+            parsed_below=spare,
+        )
+    cursors: list[apsw.Cursor] = []
+
+    def rows() -> apsw.Cursor:
+        """The rows from genesis, in the caller's read transaction (so the same snapshot:
+        ``verify_chain`` walks them a second time to name a failure below a checkpoint)."""
+        cursors.append(conn.execute(_SELECT_ALL))
+        return cursors[-1]
+
+    try:
+        return verify_chain(
+            rows(),
+            checkpoints=checkpoints,
+            origin=origin,
+            signature_ok=signature_ok,
+            progress=progress,
+            rows_again=rows,
+        )
+    finally:
+        for cursor in cursors:
+            cursor.close(True)
+
+
+def verify_in_workers(
+    path: Path,
+    checkpoints: Sequence[Checkpoint],
+    *,
+    top: int,
+    origin: str,
+    signature_ok: Callable[[Checkpoint], bool] | None,
+    progress: Callable[[int], None] | None,
+    workers: int,
+    busy_timeout_ms: int,
+    parsed_below: int,
+) -> VerifyResult:
+    """:func:`.chain.verify_chain`'s verdict on the rows of ``path`` with seq ``0..top`` (the
+    largest stored, read by the caller with the checkpoints), reached in ``workers`` processes.
+    ``parsed_below`` as there (the largest checkpoint carrying ``payloads: strict-json``): a
+    failure below it is looked for again with every payload parsed, so the verdict is a full
+    strict walk's.
+
+    Raises:
+        StoreError: a worker could not read its range, or a worker process failed.
+    """
+    marks = checkpoint_marks(checkpoints, origin=origin, signature_ok=signature_ok)
+    if isinstance(marks, VerifyResult):
+        return marks
+    result = _run(
+        path, marks, len(checkpoints), top, workers, busy_timeout_ms, parsed_below, progress
+    )
+    seq = result.first_broken_seq
+    if parsed_below and seq is not None and seq < parsed_below:
+        result = _run(path, marks, len(checkpoints), top, workers, busy_timeout_ms, 0, None)
+    return result
+
+
+def _run(
+    path: Path,
+    marks: dict[int, list[str]],
+    count: int,
+    top: int,
+    workers: int,
+    busy_timeout_ms: int,
+    parsed_below: int,
+    progress: Callable[[int], None] | None,
+) -> VerifyResult:
+    """One walk over ``[0, top]`` in ranges; see :func:`verify_in_workers`."""
+    end = top + 1
+    ranges = max(1, min(workers * RANGES_PER_WORKER, end))
+    step = max(1, math.ceil(end / ranges))
+    tasks = [
+        (i, lo, min(lo + step, end), marks, parsed_below)
+        for i, lo in enumerate(range(0, end, step))
+    ]
+    pool = _Pool(path, busy_timeout_ms, min(workers, len(tasks)))
+    try:
+        result = join(
+            pool.outcomes(tasks, progress),
+            marks,
+            checkpoints=count,
+            parsed_below=parsed_below,
+            start_hash=GENESIS_HASH,
+        )
+    finally:
+        pool.close()
+    if progress is not None:
+        progress(result.records_checked)
+    return result
+
+
+class _Pool:
+    """Worker processes of our own (not ``multiprocessing``: its ``spawn`` and ``forkserver``
+    run the caller's ``__main__`` again in every worker, and a plain ``fork`` would copy this
+    process's SQLite locks and threads). Each is ``python -m`` this module; a reader thread
+    per worker queues what it sends."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int, count: int) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (_ROOT, env.get("PYTHONPATH"))))
+        self._messages: queue.Queue[tuple[int, Any]] = queue.Queue()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        for k in range(count):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(path), str(busy_timeout_ms)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+            self._procs.append(proc)
+            threading.Thread(target=self._read, args=(k, proc), daemon=True).start()
+
+    def _read(self, k: int, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        try:
+            while (message := _receive(proc.stdout)) is not None:
+                self._messages.put((k, message))
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            pass
+        self._messages.put((k, None))
+
+    def _give(self, k: int, task: _Task) -> None:
+        stdin = self._procs[k].stdin
+        assert stdin is not None
+        try:
+            _send(stdin, task)
+        except OSError as e:
+            raise StoreError(f"an audit verify worker stopped: {e}") from e
+
+    def outcomes(
+        self, tasks: list[_Task], progress: Callable[[int], None] | None
+    ) -> Iterator[RangeOutcome]:
+        """The ranges' outcomes in seq order; ranges are handed to whichever worker is free,
+        and ``progress`` gets the records checked so far (in any range) while waiting."""
+        pending = iter(tasks)
+        # Two ranges in flight per worker: the next is already in its pipe while the parent
+        # (perhaps descheduled on a busy machine) reads the outcome of the last.
+        for _ in range(_IN_FLIGHT):
+            for k in range(len(self._procs)):
+                if (task := next(pending, None)) is not None:
+                    self._give(k, task)
+        done: dict[int, RangeOutcome] = {}
+        counts = [0] * len(tasks)
+        shown = wanted_index = 0
+        while wanted_index < len(tasks):
+            if wanted_index in done:
+                yield done.pop(wanted_index)
+                wanted_index += 1
+                continue
+            try:
+                k, message = self._messages.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+            if message is None:
+                code = self._procs[k].poll()
+                raise StoreError(f"an audit verify worker exited early (status {code})")
+            status, index, value = message
+            if status == "error":
+                raise StoreError(f"cannot read the audit log: {value}")
+            if status == "progress":
+                counts[index] = value
+            else:
+                done[index] = value
+                counts[index] = tasks[index][2] - tasks[index][1]
+                if (task := next(pending, None)) is not None:
+                    self._give(k, task)
+            if progress is not None and (total := sum(counts)) > shown:
+                shown = total
+                progress(total)
+
+    def close(self) -> None:
+        """End every worker (they may be mid-range when the verdict is already known)."""
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self._procs:
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve(Path(sys.argv[1]), int(sys.argv[2])))
