@@ -117,13 +117,18 @@ class HostSessions:
         self._redactor = redactor
         self._public: signing.PublicKey | None = None
         self._audit: AuditLog | None = None
+        self._writer_conn: apsw.Connection | None = None
         self._held: tuple[tuple[int, int, int], RulesetSnapshot | None] | None = None
 
     def close(self) -> None:
-        """Close the audit log this object holds open (it reopens on the next write)."""
+        """Close the audit log and the write connection this object holds open (they reopen on
+        the next write)."""
         if self._audit is not None:
             self._audit.close()
             self._audit = None
+        if self._writer_conn is not None:
+            self._writer_conn.close()
+            self._writer_conn = None
 
     def __enter__(self) -> HostSessions:
         return self
@@ -292,6 +297,9 @@ class HostSessions:
             StoreError: nothing written.
         """
         now_ms = epoch_ms(now)
+        quick = self._quick_beat(session_id, now_ms)
+        if quick is not None:
+            return quick
         outcome: list[Heartbeat] = []
         refused: list[ReceiptError] = []
 
@@ -344,6 +352,36 @@ class HostSessions:
         if refused:
             raise refused[0]
         return outcome[-1]
+
+    def _quick_beat(self, session_id: str, now_ms: int) -> Heartbeat | None:
+        """The common heartbeat, which records nothing: an open session, no lapsed lease on the
+        host, no new revocation; renewed in one short transaction on this object's own write
+        connection. ``None`` (nothing written) whenever a transition must be recorded: the
+        caller then takes the audit log's path, which commits the change with its records."""
+        conn = self._writer()
+        with conn:
+            store = SessionStore(conn)
+            current = store.get_if_none_lapsed(session_id, now_ms=now_ms)
+            if current is None or current.state != "open":
+                return None
+            snapshot_state, revoked = self._revocation(current)
+            if revoked is not None and current.revoked_rev is None:
+                return None  # a new revocation: recorded by the slow path
+            if revoked is not None and current.on_revoke == DRAIN:
+                return None
+            store.renew(session_id, now_ms=now_ms, lease_ms=current.lease_ms)
+            beat = Heartbeat(
+                session=current.renewed(now_ms, revoked_rev=current.revoked_rev or revoked),
+                action="continue",
+                revoked_rev=revoked,
+                snapshot=snapshot_state,
+            )
+        return beat
+
+    def _writer(self) -> apsw.Connection:
+        if self._writer_conn is None:
+            self._writer_conn = self._home.connect(write=True)
+        return self._writer_conn
 
     def end(self, session_id: str, *, now: datetime) -> SessionRow:
         """End a session (its work finished).

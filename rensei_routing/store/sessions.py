@@ -95,9 +95,11 @@ class SessionRow:
         }
 
 
+_NAMES: Final = tuple(n.strip() for n in _COLUMNS.split(","))
+
+
 def _row(values: Any) -> SessionRow:
-    names = [n.strip() for n in _COLUMNS.split(",")]
-    return SessionRow(**dict(zip(names, values, strict=True)))
+    return SessionRow(**dict(zip(_NAMES, values, strict=True)))
 
 
 class SessionStore:
@@ -188,6 +190,22 @@ class SessionStore:
         except apsw.Error as e:
             raise StoreError(f"cannot read sessions: {e}") from e
         return None if row is None else _row(row)
+
+    def get_if_none_lapsed(self, session_id: str, *, now_ms: int) -> SessionRow | None:
+        """The session, in one read that also tells no open session's lease has lapsed by
+        ``now_ms``; ``None`` when it is absent or some lease lapsed (the caller then takes the
+        path that records expiries). Raises: StoreError."""
+        try:
+            row = self._conn.execute(
+                f"SELECT {_COLUMNS}, EXISTS (SELECT 1 FROM sessions WHERE state = 'open' "
+                "AND expires_ms < ?) FROM sessions WHERE session_id = ?",
+                (now_ms, session_id),
+            ).fetchone()
+        except apsw.Error as e:
+            raise StoreError(f"cannot read sessions: {e}") from e
+        if row is None or row[-1]:
+            return None
+        return _row(row[:-1])
 
     def renew(self, session_id: str, *, now_ms: int, lease_ms: int) -> None:
         """A heartbeat: the lease runs ``lease_ms`` from ``now_ms``."""
