@@ -8,8 +8,8 @@ One record a line, keys sorted, compact separators, newline-terminated::
      "recorded_at":"..","schema_version":1,"seq":0}
 
 * HydraFlow's canonical JSON is ``json.dumps(value, sort_keys=True, separators=(",", ":"),
-  ensure_ascii=True, default=str)`` (not RFC 8785: non-ASCII is ``\\uXXXX``-escaped, floats are
-  Python's ``repr``, keys sort by code point).
+  ensure_ascii=True, default=str)`` (not RFC 8785: non-ASCII is escaped as ``\\u`` + 4 hex
+  digits, floats are Python's ``repr``, keys sort by code point).
 * ``payload_hash`` = ``sha256:`` + hex SHA-256 of that text of the (stored, redacted) payload;
   ``record_hash`` = ``sha256:`` + hex SHA-256 of ``"<seq>|<prev_hash>|<payload_hash>"``; the
   first ``prev_hash`` is :data:`~.chain.GENESIS_HASH`; seqs run 0, 1, 2... ``recorded_at`` and
