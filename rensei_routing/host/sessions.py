@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -38,7 +39,7 @@ from ..core.snapshot.freshness import format_age
 from ..core.snapshot.postures import BudgetResult, ClaimGate, admit_budget
 from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS, Receipt
 from ..core.timestamps import format_timestamp
-from ..errors import ReceiptError, SnapshotError, StoreError
+from ..errors import ReceiptError, SnapshotError
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ..store.sessions import DRAIN, ENDED, EXPIRED, FINISH, ON_REVOKE, SessionRow, SessionStore
@@ -433,8 +434,9 @@ class HostSessions:
             self._audit = AuditLog.open(self._home, redactor=self._redactor)
         return self._audit
 
-    def _conn(self) -> _Reader:
-        return _Reader(self._home)
+    def _conn(self) -> closing[apsw.Connection]:
+        """A read-only connection to the home, closed on exit."""
+        return closing(self._home.connect(write=False))
 
     def _get(self, session_id: str) -> SessionRow:
         with self._conn() as conn:
@@ -534,22 +536,3 @@ class HostSessions:
             "at": format_timestamp(now),
             **({"revokedRev": revoked_rev} if revoked_rev is not None else {}),
         }
-
-
-class _Reader:
-    """A read-only connection to the home, closed on exit."""
-
-    def __init__(self, home: Home) -> None:
-        self._home = home
-        self._conn: apsw.Connection | None = None
-
-    def __enter__(self) -> apsw.Connection:
-        try:
-            self._conn = self._home.connect(write=False)
-        except StoreError:
-            raise
-        return self._conn
-
-    def __exit__(self, *exc: object) -> None:
-        if self._conn is not None:
-            self._conn.close()
