@@ -44,3 +44,33 @@ def read_only_view(folder: Path) -> Iterator[Path]:
         yield view
     finally:
         subprocess.run(["umount", str(view)], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[object]:
+    """One throwaway PostgreSQL cluster for the session (Debian's ``postgresql`` package, a temp
+    directory, a free loopback port), stopped and removed at the end."""
+    from rensei_routing.ops.pgcluster import throwaway_cluster
+
+    with throwaway_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(pg_cluster: object) -> Iterator[str]:
+    """A fresh, empty database in the session's cluster for one test; dropped after it."""
+    import uuid
+
+    import psycopg
+
+    from rensei_routing.ops.pgcluster import Cluster
+
+    assert isinstance(pg_cluster, Cluster)
+    name = "t_" + uuid.uuid4().hex[:16]
+    with psycopg.connect(pg_cluster.url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg_cluster.url_for(name)
+    finally:
+        with psycopg.connect(pg_cluster.url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
