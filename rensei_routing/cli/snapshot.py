@@ -25,7 +25,7 @@ from ..files import atomic_write, read_limited
 from ..plugins.manager import snapshot_validators
 from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text
-from ._inputs import _named, read_document
+from ._inputs import SOURCE, _named, read_document
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -40,7 +40,7 @@ def org() -> None:
 
 
 @org.command(name="load")
-@click.argument("source", metavar="FILE")
+@click.argument("source", type=SOURCE, metavar="FILE")
 @home_option
 def org_load(source: str, home: Path) -> None:
     """Validate FILE (or -) and store it as the org's current data (nothing written on error)."""
