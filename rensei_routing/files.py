@@ -14,7 +14,14 @@ from pathlib import Path
 
 from .errors import ConfigurationError
 
-__all__ = ["atomic_write", "fsync_dir", "mode_is_private", "read_limited", "token_from_file"]
+__all__ = [
+    "atomic_write",
+    "fsync_dir",
+    "make_private_dir",
+    "mode_is_private",
+    "read_limited",
+    "token_from_file",
+]
 
 
 def fsync_dir(path: Path) -> None:
@@ -25,6 +32,26 @@ def fsync_dir(path: Path) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_private_dir(path: Path, *, parents: bool = False) -> None:
+    """Create the directory ``path`` with mode 0700 whatever the umask (one that already exists
+    keeps its mode; missing parents, with ``parents``, get the usual umask-derived mode): how
+    every home, and every directory of a home, is made.
+
+    Raises:
+        OSError: it cannot be created, or ``path`` exists and is not a directory.
+    """
+    path = Path(path)
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask, which may take bits away
 
 
 def atomic_write(path: Path, data: bytes | Iterable[bytes], *, mode: int = 0o644) -> int:
