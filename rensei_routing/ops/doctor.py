@@ -123,7 +123,9 @@ def _serve_token(home: Home) -> Check:
     refuses to start with it), since whoever read it can fetch the org's snapshots."""
     token = home.keys_dir / "serve.token"
     if not token.exists():
-        return Check(name="serve token", status=OK, detail="none yet (created by `rensei serve`)")
+        return Check(
+            name="serve token", status=OK, detail="none (`rensei init` creates it, or `serve`)"
+        )
     mode = _mode(token)
     if mode & 0o077:
         return Check(

@@ -8,6 +8,7 @@ Layout::
     <home>/config.toml        optional settings (``[store] busy_timeout = 30``, in seconds)
     <home>/keys/host.key      Ed25519 private key, mode 0600 (directory 0700)
     <home>/keys/host.pub      its public key
+    <home>/keys/serve.token   the snapshot endpoint's bearer token, 0600 (made by ``rensei init``)
 
 The database's ``meta`` table records ``org_id`` and ``host_key_id``; a home is initialised when
 both are set and the key file matches the recorded id. Every connection to the home's database
