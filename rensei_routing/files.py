@@ -18,6 +18,7 @@ __all__ = [
     "atomic_write",
     "fsync_dir",
     "make_private_dir",
+    "missing_output_dir",
     "mode_is_private",
     "read_limited",
     "token_from_file",
@@ -52,6 +53,20 @@ def make_private_dir(path: Path, *, parents: bool = False) -> None:
             raise
         return
     os.chmod(path, 0o700)  # mkdir's mode is masked by the umask, which may take bits away
+
+
+def missing_output_dir(path: Path) -> str | None:
+    """The one rule for every output a command writes (a file, or ``backup``'s new directory):
+    its directory must exist, since no command creates the directory of an output (a mistyped
+    path would otherwise leave a tree of new directories behind). Returns why ``path`` cannot
+    be written under that rule, or ``None`` when its directory exists."""
+    parent = Path(path).absolute().parent
+    if parent.is_dir():
+        return None
+    return (
+        f"cannot write {path}: its directory {parent} does not exist (no command creates the "
+        "directory of an output: create it first)"
+    )
 
 
 def atomic_write(path: Path, data: bytes | Iterable[bytes], *, mode: int = 0o644) -> int:

@@ -379,10 +379,10 @@ def host_claim(
     from ..files import atomic_write
     from ..host.claims import claim_payload, claim_request, decide_cached
     from ..host.sessions import HostSessions
-    from ._store import home_of
+    from ._store import home_of, require_output_dir
 
-    if receipt_file is not None and not receipt_file.parent.is_dir():
-        raise CommandError(f"--receipt {receipt_file}: {receipt_file.parent} is not a directory")
+    if receipt_file is not None:
+        require_output_dir(receipt_file)
     h = home_of(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
     moment = now()

@@ -29,7 +29,7 @@ from ._inputs import SOURCE, _named, read_document
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
-from ._store import home_of, refuse_home_target
+from ._store import home_of, refuse_home_target, require_output_dir
 
 _REV = click.IntRange(min=1, max=2**53 - 1)
 
@@ -182,6 +182,7 @@ def snapshot_history(home: Path, json_: bool) -> None:
 def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     """Write the exact served bytes of a snapshot to FILE (the air-gap path), atomically."""
     h = home_of(home)
+    require_output_dir(target)
     with closing(h.connect()) as conn:
         store = SnapshotStore(conn, org_id=h.info().org)
         data = store.envelope(revision)
