@@ -242,20 +242,54 @@ def host_trust(
     default=None,
     help="File holding the endpoint's bearer token.",
 )
+@click.option(
+    "--degraded-after",
+    "degraded_after_s",
+    type=click.FloatRange(min=0, max=1e9, max_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Flag decisions from a snapshot older than this (since its compile); remembered in "
+    "<home>/host/config.json as degraded_after_s (default 300).",
+)
+@click.option(
+    "--refuse-after",
+    "refuse_after_s",
+    type=click.FloatRange(min=0, max=1e9, max_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Refuse to decide from a snapshot older than this (since its compile); remembered "
+    "as refuse_after_s (default 1800). Across an air gap, at least the time between two "
+    "carried files.",
+)
 @home_option
 def host_sync(
-    source_file: Path | None, endpoint: str | None, token_file: Path | None, home: Path
+    source_file: Path | None,
+    endpoint: str | None,
+    token_file: Path | None,
+    degraded_after_s: float | None,
+    refuse_after_s: float | None,
+    home: Path,
 ) -> None:
-    """Fetch once (from a file or an endpoint), verify, and persist; remembers the source."""
+    """Fetch once (from a file or an endpoint), verify, and persist; remembers the source (and
+    the snapshot age bounds given)."""
     if (source_file is None) == (endpoint is None):
         raise click.UsageError("give exactly one of --from FILE or --endpoint URL")
     if endpoint is not None and token_file is None:
         raise click.UsageError("--endpoint needs --token-file")
     cache = host_cache(home)
     config = cache.config()
-    config = HostConfig(
-        **{
+    bounds = {
+        name: value
+        for name, value in (
+            ("degraded_after_s", degraded_after_s),
+            ("refuse_after_s", refuse_after_s),
+        )
+        if value is not None
+    }
+    config = HostConfig.from_dict(
+        {
             **config.to_dict(),
+            **bounds,
             "endpoint": endpoint,
             "token_file": None if token_file is None else str(token_file.resolve()),
             "source_file": None if source_file is None else str(source_file.resolve()),

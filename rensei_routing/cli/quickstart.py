@@ -26,6 +26,7 @@ import click
 
 from ..core.routing.validation import validate_policies
 from ..core.shadow.report import ShadowReport
+from ..core.snapshot.freshness import format_age
 from ..core.snapshot.org import OrgData
 from ..errors import UnknownSeamError
 from ..host.status import host_status_data, snapshot_line
@@ -62,6 +63,7 @@ class _Outcome:
 
     lines: list[str] = field(default_factory=list)
     snapshot_line: str = ""
+    ages: str = ""
     shadow: list[str] = field(default_factory=list)
     whatif: list[str] = field(default_factory=list)
     verify: str = ""
@@ -126,6 +128,12 @@ def _compile_serve_sync(home: Home, out: _Outcome) -> None:
         f"compiled and signed {served.ruleset_rev}; served on {served.endpoint}: {served.synced}"
     )
     out.snapshot_line = snapshot_line(host_status_data(served.cache, now=now()))
+    config = served.cache.config()
+    out.ages = (
+        f"  (degraded {format_age(int(config.degraded_after_s * 1000))} and refused "
+        f"{format_age(int(config.refuse_after_s * 1000))} after its compile; to renew it, run "
+        "`rensei quickstart` again)"
+    )
 
 
 def _shadow(home: Home, out: _Outcome) -> None:
@@ -211,6 +219,7 @@ def quickstart(home: Path) -> None:
         *(f"  {line}" for line in out.lines),
         "",
         out.snapshot_line,
+        out.ages,
         "",
         *out.shadow,
         "",
