@@ -103,6 +103,16 @@ def read_document(source: str) -> tuple[Any, str]:
     return parse_json(_read_text(source), label), label
 
 
+def read_json(source: str | Path) -> tuple[Any, str]:
+    """The JSON document in a file (or ``-``, stdin) and its label; never inline text.
+
+    Raises:
+        MalformedError: not JSON; InputError: unreadable or not UTF-8.
+    """
+    label = _label(str(source))
+    return parse_json(_read_text(str(source)), label), label
+
+
 def read_policy_file(
     source: str | Path, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
 ) -> PolicySnapshot:
