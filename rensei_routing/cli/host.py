@@ -199,18 +199,43 @@ def host() -> None:
     help="header: require headerSignature (compiledAt and revision signed); hash-only: accept "
     "a signer that signs only the content hash (the platform's).",
 )
+@click.option(
+    "--from-home",
+    "from_home",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Trust the signing key of the control home DIR (its keys/host.pub), under the key id "
+    "its snapshots carry (init --key-id, else the derived id).",
+)
 @home_option
 def host_trust(
-    keyfile: Path | None, kid: str | None, jwks_file: Path | None, scope: str, home: Path
+    keyfile: Path | None,
+    kid: str | None,
+    jwks_file: Path | None,
+    from_home: Path | None,
+    scope: str,
+    home: Path,
 ) -> None:
-    """Trust the public signing key in KEYFILE (ed25519:<base64>), or the keys of a JWKS
-    document (--jwks), for snapshots."""
-    if (keyfile is None) == (jwks_file is None):
-        raise CommandError("give exactly one of KEYFILE or --jwks FILE")
+    """Trust the public signing key in KEYFILE (ed25519:<base64>), the keys of a JWKS document
+    (--jwks), or a control home's own key (--from-home DIR), for snapshots."""
+    if [keyfile, jwks_file, from_home].count(None) != 2:
+        raise CommandError("give exactly one of KEYFILE, --jwks FILE or --from-home DIR")
     if jwks_file is not None and kid is not None:
         raise CommandError("--kid applies to a KEYFILE; a JWKS entry carries its own kid")
+    if from_home is not None and kid is not None:
+        raise CommandError("--kid applies to a KEYFILE; --from-home trusts the home's own key id")
     cache = host_cache(home)
     try:
+        if from_home is not None:
+            from ..store.home import Home
+
+            control = Home(from_home)
+            control.info()  # an initialised home, or one line saying it is not
+            key, home_kid = control.public_key(), control.snapshot_key_id()
+            path = cache.trust(key, kid=home_kid, scope=scope)
+            note(f"trusted key {home_kid} ({scope}) of the home {control.path.resolve()} ({path})")
+            return
         if keyfile is not None:
             key = signing.load_public_key(keyfile)
             path = cache.trust(key, kid=kid, scope=scope)
