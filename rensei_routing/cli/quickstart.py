@@ -15,6 +15,7 @@ directory is refused, so a real home is never wiped.
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -69,6 +70,19 @@ class _Outcome:
     verify: str = ""
     verified: bool = False
     replayed: bool = False
+
+
+def _program() -> str:
+    """How to call ``rensei`` in the lines printed to try next, so each runs as printed: the
+    bare name when ``rensei`` on PATH is the program running now (an activated venv), else the
+    path it was called by (``.venv/bin/rensei`` before ``. .venv/bin/activate``)."""
+    called = Path(sys.argv[0])
+    if called.name != "rensei" or not called.is_file():
+        return "rensei"
+    found = shutil.which("rensei")
+    if found is not None and Path(found).resolve() == called.resolve():
+        return "rensei"
+    return shlex.quote(str(called))
 
 
 def _quickstart_home(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
@@ -214,6 +228,7 @@ def quickstart(home: Path) -> None:
             step(label)
             run(h, out)
     where = shlex.quote(str(home))
+    rensei = _program()
     text = [
         f"rensei quickstart: fresh home {h.path.resolve()} (org {QUICKSTART_ORG})",
         *(f"  {line}" for line in out.lines),
@@ -228,9 +243,9 @@ def quickstart(home: Path) -> None:
         out.verify,
         "",
         "Explore next:",
-        f"  rensei --home {where} shadow report --by seam",
-        f"  rensei --home {where} explain --snapshot " + shlex.quote(EXAMPLE_CONTEXT),
-        f"  rensei --home {where} audit tail -n 3",
+        f"  {rensei} --home {where} shadow report --by seam",
+        f"  {rensei} --home {where} explain --snapshot " + shlex.quote(EXAMPLE_CONTEXT),
+        f"  {rensei} --home {where} audit tail -n 3",
     ]
     emit("\n".join(printable(line) for line in text))
     if not out.verified:
