@@ -39,6 +39,23 @@ COMMANDS = {
     "audit-checkpoint-output": ["audit", "checkpoint", "-o", "{dir}"],
     "audit-export": ["audit", "export", "{dir}"],
     "snapshot-export": ["snapshot", "export", "{dir}"],
+    "snapshot-verify": ["snapshot", "verify", "{dir}", "--trust", "{dir}"],
+    "explain-policies": ["explain", "{{}}", "--policies", "{dir}"],
+    "audit-import": ["audit", "import", "{dir}"],
+    "policy-import": ["policy", "import", "{dir}"],
+    "host-sync-token-file": [
+        "host",
+        "sync",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--token-file",
+        "{dir}",
+    ],
+    "host-claim-receipt": ["host", "claim", "--pool", "p", "--receipt", "{dir}"],
+    "host-receipt-verify": ["host", "receipt", "verify", "{dir}"],
+    "host-session-start": ["host", "session", "start", "--receipt", "{dir}"],
+    "restore-checkpoint": ["restore", "{dir}", "--checkpoint", "{dir}"],
+    "backup-onto-a-file": ["backup", "{file}"],
 }
 
 
@@ -53,9 +70,12 @@ def test_a_directory_for_a_file_exits_2_from_every_command(
     before = sorted(p.name for p in home.rglob("*"))
     with AuditLog.open(Home(home)) as log:
         records = log.verify().records_checked
-    result = runner.invoke(cli, ["--home", str(home), *(a.format(dir=folder) for a in args)])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("{}")
+    given = [a.format(dir=folder, file=a_file) for a in args]
+    result = runner.invoke(cli, ["--home", str(home), *given])
     assert result.exit_code == 2, result.output
-    assert "is a directory" in result.output
+    assert "is a directory" in result.output or "is a file" in result.output
     assert "Traceback" not in result.output
     assert sorted(p.name for p in home.rglob("*")) == before
     assert list(folder.iterdir()) == []
