@@ -188,9 +188,9 @@ class RollbackError(SnapshotError):
 
 #: What :class:`ExpiredError` says renews a snapshot: a fetch from the configured source.
 RENEW_HINT = (
-    "; renew it with `rensei host sync` (a fresh snapshot from the control side: `rensei "
-    "serve` re-signs it every 2 minutes, `rensei snapshot export` for a file), or keep "
-    "`rensei host run` polling"
+    "; renew it with `rensei host sync` (from `rensei serve`, which re-signs it every 2 "
+    "minutes, or from the file of a new `rensei snapshot compile` and `snapshot export`), or "
+    "keep `rensei host run` polling"
 )
 
 
