@@ -31,12 +31,15 @@ class InputError(RenseiRoutingError):
 class MalformedError(InputError):
     """A document is not a well-formed value: unknown field, wrong type, value out of range.
 
-    ``path`` names the offending field, e.g. ``policies[3].match.roles[0]``.
+    ``path`` names the offending field, e.g. ``policies[3].match.roles[0]``; ``keys``, when
+    the core's readers raised it, are the same path as keys (``("match", "roles", 0)``)
+    below the string the reader was given as its root, so a caller can find the field.
     """
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, path: str, message: str, *, keys: tuple[str | int, ...] = ()) -> None:
         self.path = path or "$"
         self.message = message
+        self.keys = keys
         super().__init__(f"{self.path}: {message}")
 
 
@@ -183,8 +186,17 @@ class RollbackError(SnapshotError):
     """A snapshot older than the held one, or the held revision with another hash."""
 
 
+#: What :class:`ExpiredError` says renews a snapshot: a fetch from the configured source.
+RENEW_HINT = (
+    "; renew it with `rensei host sync` (from `rensei serve`, which re-signs it every 2 "
+    "minutes, or from the file of a new `rensei snapshot compile` and `snapshot export`), or "
+    "keep `rensei host run` polling"
+)
+
+
 class ExpiredError(SnapshotError):
-    """The cached snapshot is older than ``RefuseAfter``: refused, loudly, never guessed at."""
+    """The cached snapshot is older than ``RefuseAfter``: refused, loudly, never guessed at;
+    the message names the command that renews it (:data:`RENEW_HINT`)."""
 
     def __init__(self, ruleset_rev: str, age_ms: int, refuse_after_ms: int) -> None:
         self.ruleset_rev = ruleset_rev
@@ -192,7 +204,7 @@ class ExpiredError(SnapshotError):
         self.refuse_after_ms = refuse_after_ms
         super().__init__(
             f"ruleset snapshot {ruleset_rev} is {age_ms / 1000:.1f}s old, past RefuseAfter "
-            f"({refuse_after_ms / 1000:.0f}s): refusing to decide from it"
+            f"({refuse_after_ms / 1000:.0f}s): refusing to decide from it" + RENEW_HINT
         )
 
 

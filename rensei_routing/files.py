@@ -14,7 +14,15 @@ from pathlib import Path
 
 from .errors import ConfigurationError
 
-__all__ = ["atomic_write", "fsync_dir", "mode_is_private", "read_limited", "token_from_file"]
+__all__ = [
+    "atomic_write",
+    "fsync_dir",
+    "make_private_dir",
+    "missing_output_dir",
+    "mode_is_private",
+    "read_limited",
+    "token_from_file",
+]
 
 
 def fsync_dir(path: Path) -> None:
@@ -25,6 +33,40 @@ def fsync_dir(path: Path) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_private_dir(path: Path, *, parents: bool = False) -> None:
+    """Create the directory ``path`` with mode 0700 whatever the umask (one that already exists
+    keeps its mode; missing parents, with ``parents``, get the usual umask-derived mode): how
+    every home, and every directory of a home, is made.
+
+    Raises:
+        OSError: it cannot be created, or ``path`` exists and is not a directory.
+    """
+    path = Path(path)
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask, which may take bits away
+
+
+def missing_output_dir(path: Path) -> str | None:
+    """The one rule for every output a command writes (a file, or ``backup``'s new directory):
+    its directory must exist, since no command creates the directory of an output (a mistyped
+    path would otherwise leave a tree of new directories behind). Returns why ``path`` cannot
+    be written under that rule, or ``None`` when its directory exists."""
+    parent = Path(path).absolute().parent
+    if parent.is_dir():
+        return None
+    return (
+        f"cannot write {path}: its directory {parent} does not exist (no command creates the "
+        "directory of an output: create it first)"
+    )
 
 
 def atomic_write(path: Path, data: bytes | Iterable[bytes], *, mode: int = 0o644) -> int:

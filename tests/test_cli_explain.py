@@ -73,9 +73,14 @@ def test_malformed_policy_files_fail_with_one_clear_line(
     path.write_text(content)
     result = runner.invoke(cli, ["policy", "validate", str(path)])
     assert result.exit_code == 1
-    assert needle in result.stderr
+    assert needle in result.stdout  # listed as a problem (issue 22 #8), in both forms
     assert "Traceback" not in result.output + result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr == f"Error: 1 validation issue(s) in {path}\n"
+    as_json = runner.invoke(cli, ["policy", "validate", str(path), "--json"])
+    assert as_json.exit_code == 1
+    assert [needle in i["detail"] for i in json.loads(as_json.stdout)["issues"]] == [True]
+    saved = runner.invoke(cli, ["policy", "save", str(path), "--home", str(tmp_path / "h")])
+    assert saved.exit_code == 1 and needle in saved.stderr  # save: still the one line
 
 
 def test_missing_file_is_a_clear_error(runner: CliRunner, tmp_path: Path) -> None:
@@ -191,6 +196,13 @@ def test_hostile_json_is_one_line_everywhere(
     for args, stdin in (
         (["policy", "validate", str(path)], None),
         (["policy", "validate", "-"], content),
+    ):  # validate lists the problem on stdout, says how many on stderr
+        result = runner.invoke(cli, args, input=stdin)
+        assert result.exit_code == 1, (args, result.output)
+        assert needle in result.stdout and len(result.stdout.splitlines()) == 1
+        assert "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    for args, stdin in (
         (["explain", str(path), "--policies", POLICIES], None),
         (["explain", "-", "--policies", POLICIES], content),
         (["explain", "{}", "--policies", str(path)], None),
@@ -211,7 +223,8 @@ def test_a_file_with_a_wrong_declared_hash_is_neither_valid_nor_saved(
     path = tmp_path / "claims.json"
     path.write_text(json.dumps({"policies": [{"id": "a"}], "content_hash": "sha256:00"}))
     result = runner.invoke(cli, ["policy", "validate", str(path)])
-    assert result.exit_code == 1 and "does not match its policies" in result.stderr
+    assert result.exit_code == 1 and "does not match its policies" in result.stdout
+    assert result.stdout.startswith("content-hash-mismatch\t")
     home = ["--home", str(tmp_path / "h")]
     assert runner.invoke(cli, ["init", *home]).exit_code == 0
     saved = runner.invoke(cli, ["policy", "save", str(path), *home])

@@ -324,12 +324,13 @@ def test_a_new_home_is_0700_under_umask_000(tmp_path: Path) -> None:
     assert info.warnings == ()
 
 
-def test_an_existing_home_keeps_its_mode(tmp_path: Path) -> None:
+def test_an_existing_open_home_is_tightened_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "home"
     path.mkdir(mode=0o755)
     os.chmod(path, 0o755)
-    Home(path).init()
-    assert (path.stat().st_mode & 0o777) == 0o755
+    info = Home(path).init()
+    assert (path.stat().st_mode & 0o777) == 0o700
+    assert info.warnings == (f"{path} was open to its group or others (mode 0755): set to 0700",)
 
 
 def test_a_group_writable_keys_dir_is_warned_about_not_changed(

@@ -75,6 +75,25 @@ def _label(source: str) -> str:
     return "<stdin>" if source == "-" else source
 
 
+class SourceType(click.ParamType[str, Any]):
+    """A document argument that may be a file path, ``-`` (stdin) or inline JSON: a path that
+    names a directory is a usage error (exit 2), exactly as ``click.Path(dir_okay=False)``
+    says it for every other file argument, so a directory where a file is expected exits 2
+    from every command."""
+
+    name = "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.lstrip().startswith(("{", "[", '"')) and text != "-" and Path(text).is_dir():
+            self.fail(f"File {text!r} is a directory.", param, ctx)
+        return text
+
+
+#: A document argument: a file, ``-`` or inline JSON (see :class:`SourceType`).
+SOURCE = SourceType()
+
+
 def read_document(source: str) -> tuple[Any, str]:
     """A JSON document and its label, from a file path, ``-`` (stdin), or inline JSON text
     (anything starting with ``{``, ``[`` or ``"``)."""
@@ -82,6 +101,16 @@ def read_document(source: str) -> tuple[Any, str]:
         return parse_json(source, "<inline>"), "<inline>"
     label = _label(source)
     return parse_json(_read_text(source), label), label
+
+
+def read_json(source: str | Path) -> tuple[Any, str]:
+    """The JSON document in a file (or ``-``, stdin) and its label; never inline text.
+
+    Raises:
+        MalformedError: not JSON; InputError: unreadable or not UTF-8.
+    """
+    label = _label(str(source))
+    return parse_json(_read_text(str(source)), label), label
 
 
 def read_policy_file(

@@ -57,6 +57,7 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "Create the home, its SQLite store, the host signing key and the snapshot endpoint's "
         "bearer token (idempotent; an existing key or token is never replaced).",
     ),
+    "keys": (("keys",), "This home's keys: where the public key and the serve token are."),
     "org": (
         ("snapshot",),
         "The org's live data: capacity profiles and grants, pools and hosts, cells, posteriors.",

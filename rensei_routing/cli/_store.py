@@ -20,6 +20,7 @@ from ..core.shadow.report import ShadowReport
 from ..core.shadow.spawn import Spawn
 from ..core.snapshot.freshness import StampedDecision
 from ..errors import HomeError, InputError, PartialRecordError
+from ..files import missing_output_dir
 from ..plugins.manager import SeamRegistry, has_observers, notify_recorded
 from ..shadow.batch import DEFAULT_BATCH, Recorded
 from ..shadow.batch import record_spawns as batch_record
@@ -124,6 +125,18 @@ def record_decisions(home: Path, decisions: Sequence[RouteDecision | StampedDeci
         if has_observers(pm):
             records = [log.get(seq) for seq in appended.seqs]
     notify_observers(records)
+
+
+def require_output_dir(target: Path) -> None:
+    """Refuse an output whose directory does not exist (:func:`~rensei_routing.files.
+    missing_output_dir`: the one rule for every command that writes an output), before any work.
+
+    Raises:
+        InputError: the directory does not exist.
+    """
+    why = missing_output_dir(target)
+    if why is not None:
+        raise InputError(why)
 
 
 def refuse_home_target(home: Home, target: Path) -> None:

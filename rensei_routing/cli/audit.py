@@ -42,7 +42,7 @@ from ..store.audit import AuditLog, read_checkpoint
 from ._output import emit, json_text, note, printable
 from ._render import verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
-from ._store import home_of, refuse_home_target
+from ._store import home_of, refuse_home_target, require_output_dir
 
 
 class ChainBrokenError(CommandError):
@@ -257,6 +257,7 @@ def audit_export(target: Path, since: int, format_: str, home: Path) -> None:
     (--format hydraflow: HydraFlow's RoutingAuditLog.verify() does).
     A chain that does not verify is refused (exit 1, nothing written)."""
     h = home_of(home)
+    require_output_dir(target)
     refuse_home_target(h, target)
     with AuditLog.open(h) as log:
         total = log.count() if sys.stderr.isatty() else 0
@@ -305,6 +306,8 @@ def audit_checkpoint(output: Path | None, home: Path) -> None:
     def show(cp: Checkpoint) -> None:
         emit(cp.to_text(), nl=False)
 
+    if output is not None:
+        require_output_dir(output)
     with AuditLog.open(home_of(home)) as log:
         total = log.count() if sys.stderr.isatty() else 0
         with _progress(total) as progress:

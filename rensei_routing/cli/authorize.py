@@ -14,7 +14,7 @@ from ..core.snapshot.freshness import format_age
 from ..host.cache import host_cache
 from ..host.claims import AUTHORIZATION_RECORD, decide_cached, record
 from ._clock import now
-from ._inputs import read_document
+from ._inputs import SOURCE, read_document
 from ._output import emit, printable
 from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
@@ -29,6 +29,7 @@ from ._store import home_of
 @click.option(
     "--context",
     "context_source",
+    type=SOURCE,
     default=None,
     metavar="JSON",
     help="The context object (pool, project, repo, role, ...): inline JSON, a file or -.",

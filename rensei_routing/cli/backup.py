@@ -14,7 +14,7 @@ from ._clock import now_text
 from ._output import emit, note, printable
 from ._root import cli, echo_json, home_option, json_option
 from ._session import session
-from ._store import home_of
+from ._store import home_of, require_output_dir
 
 
 def _summary(m: BackupManifest) -> str:
@@ -36,6 +36,7 @@ def backup(dest: Path, home: Path, json_: bool) -> None:
     the host cache and config.toml, and a manifest. The copy is verified (chain, checkpoints,
     policy hashes, snapshot signature) before DEST appears; DEST must not exist. DEST holds
     the private key: keep it as safe as the home."""
+    require_output_dir(dest)
     manifest = backup_home(
         home_of(home), dest, created_at=now_text(), vocabulary=session().vocabulary()
     )

@@ -16,7 +16,7 @@ from ..errors import InputError, SnapshotError
 from ..host.cache import HostCache
 from ._batch import run_batch
 from ._clock import now
-from ._inputs import read_context, read_policy_file
+from ._inputs import SOURCE, read_context, read_policy_file
 from ._output import emit, held_notes, note, printable, release_notes
 from ._root import F, cli, echo_json, home_option, json_option
 from ._session import session
@@ -171,7 +171,7 @@ def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> 
 
 
 @cli.command(name="explain")
-@click.argument("context")
+@click.argument("context", type=SOURCE, metavar="CONTEXT")
 @_policies_option
 @_cached_option
 @_trace_option

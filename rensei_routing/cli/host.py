@@ -199,18 +199,43 @@ def host() -> None:
     help="header: require headerSignature (compiledAt and revision signed); hash-only: accept "
     "a signer that signs only the content hash (the platform's).",
 )
+@click.option(
+    "--from-home",
+    "from_home",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Trust the signing key of the control home DIR (its keys/host.pub), under the key id "
+    "its snapshots carry (init --key-id, else the derived id).",
+)
 @home_option
 def host_trust(
-    keyfile: Path | None, kid: str | None, jwks_file: Path | None, scope: str, home: Path
+    keyfile: Path | None,
+    kid: str | None,
+    jwks_file: Path | None,
+    from_home: Path | None,
+    scope: str,
+    home: Path,
 ) -> None:
-    """Trust the public signing key in KEYFILE (ed25519:<base64>), or the keys of a JWKS
-    document (--jwks), for snapshots."""
-    if (keyfile is None) == (jwks_file is None):
-        raise CommandError("give exactly one of KEYFILE or --jwks FILE")
+    """Trust the public signing key in KEYFILE (ed25519:<base64>), the keys of a JWKS document
+    (--jwks), or a control home's own key (--from-home DIR), for snapshots."""
+    if [keyfile, jwks_file, from_home].count(None) != 2:
+        raise CommandError("give exactly one of KEYFILE, --jwks FILE or --from-home DIR")
     if jwks_file is not None and kid is not None:
         raise CommandError("--kid applies to a KEYFILE; a JWKS entry carries its own kid")
+    if from_home is not None and kid is not None:
+        raise CommandError("--kid applies to a KEYFILE; --from-home trusts the home's own key id")
     cache = host_cache(home)
     try:
+        if from_home is not None:
+            from ..store.home import Home
+
+            control = Home(from_home)
+            control.info()  # an initialised home, or one line saying it is not
+            key, home_kid = control.public_key(), control.snapshot_key_id()
+            path = cache.trust(key, kid=home_kid, scope=scope)
+            note(f"trusted key {home_kid} ({scope}) of the home {control.path.resolve()} ({path})")
+            return
         if keyfile is not None:
             key = signing.load_public_key(keyfile)
             path = cache.trust(key, kid=kid, scope=scope)
@@ -242,20 +267,54 @@ def host_trust(
     default=None,
     help="File holding the endpoint's bearer token.",
 )
+@click.option(
+    "--degraded-after",
+    "degraded_after_s",
+    type=click.FloatRange(min=0, max=1e9, max_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Flag decisions from a snapshot older than this (since its compile); remembered in "
+    "<home>/host/config.json as degraded_after_s (default 300).",
+)
+@click.option(
+    "--refuse-after",
+    "refuse_after_s",
+    type=click.FloatRange(min=0, max=1e9, max_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Refuse to decide from a snapshot older than this (since its compile); remembered "
+    "as refuse_after_s (default 1800). Across an air gap, at least the time between two "
+    "carried files.",
+)
 @home_option
 def host_sync(
-    source_file: Path | None, endpoint: str | None, token_file: Path | None, home: Path
+    source_file: Path | None,
+    endpoint: str | None,
+    token_file: Path | None,
+    degraded_after_s: float | None,
+    refuse_after_s: float | None,
+    home: Path,
 ) -> None:
-    """Fetch once (from a file or an endpoint), verify, and persist; remembers the source."""
+    """Fetch once (from a file or an endpoint), verify, and persist; remembers the source (and
+    the snapshot age bounds given)."""
     if (source_file is None) == (endpoint is None):
         raise click.UsageError("give exactly one of --from FILE or --endpoint URL")
     if endpoint is not None and token_file is None:
         raise click.UsageError("--endpoint needs --token-file")
     cache = host_cache(home)
     config = cache.config()
-    config = HostConfig(
-        **{
+    bounds = {
+        name: value
+        for name, value in (
+            ("degraded_after_s", degraded_after_s),
+            ("refuse_after_s", refuse_after_s),
+        )
+        if value is not None
+    }
+    config = HostConfig.from_dict(
+        {
             **config.to_dict(),
+            **bounds,
             "endpoint": endpoint,
             "token_file": None if token_file is None else str(token_file.resolve()),
             "source_file": None if source_file is None else str(source_file.resolve()),
@@ -379,10 +438,10 @@ def host_claim(
     from ..files import atomic_write
     from ..host.claims import claim_payload, claim_request, decide_cached
     from ..host.sessions import HostSessions
-    from ._store import home_of
+    from ._store import home_of, require_output_dir
 
-    if receipt_file is not None and not receipt_file.parent.is_dir():
-        raise CommandError(f"--receipt {receipt_file}: {receipt_file.parent} is not a directory")
+    if receipt_file is not None:
+        require_output_dir(receipt_file)
     h = home_of(home)
     h.info()  # refuse before deciding anything if the audit log cannot be written
     moment = now()

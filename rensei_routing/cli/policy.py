@@ -7,14 +7,19 @@ from pathlib import Path
 
 import click
 
-from ..core.routing.validation import validate
-from ..errors import PolicyValidationError
-from ._inputs import read_verified_policy_file
+from ..core.routing.structure import read_policy_document
+from ..core.routing.validation import MAX_ISSUES, ValidationIssue, validate
+from ..errors import InputError, MalformedError, PolicyValidationError
+from ._inputs import read_json, read_verified_policy_file
 from ._output import emit, printable
 from ._render import issue_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import now_rfc3339, open_policy_store
+
+#: ``policy validate``'s codes for a file that is not JSON, or (``--json``) cannot be read.
+NOT_JSON = "not-json"
+UNREADABLE = "unreadable"
 
 
 @cli.group()
@@ -26,30 +31,47 @@ def policy() -> None:
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @json_option
 def policy_validate(file: Path, json_: bool) -> None:
-    """Check a policy FILE ('-' for stdin); list every issue. Exit 0 when valid, 1 otherwise.
+    """Check a policy FILE ('-' for stdin); list every problem, structural (not JSON, a
+    malformed field of any policy, a declared content_hash that is not its own) and semantic
+    (the validation codes of the well-formed policies). Exit 0 when valid, 1 otherwise.
 
     At most 20 issues are listed per policy and 1,000 in all; the rest are counted.
     """
     vocabulary = session().vocabulary()
-    snapshot = read_verified_policy_file(file, vocabulary=vocabulary)
-    report = validate(snapshot.policies, vocabulary=vocabulary)
+    structural: tuple[ValidationIssue, ...]
+    try:
+        doc, _ = read_json(file)
+    except MalformedError as e:  # not JSON: the one problem there is to report
+        read, structural = None, (ValidationIssue(code=NOT_JSON, policy_id=None, detail=str(e)),)
+    except InputError as e:
+        if not json_:
+            raise
+        read, structural = None, (ValidationIssue(code=UNREADABLE, policy_id=None, detail=str(e)),)
+    else:
+        read = read_policy_document(doc, vocabulary=vocabulary)
+        structural = read.issues
+    report = validate(() if read is None else read.policies, vocabulary=vocabulary)
+    issues = [*structural[:MAX_ISSUES], *report.issues][:MAX_ISSUES]
+    total = len(structural) + report.total
+    omitted = total - len(issues)
+    snapshot = None if read is None else read.snapshot
     if json_:
         echo_json(
             {
-                "valid": bool(report),
-                "policy_count": len(snapshot.policies),
-                "content_hash": snapshot.content_hash,
-                "issues": [i.to_dict() for i in report.issues],
-                "issues_omitted": report.omitted,
+                "valid": total == 0,
+                "policy_count": 0 if read is None else read.entries,
+                "content_hash": None if snapshot is None else snapshot.content_hash,
+                "issues": [i.to_dict() for i in issues],
+                "issues_omitted": omitted,
             }
         )
-    elif report:
+    elif total == 0 and snapshot is not None:
         emit(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
     else:
-        for issue in report.issues:
+        for issue in issues:
             emit(issue_line(issue))
-    if not report:
-        raise CommandError(f"{_count(report.total, report.omitted)} in {file}")
+    if total:
+        raise CommandError(f"{_count(total, omitted)} in {file}")
 
 
 def _count(total: int, omitted: int) -> str:

@@ -15,6 +15,7 @@ directory is refused, so a real home is never wiped.
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ import click
 
 from ..core.routing.validation import validate_policies
 from ..core.shadow.report import ShadowReport
+from ..core.snapshot.freshness import format_age
 from ..core.snapshot.org import OrgData
 from ..errors import UnknownSeamError
 from ..host.status import host_status_data, snapshot_line
@@ -62,11 +64,25 @@ class _Outcome:
 
     lines: list[str] = field(default_factory=list)
     snapshot_line: str = ""
+    ages: str = ""
     shadow: list[str] = field(default_factory=list)
     whatif: list[str] = field(default_factory=list)
     verify: str = ""
     verified: bool = False
     replayed: bool = False
+
+
+def _program() -> str:
+    """How to call ``rensei`` in the lines printed to try next, so each runs as printed: the
+    bare name when ``rensei`` on PATH is the program running now (an activated venv), else the
+    path it was called by (``.venv/bin/rensei`` before ``. .venv/bin/activate``)."""
+    called = Path(sys.argv[0])
+    if called.name != "rensei" or not called.is_file():
+        return "rensei"
+    found = shutil.which("rensei")
+    if found is not None and Path(found).resolve() == called.resolve():
+        return "rensei"
+    return shlex.quote(str(called))
 
 
 def _quickstart_home(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
@@ -126,6 +142,12 @@ def _compile_serve_sync(home: Home, out: _Outcome) -> None:
         f"compiled and signed {served.ruleset_rev}; served on {served.endpoint}: {served.synced}"
     )
     out.snapshot_line = snapshot_line(host_status_data(served.cache, now=now()))
+    config = served.cache.config()
+    out.ages = (
+        f"  (degraded {format_age(int(config.degraded_after_s * 1000))} and refused "
+        f"{format_age(int(config.refuse_after_s * 1000))} after its compile; to renew it, run "
+        "`rensei quickstart` again)"
+    )
 
 
 def _shadow(home: Home, out: _Outcome) -> None:
@@ -206,11 +228,13 @@ def quickstart(home: Path) -> None:
             step(label)
             run(h, out)
     where = shlex.quote(str(home))
+    rensei = _program()
     text = [
         f"rensei quickstart: fresh home {h.path.resolve()} (org {QUICKSTART_ORG})",
         *(f"  {line}" for line in out.lines),
         "",
         out.snapshot_line,
+        out.ages,
         "",
         *out.shadow,
         "",
@@ -219,9 +243,9 @@ def quickstart(home: Path) -> None:
         out.verify,
         "",
         "Explore next:",
-        f"  rensei --home {where} shadow report --by seam",
-        f"  rensei --home {where} explain --snapshot " + shlex.quote(EXAMPLE_CONTEXT),
-        f"  rensei --home {where} audit tail -n 3",
+        f"  {rensei} --home {where} shadow report --by seam",
+        f"  {rensei} --home {where} explain --snapshot " + shlex.quote(EXAMPLE_CONTEXT),
+        f"  {rensei} --home {where} audit tail -n 3",
     ]
     emit("\n".join(printable(line) for line in text))
     if not out.verified:

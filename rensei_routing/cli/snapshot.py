@@ -25,11 +25,11 @@ from ..files import atomic_write, read_limited
 from ..plugins.manager import snapshot_validators
 from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text
-from ._inputs import _named, read_document
+from ._inputs import SOURCE, _named, read_document
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
-from ._store import home_of, refuse_home_target
+from ._store import home_of, refuse_home_target, require_output_dir
 
 _REV = click.IntRange(min=1, max=2**53 - 1)
 
@@ -40,7 +40,7 @@ def org() -> None:
 
 
 @org.command(name="load")
-@click.argument("source", metavar="FILE")
+@click.argument("source", type=SOURCE, metavar="FILE")
 @home_option
 def org_load(source: str, home: Path) -> None:
     """Validate FILE (or -) and store it as the org's current data (nothing written on error)."""
@@ -182,6 +182,7 @@ def snapshot_history(home: Path, json_: bool) -> None:
 def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     """Write the exact served bytes of a snapshot to FILE (the air-gap path), atomically."""
     h = home_of(home)
+    require_output_dir(target)
     with closing(h.connect()) as conn:
         store = SnapshotStore(conn, org_id=h.info().org)
         data = store.envelope(revision)

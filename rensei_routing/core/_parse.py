@@ -21,21 +21,26 @@ def at(path: Path, key: str | int) -> Path:
     return (path, key)
 
 
-def render(path: Path) -> str:
-    """The text of a field path, e.g. ``policies[3].match.roles[0]``."""
+def _split(path: Path) -> tuple[str, tuple[str | int, ...]]:
+    """The string root of a field path and the keys below it."""
     keys: list[str | int] = []
     while isinstance(path, tuple):
         path, key = path
         keys.append(key)
-    out = path
-    for key in reversed(keys):
+    return path, tuple(reversed(keys))
+
+
+def render(path: Path) -> str:
+    """The text of a field path, e.g. ``policies[3].match.roles[0]``."""
+    out, keys = _split(path)
+    for key in keys:
         out = f"{out}[{key}]" if isinstance(key, int) else f"{out}.{key}" if out else key
     return out
 
 
 def fail(path: Path, message: str) -> MalformedError:
-    """A MalformedError for ``path`` (to raise)."""
-    return MalformedError(render(path), message)
+    """A MalformedError for ``path`` (to raise), carrying its keys below the string root."""
+    return MalformedError(render(path), message, keys=_split(path)[1])
 
 
 def _type_name(value: Any) -> str:

@@ -49,7 +49,7 @@ from ..errors import (
     RollbackError,
     SnapshotError,
 )
-from ..files import atomic_write, fsync_dir, read_limited
+from ..files import atomic_write, fsync_dir, make_private_dir, read_limited
 
 __all__ = ["AcceptResult", "HostCache", "HostConfig", "host_cache"]
 
@@ -146,6 +146,16 @@ class HostCache:
         self.directory = Path(directory)
         self.lock_wait_s = lock_wait_s
 
+    def _make_dirs(self) -> None:
+        """The cache directory, and the home holding it when that is new too (a host-only
+        home made by ``host trust`` or ``host sync``), each created 0700 whatever the umask.
+
+        Raises:
+            OSError: either cannot be created.
+        """
+        make_private_dir(self.directory.parent, parents=True)
+        make_private_dir(self.directory)
+
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
         """Hold the cache's exclusive lock (``flock`` on ``<directory>/lock``; released when
@@ -159,7 +169,7 @@ class HostCache:
         path = self.directory / _LOCK
         flags = os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._make_dirs()
             fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o600)
         except OSError as e:
             if e.errno != errno.EROFS:
@@ -213,7 +223,8 @@ class HostCache:
             raise ConfigurationError(f"scope {scope!r} is not one of {', '.join(SIGNATURE_SCOPES)}")
         entry = {"kid": kid, "publicKey": public.to_text(), "scope": scope}
         try:
-            self.trusted_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._make_dirs()
+            make_private_dir(self.trusted_dir)
             entry_path = self.trusted_dir / f"{kid}{_TRUST_SUFFIX}"
             if kid == public.key_id and scope == SCOPE_HEADER:
                 path = self.trusted_dir / f"{kid}.pub"
@@ -454,7 +465,7 @@ class HostCache:
         never turns a good fetch into a failure)."""
         status = {"at": format_timestamp(now), "source": source, "ok": ok, "detail": detail}
         try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._make_dirs()
             atomic_write(self.directory / _STATUS, json.dumps(status).encode("utf-8"))
         except OSError:
             return
@@ -489,7 +500,7 @@ class HostCache:
     def save_config(self, config: HostConfig) -> None:
         """Raises: HomeError."""
         try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._make_dirs()
             atomic_write(
                 self.directory / _CONFIG,
                 json.dumps(config.to_dict(), indent=2).encode("utf-8"),

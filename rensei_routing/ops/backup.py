@@ -32,7 +32,7 @@ from ..core.audit.note import Checkpoint
 from ..core.canonical import canonical_bytes
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import BackupError, RenseiRoutingError
-from ..files import fsync_dir
+from ..files import fsync_dir, missing_output_dir
 from ..store.audit import AuditLog
 from ..store.db import SCHEMA_VERSION, close_quietly, copy_database
 from ..store.home import Home
@@ -285,7 +285,8 @@ def backup_home(
     and write its manifest; ``target`` appears only once all of that succeeded.
 
     Raises:
-        BackupError: ``target`` exists, or the copy does not verify.
+        BackupError: ``target`` exists, its directory does not exist, or the copy does not
+            verify.
         HomeError, StoreError: the home cannot be read or the copy cannot be written.
     """
     home.info()
@@ -296,6 +297,9 @@ def backup_home(
             f"refusing to back up into {target}: it is inside the home {home.path} "
             "(the copy would copy itself); choose a directory outside it"
         )
+    missing = missing_output_dir(target)
+    if missing is not None:
+        raise BackupError(missing)
     staged = _staging(target)
     try:
         try:

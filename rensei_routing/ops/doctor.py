@@ -46,6 +46,7 @@ __all__ = [
     "Check",
     "home_checks",
     "host_cache_check",
+    "is_host_only",
     "plugin_checks",
 ]
 
@@ -77,7 +78,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def _modes(home: Home) -> Iterator[Check]:
+def _home_mode(home: Home) -> Check:
     problems = []
     mode = _mode(home.path)
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -86,11 +87,15 @@ def _modes(home: Home) -> Iterator[Check]:
         mode = _mode(home.keys_dir)
         if mode & (stat.S_IWGRP | stat.S_IWOTH):
             problems.append(f"{home.keys_dir} is writable by group/others (mode {mode:04o})")
-    yield Check(
+    return Check(
         name="home",
         status=WARN if problems else OK,
         detail="; ".join(problems) or f"{home.path.resolve()} (mode 0700)",
     )
+
+
+def _modes(home: Home) -> Iterator[Check]:
+    yield _home_mode(home)
     key = home.private_key_path
     if not key.is_file():
         yield Check(name="keys", status=FAIL, detail=f"{key} is missing")
@@ -118,7 +123,9 @@ def _serve_token(home: Home) -> Check:
     refuses to start with it), since whoever read it can fetch the org's snapshots."""
     token = home.keys_dir / "serve.token"
     if not token.exists():
-        return Check(name="serve token", status=OK, detail="none yet (created by `rensei serve`)")
+        return Check(
+            name="serve token", status=OK, detail="none (`rensei init` creates it, or `serve`)"
+        )
     mode = _mode(token)
     if mode & 0o077:
         return Check(
@@ -218,8 +225,31 @@ def _snapshot(home: Home, now: datetime) -> Check:
     )
 
 
+def is_host_only(home: Home) -> bool:
+    """Whether ``home`` is a host-only home: no database (never ``rensei init``), but a host
+    cache (``host trust`` / ``host sync`` made ``<home>/host``). Such a home holds no store, no
+    key and no audit log, so only the home's mode and the host cache are checked."""
+    return (
+        not home.db_path.exists()
+        and not home.db_path.is_symlink()
+        and (home.path / "host").is_dir()
+    )
+
+
 def home_checks(home: Home, *, now: datetime) -> list[Check]:
-    """Every check of ``home``; a home that is not initialised is one ``fail``."""
+    """Every check of ``home`` that applies: a host-only home (:func:`is_host_only`) gets its
+    mode and one ``store`` line saying the control side's checks do not apply; a home that is
+    neither initialised nor host-only is one ``fail``."""
+    if is_host_only(home):
+        return [
+            _home_mode(home),
+            Check(
+                name="store",
+                status=OK,
+                detail="none: a host-only home (host trust + host sync, no init); the store, "
+                "key, audit chain and snapshot checks do not apply",
+            ),
+        ]
     try:
         home.info()
     except RenseiRoutingError as e:

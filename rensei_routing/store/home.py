@@ -3,11 +3,12 @@ print, read the environment, or ever put private key material in a message.
 
 Layout::
 
-    <home>/                   mode 0700 when ``init`` creates it
+    <home>/                   mode 0700 (``init`` creates it so, and tightens an existing one)
     <home>/rensei.db          SQLite store (WAL: rensei.db-wal, rensei.db-shm beside it)
     <home>/config.toml        optional settings (``[store] busy_timeout = 30``, in seconds)
     <home>/keys/host.key      Ed25519 private key, mode 0600 (directory 0700)
     <home>/keys/host.pub      its public key
+    <home>/keys/serve.token   the snapshot endpoint's bearer token, 0600 (made by ``rensei init``)
 
 The database's ``meta`` table records ``org_id`` and ``host_key_id``; a home is initialised when
 both are set and the key file matches the recorded id. Every connection to the home's database
@@ -31,6 +32,7 @@ import apsw
 
 from .. import signing
 from ..errors import HomeError, KeyFormatError, MalformedError, SignatureError
+from ..files import make_private_dir
 from .db import CONFIG_FILE, DEFAULT_BUSY_TIMEOUT_MS, close_quietly, connect, store_error
 
 __all__ = ["DEFAULT_ORG", "ConnectOptions", "Home", "HomeInfo"]
@@ -171,11 +173,11 @@ class Home:
         if org is not None and not _ORG.fullmatch(org):
             raise MalformedError("org", f"{org!r} must match {_ORG.pattern}")
         try:
-            _make_private_dir(self.path, parents=True)
-            _make_private_dir(self.keys_dir)
+            make_private_dir(self.path, parents=True)
+            make_private_dir(self.keys_dir)
         except OSError as e:
             raise HomeError(f"cannot create home {self.path}: {e.strerror}") from e
-        warnings = _keys_dir_warnings(self.keys_dir)
+        warnings = _tighten_home(self.path) + _keys_dir_warnings(self.keys_dir)
         conn = self._connect_db(write=True)
         try:
             meta = _read_meta(conn)
@@ -327,18 +329,24 @@ def _read_meta(conn: apsw.Connection) -> dict[str, str]:
         raise store_error("cannot read home metadata", e, conn.filename) from e
 
 
-def _make_private_dir(path: Path, *, parents: bool = False) -> None:
-    """Create ``path`` with mode 0700 whatever the umask (a directory that already exists keeps
-    its mode; missing parents get the usual umask-derived mode)."""
-    if parents:
-        path.parent.mkdir(parents=True, exist_ok=True)
+def _tighten_home(path: Path) -> tuple[str, ...]:
+    """An existing home directory that its group or others may enter (say 0755, from ``mkdir``
+    under the usual umask) is set to 0700, and the warning says so; one that cannot be changed
+    (not ours, read-only medium) is warned about as it is."""
     try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        if not path.is_dir():
-            raise
-        return
-    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask, which may take bits away
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return ()
+    if not mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return ()
+    try:
+        os.chmod(path, 0o700)
+    except OSError as e:
+        return (
+            f"{path} is open to its group or others (mode {mode:04o}) and could not be set to "
+            f"0700 ({e.strerror}); run chmod 700 {path}",
+        )
+    return (f"{path} was open to its group or others (mode {mode:04o}): set to 0700",)
 
 
 def _keys_dir_warnings(keys_dir: Path) -> tuple[str, ...]:
