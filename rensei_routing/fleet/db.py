@@ -140,7 +140,8 @@ def _psycopg() -> Any:
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
-    """A connection to the fleet database at ``url`` (``postgresql://...``), its schema ensured.
+    """An autocommit connection to the fleet database at ``url`` (``postgresql://...``), its
+    schema ensured (every multi-statement change runs in ``conn.transaction()``).
 
     Raises:
         InputError: ``url`` is not a PostgreSQL URL.
@@ -151,7 +152,7 @@ def connect(url: str) -> psycopg.Connection[Any]:
         raise InputError(f"not a PostgreSQL URL (postgresql://...): {display_url(url)!r}")
     psycopg = _psycopg()
     try:
-        conn = psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT_S)
+        conn = psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT_S, autocommit=True)
     except (psycopg.Error, ValueError) as e:
         raise FleetStoreError(
             f"cannot connect to the fleet database {display_url(url)}: {_first_line(e)}"
