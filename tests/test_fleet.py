@@ -215,6 +215,13 @@ def test_reingest_is_idempotent_and_an_extended_chain_adds_only_its_new_records(
     with psycopg.connect(pg_url) as conn:
         logged = conn.execute("SELECT added FROM fleet_ingests ORDER BY id").fetchall()
     assert [n for (n,) in logged] == [12, 0, 5, 4]
+    # The report's counts, added to by each ingest, are those of the whole chain.
+    everything = export(runner, home, tmp_path / "4" / "a")
+    report = json.loads(
+        ok(runner.invoke(cli, ["fleet", "report", "--from", pg_url, "--json"])).output
+    )
+    expected = _python_report({"host-a": everything})
+    assert report["total"] == expected["total"] and report["groups"]["seam"] == expected["seam"]
 
 
 def test_records_past_the_checkpoint_are_not_loaded_and_a_gap_is_refused(

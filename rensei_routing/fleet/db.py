@@ -14,6 +14,9 @@ ingests create them once; ``fleet_schema`` holds the version):
   role, mechanism, transport, outcome, divergence, agreed, the revisions cited) are stored
   generated columns, computed by PostgreSQL from the payload as a row is written. The payload
   is kept out of line (``STORAGE EXTERNAL``), so a report reads narrow rows.
+* ``fleet_agreement``: the shadow report's counts per host, repo, role, mechanism and seam,
+  added to by each ingest from the records it loaded (in its transaction), so the report sums
+  a few rows per group instead of scanning every record.
 * ``fleet_ingests``: one row per file ingested (what it added). ``fleet_alarms``: one row per
   refused fork (host, seq, file, detail).
 """
@@ -24,12 +27,20 @@ import re
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from ..core.shadow.compare import DIVERGENCES
 from ..errors import FleetStoreError, InputError
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["INSTALL_HINT", "SCHEMA_VERSION", "connect", "display_url", "ensure_schema"]
+__all__ = [
+    "AGREEMENT_COUNTS",
+    "INSTALL_HINT",
+    "SCHEMA_VERSION",
+    "connect",
+    "display_url",
+    "ensure_schema",
+]
 
 INSTALL_HINT: Final = "pip install 'rensei-routing[postgres]'"
 SCHEMA_VERSION: Final = 1
@@ -40,6 +51,16 @@ _SCHEMA_LOCK: Final = 0x7265_6E73_6569_0001
 _SHADOW: Final = "payload->>'record_type' = 'shadow-decision'"
 _RULESET_REV: Final = "COALESCE(payload->>'rulesetRev', payload#>>'{proposed,rulesetRev}')"
 _POLICY_REV: Final = "COALESCE(payload->>'policy_revision', payload#>>'{proposed,policy_revision}')"
+
+
+#: The per-kind columns of ``fleet_agreement`` (divergence kinds, then direct-HTTP, held,
+#: rejected), in the order of the core's shadow report.
+AGREEMENT_COUNTS: Final = (
+    *(f"divergence_{k.replace('-', '_')}" for k in DIVERGENCES),
+    "direct_http",
+    "held",
+    "rejected",
+)
 
 
 def _shadow_fact(expr: str) -> str:
@@ -92,6 +113,17 @@ _SCHEMA: Final = (
         PRIMARY KEY (host_id, seq)
     )""",
     "ALTER TABLE fleet_records ALTER COLUMN payload SET STORAGE EXTERNAL",
+    f"""CREATE TABLE fleet_agreement (
+        host_id text NOT NULL,
+        repo text NOT NULL,
+        role text NOT NULL,
+        mechanism text NOT NULL,
+        seam text NOT NULL,
+        spawns bigint NOT NULL,
+        agreed bigint NOT NULL,
+        {", ".join(f"{c} bigint NOT NULL" for c in AGREEMENT_COUNTS)},
+        PRIMARY KEY (host_id, repo, role, mechanism, seam)
+    )""",
     """CREATE TABLE fleet_ingests (
         id bigserial PRIMARY KEY,
         host_id text NOT NULL,

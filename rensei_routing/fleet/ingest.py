@@ -18,8 +18,10 @@ One export file, in one transaction:
    equal the held chain's. A fork rolls back, then an alarm row names the host and the first
    seq at which the two chains differ (:class:`~rensei_routing.errors.FleetForkError`); the
    host is refused from then on. An export starting after the held head is a gap (refused).
-4. Only then are the spooled rows loaded (``COPY``) and the host's head, size, last ingest and
-   revisions updated; the transaction commits, or nothing of the file is in the database.
+4. Only then are the spooled rows loaded (``COPY``), the host's head, size, last ingest and
+   revisions updated, and the loaded shadow records added to the report's per-group counts
+   (:func:`.report.accumulate`); the transaction commits, or nothing of the file is in the
+   database.
 
 Ingesting the same export again adds nothing (and records the ingest); a longer one adds only
 its new records.
@@ -53,6 +55,7 @@ from ..errors import (
 from ..store.notes import read_checkpoint
 from .db import store_error
 from .exports import checkpoint_for, export_files, export_rows
+from .report import accumulate
 from .trust import trusted_keys
 
 if TYPE_CHECKING:
@@ -285,6 +288,7 @@ def _ingest_locked(
             (cp.size, cp.head_hash, spool.head_recorded_at, _org(cp.origin), host_id),
         )
         conn.execute(_REVISIONS, {"h": host_id, "s": held})
+        accumulate(conn, host_id, held)
     else:
         conn.execute(
             "UPDATE fleet_hosts SET last_ingest_at = now(), org = COALESCE(org, %s) "

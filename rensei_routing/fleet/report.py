@@ -5,8 +5,11 @@ value types; the text is the CLI's, a console page calls :func:`fleet_report` as
 Agreement uses the shadow report's notions (:mod:`rensei_routing.core.shadow.report`): per
 group, spawns (shadow records), agreed, the count of each divergence kind, direct-HTTP spawns,
 held and rejected proposals, grouped by host, repo, role, mechanism and seam (a record without
-a repo or role counts under ``(none)``), all in one scan (``GROUPING SETS``). Only native
-shadow records count; imported HydraFlow records and other records are counted apart.
+a repo or role counts under ``(none)``). Each ingest adds the records it loaded to
+``fleet_agreement`` (counts per host, repo, role, mechanism and seam, in the ingest's own
+transaction: :func:`accumulate`), so the report is one ``GROUPING SETS`` query over those
+rows, whatever the number of records. Only native shadow records count; imported HydraFlow
+records and other records are counted apart.
 
 Per host: records held, head hash and the head's ``recorded_at``, the last ingest, the lag (the
 age of the newest evidence held: now - the head's ``recorded_at``), the latest ruleset snapshot
@@ -24,38 +27,45 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..core.shadow.compare import DIVERGENCES
 from ..core.shadow.report import ALL, NO_VALUE, ReportRow
-from .db import store_error
+from .db import AGREEMENT_COUNTS, store_error
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["DIMENSIONS", "FleetReport", "HostState", "fleet_report"]
+__all__ = ["DIMENSIONS", "FleetReport", "HostState", "accumulate", "fleet_report"]
 
 #: The groupings of the agreement figures, in the order they are shown.
 DIMENSIONS: Final = ("host", "repo", "role", "mechanism", "seam")
-_COLUMN: Final = {
-    "host": "host_id",
-    "repo": f"COALESCE(repo, '{NO_VALUE}')",
-    "role": f"COALESCE(NULLIF(role, ''), '{NO_VALUE}')",
-    "mechanism": f"COALESCE(mechanism, '{NO_VALUE}')",
-    "seam": f"COALESCE(seam, '{NO_VALUE}')",
-}
-_AGREEMENT: Final = (
-    "SELECT "
-    + ", ".join(f"GROUPING({_COLUMN[d]})" for d in DIMENSIONS)
-    + ", "
-    + ", ".join(_COLUMN[d] for d in DIMENSIONS)
-    + ", count(*), count(*) FILTER (WHERE agreed), "
+_KEYS: Final = ("host_id", "repo", "role", "mechanism", "seam")
+_COUNTS: Final = ("spawns", "agreed", *AGREEMENT_COUNTS)
+#: One ingest's records added to the per-group counts (in the ingest's transaction).
+_ACCUMULATE: Final = (
+    f"INSERT INTO fleet_agreement AS a ({', '.join(_KEYS)}, {', '.join(_COUNTS)}) "
+    f"SELECT host_id, COALESCE(repo, '{NO_VALUE}'), COALESCE(NULLIF(role, ''), '{NO_VALUE}'), "
+    f"COALESCE(mechanism, '{NO_VALUE}'), COALESCE(seam, '{NO_VALUE}'), "
+    "count(*), count(*) FILTER (WHERE agreed), "
     + ", ".join(f"count(*) FILTER (WHERE divergence = '{k}')" for k in DIVERGENCES)
     + ", count(*) FILTER (WHERE transport = 'direct-http'), "
     "count(*) FILTER (WHERE outcome = 'held'), count(*) FILTER (WHERE outcome = 'rejected') "
-    "FROM fleet_records WHERE record_type = 'shadow-decision' GROUP BY GROUPING SETS ("
-    + ", ".join(f"({_COLUMN[d]})" for d in DIMENSIONS)
+    "FROM fleet_records WHERE host_id = %(h)s AND seq >= %(s)s "
+    "AND record_type = 'shadow-decision' GROUP BY 1, 2, 3, 4, 5 "
+    f"ON CONFLICT ({', '.join(_KEYS)}) DO UPDATE SET "
+    + ", ".join(f"{c} = a.{c} + EXCLUDED.{c}" for c in _COUNTS)
+)
+_AGREEMENT: Final = (
+    "SELECT "
+    + ", ".join(f"GROUPING({k})" for k in _KEYS)
+    + ", "
+    + ", ".join(_KEYS)
+    + ", "
+    + ", ".join(f"sum({c})" for c in _COUNTS)
+    + " FROM fleet_agreement GROUP BY GROUPING SETS ("
+    + ", ".join(f"({k})" for k in _KEYS)
     + ", ())"
 )
 _OTHERS: Final = (
-    "SELECT count(*) FILTER (WHERE record_type IS DISTINCT FROM 'shadow-decision') "
-    "FROM fleet_records"
+    "SELECT (SELECT COALESCE(sum(size), 0) FROM fleet_hosts)"
+    " - (SELECT COALESCE(sum(spawns), 0) FROM fleet_agreement)"
 )
 _HOSTS: Final = """
 WITH newest AS (
@@ -162,7 +172,7 @@ def _iso(moment: dt.datetime | None) -> str | None:
 
 
 def _row(group: str, counts: tuple[Any, ...]) -> ReportRow:
-    spawns, agreed, *rest = (int(c) for c in counts)
+    spawns, agreed, *rest = (int(c or 0) for c in counts)
     kinds, (direct, held, rejected) = rest[: len(DIVERGENCES)], rest[len(DIVERGENCES) :]
     return ReportRow(
         group=group,
@@ -173,6 +183,16 @@ def _row(group: str, counts: tuple[Any, ...]) -> ReportRow:
         held=held,
         rejected=rejected,
     )
+
+
+def accumulate(conn: psycopg.Connection[Any], host_id: str, first_seq: int) -> None:
+    """Add the shadow records of ``host_id`` from ``first_seq`` on (just loaded, in the
+    caller's transaction) to the per-group counts the report sums.
+
+    Raises:
+        psycopg.Error: the statement failed (the caller's transaction rolls back).
+    """
+    conn.execute(_ACCUMULATE, {"h": host_id, "s": first_seq})
 
 
 def fleet_report(
