@@ -244,6 +244,22 @@ def test_records_past_the_checkpoint_are_not_loaded_and_a_gap_is_refused(
     assert counts(pg_url) == {"host-a": 12}
 
 
+def test_a_record_the_database_cannot_hold_refuses_its_file_only(
+    tmp_path: Path, runner: CliRunner, pg_url: str, fleet: dict[str, Path]
+) -> None:
+    with AuditLog.open(Home(fleet["host-b"])) as log:  # jsonb cannot store the escape \u0000
+        log.append({"record_type": "note", "text": "a\x00b"}, recorded_at="2026-06-01T00:00:00Z")
+    out = tmp_path / "x"
+    for h, home in fleet.items():
+        export(runner, home, out / h)
+    result = ingest(runner, pg_url, out)
+    assert result.exit_code == 1
+    a, b = json.loads(result.stdout)
+    assert a["added"] == 12 and "the database refused a record" in b["refused"]
+    assert counts(pg_url) == {"host-a": 12}
+    assert host_row(pg_url, "host-b")[0] == 0
+
+
 def test_a_fork_raises_an_alarm_naming_the_host_and_seq_and_loads_nothing(
     tmp_path: Path, runner: CliRunner, pg_url: str, fleet: dict[str, Path]
 ) -> None:

@@ -227,6 +227,12 @@ def ingest_file(
     except FleetForkError as fork:
         _alarm(conn, fork, str(export))
         raise
+    except psycopg.errors.DataError as e:  # a record the database cannot hold (jsonb: \u0000)
+        raise FleetIngestRefusedError(
+            f"the database refused a record of it ({str(e).strip().splitlines()[0]}); "
+            "nothing loaded",
+            host_id=host_id,
+        ) from e
     except psycopg.Error as e:
         raise store_error(f"cannot load {export} (nothing loaded)", e) from e
 
