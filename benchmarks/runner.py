@@ -22,6 +22,7 @@ from . import (
     bench_append,
     bench_batch,
     bench_cli,
+    bench_fleet,
     bench_interop,
     bench_policies,
     bench_replay,
@@ -50,6 +51,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_replay,
     bench_batch,
     bench_interop,
+    bench_fleet,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

@@ -258,3 +258,31 @@ class KeyFormatError(SignatureError):
 
 class VerificationError(SignatureError):
     """A signature did not verify."""
+
+
+# -- fleet evidence (PostgreSQL) ------------------------------------------------------------------
+
+
+class FleetError(RenseiRoutingError):
+    """The fleet evidence store (PostgreSQL) refused or failed an ingest, a trust or a report."""
+
+
+class FleetStoreError(FleetError):
+    """The fleet database is unreachable, not a fleet database, or failed a statement (the
+    message names the database, never its password); nothing was written."""
+
+
+class FleetIngestRefusedError(FleetError):
+    """An export was refused before a line of it was loaded: no checkpoint, a checkpoint no
+    trusted host key signed, a chain that does not verify against it, a gap. ``seq`` is the
+    first bad seq when there is one."""
+
+    def __init__(self, message: str, *, host_id: str | None = None, seq: int | None = None):
+        super().__init__(message)
+        self.host_id = host_id
+        self.seq = seq
+
+
+class FleetForkError(FleetIngestRefusedError):
+    """A host's export disagrees with the chain ingested from it before, at ``seq``: an alarm
+    row names the host and the seq; nothing of the export was loaded."""

@@ -39,7 +39,7 @@ DOMAINS: dict[str, frozenset[str]] = {
     "shadow": frozenset({"routing", "audit"}),
 }
 #: Sides and services: never the CLI; the two sides never each other.
-SERVICES = ("control", "host", "shadow", "ops", "plugins")
+SERVICES = ("control", "host", "shadow", "ops", "plugins", "fleet")
 SIDES = {"control": "host", "host": "control"}
 #: The pytest plugin for plugin authors runs ``rensei`` commands: it sits above the CLI.
 DRIVES_THE_CLI = frozenset({"rensei_routing.plugins.testing"})
@@ -175,6 +175,16 @@ def _sides(module: str, target: str) -> str | None:
     return None
 
 
+def _fleet(module: str, target: str) -> str | None:
+    """The fleet service imports the core, the store and the leaves (and itself) only."""
+    if module.startswith("rensei_routing.fleet") and not (
+        target.startswith(("rensei_routing.core", "rensei_routing.store", "rensei_routing.fleet"))
+        or target in LEAVES
+    ):
+        return f"the fleet service imports {target}"
+    return None
+
+
 def _old_paths(module: str, target: str) -> str | None:
     if target in MOVED:
         return f"imports the old path {target} (use {MOVED[target]})"
@@ -211,6 +221,7 @@ RULES = {
     "leaves": _leaves,
     "sides-never-import-cli": _sides,
     "no-old-paths": _old_paths,
+    "fleet-only-core-store-leaves": _fleet,
 }
 
 
@@ -228,6 +239,10 @@ def test_the_rules_catch_what_they_forbid() -> None:
     assert _sides("rensei_routing.host.poll", "rensei_routing.cli._clock")
     assert _sides("rensei_routing.host.claims", "rensei_routing.control.snapshots")
     assert not _sides("rensei_routing.ops.doctor", "rensei_routing.host.status")
+    assert _fleet("rensei_routing.fleet.ingest", "rensei_routing.host.cache")
+    assert _fleet("rensei_routing.fleet.report", "rensei_routing.control.server")
+    assert _fleet("rensei_routing.fleet.ingest", "rensei_routing.cli._root")
+    assert not _fleet("rensei_routing.fleet.ingest", "rensei_routing.store.notes")
     assert _old_paths("rensei_routing.cli.host", "rensei_routing.core.authz")
     assert _commands("rensei_routing.cli.quickstart", "rensei_routing.cli.host")
     assert not _commands("rensei_routing.cli.quickstart", "rensei_routing.cli._render")

@@ -47,6 +47,10 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "Resolve every context of a JSON Lines file against ONE snapshot; one JSON decision a "
         "line.",
     ),
+    "fleet": (
+        ("fleet",),
+        "Fleet evidence in PostgreSQL: trust hosts' keys, ingest their audit exports, report.",
+    ),
     "host": (
         ("host", "sessions"),
         "The host's verified snapshot cache: trust, sync, run, status, claim; receipts and "

@@ -1,0 +1,235 @@
+"""The fleet database: connecting to PostgreSQL (psycopg 3, imported only here and only when a
+fleet command runs) and its schema. Owns the ``fleet_*`` tables; must not hold the ingest or
+report rules (:mod:`.ingest`, :mod:`.report`).
+
+Tables (created on first use, in one transaction under an advisory lock, so concurrent first
+ingests create them once; ``fleet_schema`` holds the version):
+
+* ``fleet_hosts``: one row per trusted host: its id, its Ed25519 public key, and what was
+  ingested from it (``size`` = records held, the next seq; ``head_hash``; the head's
+  ``recorded_at``; the last ingest; the org of its checkpoints; the latest snapshot and policy
+  revision its records cite; the seq of a fork, once one was seen).
+* ``fleet_records``: every ingested record, ``(host_id, seq)`` unique, its chain fields as the
+  host stored them and its payload as ``jsonb``; the report's facts (record type, seam, repo,
+  role, mechanism, transport, outcome, divergence, agreed, the revisions cited) are stored
+  generated columns, computed by PostgreSQL from the payload as a row is written. The payload
+  is kept out of line (``STORAGE EXTERNAL``), so a report reads narrow rows.
+* ``fleet_agreement``: the shadow report's counts per host, repo, role, mechanism and seam,
+  added to by each ingest from the records it loaded (in its transaction), so the report sums
+  a few rows per group instead of scanning every record.
+* ``fleet_ingests``: one row per file ingested (what it added). ``fleet_alarms``: one row per
+  refused fork (host, seq, file, detail).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+from ..core.shadow.compare import DIVERGENCES
+from ..errors import FleetStoreError, InputError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "AGREEMENT_COUNTS",
+    "INSTALL_HINT",
+    "SCHEMA_VERSION",
+    "connect",
+    "display_url",
+    "ensure_schema",
+]
+
+INSTALL_HINT: Final = "pip install 'rensei-routing[postgres]'"
+SCHEMA_VERSION: Final = 1
+_CONNECT_TIMEOUT_S: Final = 10
+#: A fixed advisory-lock key: the schema is created by one session at a time.
+_SCHEMA_LOCK: Final = 0x7265_6E73_6569_0001
+
+_SHADOW: Final = "payload->>'record_type' = 'shadow-decision'"
+_RULESET_REV: Final = "COALESCE(payload->>'rulesetRev', payload#>>'{proposed,rulesetRev}')"
+_POLICY_REV: Final = "COALESCE(payload->>'policy_revision', payload#>>'{proposed,policy_revision}')"
+
+
+#: The per-kind columns of ``fleet_agreement`` (divergence kinds, then direct-HTTP, held,
+#: rejected), in the order of the core's shadow report.
+AGREEMENT_COUNTS: Final = (
+    *(f"divergence_{k.replace('-', '_')}" for k in DIVERGENCES),
+    "direct_http",
+    "held",
+    "rejected",
+)
+
+
+def _shadow_fact(expr: str) -> str:
+    return f"CASE WHEN {_SHADOW} THEN {expr} END"
+
+
+_SCHEMA: Final = (
+    """CREATE TABLE fleet_schema (version integer NOT NULL)""",
+    """CREATE TABLE fleet_hosts (
+        host_id text PRIMARY KEY,
+        public_key text NOT NULL UNIQUE,
+        trusted_at timestamptz NOT NULL DEFAULT now(),
+        org text,
+        size bigint NOT NULL DEFAULT 0,
+        head_hash text NOT NULL,
+        head_recorded_at timestamptz,
+        last_ingest_at timestamptz,
+        ruleset_rev text,
+        snapshot_revision bigint,
+        policy_revision bigint,
+        forked_seq bigint,
+        forked_at timestamptz
+    )""",
+    f"""CREATE TABLE fleet_records (
+        host_id text NOT NULL,
+        seq bigint NOT NULL,
+        recorded_at text NOT NULL,
+        prev_hash text NOT NULL,
+        payload_hash text NOT NULL,
+        record_hash text NOT NULL,
+        payload jsonb NOT NULL,
+        record_type text GENERATED ALWAYS AS (payload->>'record_type') STORED,
+        seam text GENERATED ALWAYS AS ({_shadow_fact("payload->>'seam'")}) STORED,
+        repo text GENERATED ALWAYS AS
+            ({_shadow_fact("payload#>>'{proposed,explanation,context,repo,value}'")}) STORED,
+        role text GENERATED ALWAYS AS
+            ({_shadow_fact("payload#>>'{proposed,explanation,context,role}'")}) STORED,
+        mechanism text GENERATED ALWAYS AS
+            ({_shadow_fact("payload#>>'{actual,mechanism}'")}) STORED,
+        transport text GENERATED ALWAYS AS
+            ({_shadow_fact("payload#>>'{actual,transport}'")}) STORED,
+        outcome text GENERATED ALWAYS AS
+            ({_shadow_fact("payload#>>'{proposed,outcome}'")}) STORED,
+        divergence text GENERATED ALWAYS AS ({_shadow_fact("payload->>'divergence'")}) STORED,
+        agreed boolean GENERATED ALWAYS AS
+            ({_shadow_fact("payload->'agreed' = 'true'::jsonb")}) STORED,
+        ruleset_rev text GENERATED ALWAYS AS ({_RULESET_REV}) STORED,
+        policy_revision bigint GENERATED ALWAYS AS (CASE WHEN {_POLICY_REV} ~ '^[0-9]{{1,18}}$'
+            THEN ({_POLICY_REV})::bigint END) STORED,
+        PRIMARY KEY (host_id, seq)
+    )""",
+    "ALTER TABLE fleet_records ALTER COLUMN payload SET STORAGE EXTERNAL",
+    f"""CREATE TABLE fleet_agreement (
+        host_id text NOT NULL,
+        repo text NOT NULL,
+        role text NOT NULL,
+        mechanism text NOT NULL,
+        seam text NOT NULL,
+        spawns bigint NOT NULL,
+        agreed bigint NOT NULL,
+        {", ".join(f"{c} bigint NOT NULL" for c in AGREEMENT_COUNTS)},
+        PRIMARY KEY (host_id, repo, role, mechanism, seam)
+    )""",
+    """CREATE TABLE fleet_ingests (
+        id bigserial PRIMARY KEY,
+        host_id text NOT NULL,
+        file text NOT NULL,
+        first_seq bigint NOT NULL,
+        added bigint NOT NULL,
+        checkpoint_size bigint NOT NULL,
+        head_hash text NOT NULL,
+        at timestamptz NOT NULL DEFAULT now()
+    )""",
+    """CREATE TABLE fleet_alarms (
+        id bigserial PRIMARY KEY,
+        host_id text NOT NULL,
+        kind text NOT NULL,
+        seq bigint,
+        file text NOT NULL,
+        detail text NOT NULL,
+        at timestamptz NOT NULL DEFAULT now()
+    )""",
+)
+
+_SCHEME = re.compile(r"postgres(ql)?://", re.I)
+
+
+def display_url(url: str) -> str:
+    """``url`` without its password (what every message names)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rpartition("@")
+        user = (parts.username or "") + ":***"
+        return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
+    except ValueError:
+        return "(unparseable URL)"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as e:
+        raise FleetStoreError(
+            f"the fleet store needs PostgreSQL support (psycopg 3): {INSTALL_HINT}"
+        ) from e
+    return psycopg
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """An autocommit connection to the fleet database at ``url`` (``postgresql://...``), its
+    schema ensured (every multi-statement change runs in ``conn.transaction()``).
+
+    Raises:
+        InputError: ``url`` is not a PostgreSQL URL.
+        FleetStoreError: psycopg is not installed, the database cannot be reached, or it holds a
+            fleet schema of another version (the message names the database).
+    """
+    if not _SCHEME.match(url):
+        raise InputError(f"not a PostgreSQL URL (postgresql://...): {display_url(url)!r}")
+    psycopg = _psycopg()
+    try:
+        conn = psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT_S, autocommit=True)
+    except (psycopg.Error, ValueError) as e:
+        raise FleetStoreError(
+            f"cannot connect to the fleet database {display_url(url)}: {_first_line(e)}"
+        ) from e
+    try:
+        ensure_schema(conn, url)
+    except BaseException:
+        conn.close()
+        raise
+    return conn  # type: ignore[no-any-return]
+
+
+def ensure_schema(conn: psycopg.Connection[Any], url: str = "") -> None:
+    """Create the fleet tables when the database has none (one transaction, under an advisory
+    lock); refuse a database holding another version.
+
+    Raises:
+        FleetStoreError: a statement failed, or the schema version is not ours.
+    """
+    psycopg = _psycopg()
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            exists = conn.execute("SELECT to_regclass('fleet_schema') IS NOT NULL").fetchone()
+            if exists and exists[0]:
+                row = conn.execute("SELECT max(version) FROM fleet_schema").fetchone()
+                version = None if row is None else row[0]
+                if version != SCHEMA_VERSION:
+                    raise FleetStoreError(
+                        f"the fleet database {display_url(url)} has schema version {version}; "
+                        f"this release reads version {SCHEMA_VERSION}"
+                    )
+                return
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute("INSERT INTO fleet_schema(version) VALUES (%s)", (SCHEMA_VERSION,))
+    except psycopg.Error as e:
+        raise store_error(f"cannot prepare the fleet database {display_url(url)}", e) from e
+
+
+def store_error(what: str, error: BaseException) -> FleetStoreError:
+    """A :class:`FleetStoreError` of ``what``, with the database's first line of the reason."""
+    return FleetStoreError(f"{what}: {_first_line(error)}")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
