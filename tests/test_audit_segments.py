@@ -360,3 +360,20 @@ def test_export_covers_every_segment_and_verifies_offline(
     part = tmp_path / "part.jsonl"
     assert _run(runner, home.path, "audit", "export", str(part), "--since", "8").exit_code == 0
     assert [json.loads(x)["seq"] for x in part.read_text().splitlines()] == list(range(8, 18))
+
+
+def test_backup_and_restore_carry_the_segments(tmp_path: Path, runner: CliRunner) -> None:
+    home = _home(tmp_path)
+    _three_segments(home)
+    with AuditLog.open(home) as log:
+        head = log.head()
+    backup = tmp_path / "b"
+    done = _run(runner, home.path, "backup", str(backup))
+    assert done.exit_code == 0, done.output
+    assert sorted(os.listdir(backup / "audit" / "segments")) == ["0-9.db", "10-14.db"]
+    target = tmp_path / "restored"
+    restored = runner.invoke(cli, ["--no-plugins", "--home", str(target), "restore", str(backup)])
+    assert restored.exit_code == 0, restored.output
+    with AuditLog.open(Home(target)) as log:
+        assert log.verify().ok and log.head() == head
+        assert [r.seq for r in log.records()] == list(range(18))

@@ -345,10 +345,11 @@ def recover(log: AuditLog) -> None:
     whose records are all still live (the rotation stopped between the rename and its
     commit: the old layout stands); the file of a segment the catalog says is pruned (the
     prune stopped between its commit and the unlink) is removed. Any other file is left.
-    Best effort: a read-only home is left as it is.
+    Nothing to reconcile (the common case) takes no lock and writes nothing. Best effort: a
+    read-only home is left as it is.
     """
     directory = segments_dir(log._path)
-    if not directory.is_dir():
+    if not directory.is_dir() or not _stale(log, directory):
         return
     lock = SegmentLock(log._path)
     try:
@@ -365,13 +366,19 @@ def recover(log: AuditLog) -> None:
 def recover_locked(log: AuditLog) -> None:
     """:func:`recover`, for a caller holding the lock."""
     directory = segments_dir(log._path)
+    for name in _stale(log, directory):
+        with contextlib.suppress(OSError):
+            os.unlink(directory / name)
+
+
+def _stale(log: AuditLog, directory: Path) -> list[str]:
+    """The files of ``directory`` that :func:`recover` removes (none if it cannot tell)."""
     conn = log._read_conn()
+    stale: list[str] = []
     try:
         with conn:
             catalog = {s.name: s for s in read_catalog(conn)}
-            names = sorted(os.listdir(directory))
-            stale: list[str] = []
-            for name in names:
+            for name in sorted(os.listdir(directory)):
                 if name.startswith(".") and ".tmp" in name:
                     stale.append(name)
                     continue
@@ -390,7 +397,5 @@ def recover_locked(log: AuditLog) -> None:
                 if live == last - first + 1:
                     stale.append(name)
     except (apsw.Error, OSError):
-        return
-    for name in stale:
-        with contextlib.suppress(OSError):
-            os.unlink(directory / name)
+        return []
+    return stale
