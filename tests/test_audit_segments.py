@@ -377,3 +377,26 @@ def test_backup_and_restore_carry_the_segments(tmp_path: Path, runner: CliRunner
     with AuditLog.open(Home(target)) as log:
         assert log.verify().ok and log.head() == head
         assert [r.seq for r in log.records()] == list(range(18))
+
+
+@pytest.mark.parametrize("damage", [None, 12, 16])
+def test_segments_checked_in_worker_processes_reach_the_one_walks_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: int | None
+) -> None:
+    from rensei_routing.store import parallel
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_RECORDS", 1)  # ranges in workers at any size
+    monkeypatch.setattr(parallel, "RANGES_PER_WORKER", 3)
+    home = _home(tmp_path)
+    _three_segments(home)
+    if damage is not None:  # in the sealed segment 10-14, or in the live table
+        where = segments_dir(home.db_path) / "10-14.db" if damage < 15 else home.db_path
+        _sql(
+            where, "UPDATE audit_records SET recorded_at = ? WHERE seq = ?", (T[:-2] + "1Z", damage)
+        )
+        os.chmod(home.db_path, 0o600)
+    with AuditLog.open(home) as log:
+        one = log.verify(workers=1)
+        many = log.verify(workers=2)
+    assert many == one
+    assert one.ok is (damage is None) and one.first_broken_seq == damage
