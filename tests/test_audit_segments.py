@@ -9,6 +9,8 @@ import itertools
 import json
 import os
 import stat
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -400,3 +402,39 @@ def test_segments_checked_in_worker_processes_reach_the_one_walks_verdict(
         many = log.verify(workers=2)
     assert many == one
     assert one.ok is (damage is None) and one.first_broken_seq == damage
+
+
+def test_newest_first_reads_stop_at_the_anchor(tmp_path: Path, runner: CliRunner) -> None:
+    home = _home(tmp_path)
+    _three_segments(home)
+    export = tmp_path / "all.jsonl"
+    assert _run(runner, home.path, "audit", "export", str(export)).exit_code == 0
+    pruned = _run(runner, home.path, "audit", "prune", "--before", "10", "--exported", str(export))
+    assert pruned.exit_code == 0, pruned.output  # 0-9 pruned, 10-14 sealed, 15-17 live
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from rensei_routing.store.audit import AuditLog\n"
+        "from rensei_routing.store.home import Home\n"
+        "with AuditLog.open(Home(Path(sys.argv[1]))) as log:\n"
+        "    print([r.seq for r in log.records(newest_first=True, batch=3)])\n"
+        "    print([r.seq for r in log.tail(100)], [r.seq for r in log.records(start=3)])\n"
+    )
+    done = subprocess.run(  # a reader that never ends fails here instead of hanging the suite
+        [sys.executable, "-c", script, str(home.path)], capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().splitlines() == [
+        str(list(range(17, 9, -1))),
+        f"{list(range(10, 18))} {list(range(10, 18))}",
+    ]
+
+
+def test_doctor_counts_the_seals_as_checkpoints(tmp_path: Path) -> None:
+    from rensei_routing.ops.doctor import _chain
+
+    home = _home(tmp_path)
+    _three_segments(home)
+    check = _chain(home)
+    assert (check.status, check.detail) == ("ok", "18 records, 2 checkpoint(s)")
+    with AuditLog.open(home) as log:
+        assert [c.size for c in log.checkpoints()] == [10, 15]

@@ -536,7 +536,7 @@ class AuditLog:
         return key if isinstance(key, signing.PrivateKey) else key()
 
     def checkpoints(self) -> tuple[Checkpoint, ...]:
-        """Every stored checkpoint, smallest first.
+        """Every stored checkpoint and the seal of every catalogued segment, smallest first.
 
         Raises:
             CheckpointFormatError: a stored note no longer parses.
@@ -545,7 +545,7 @@ class AuditLog:
         conn = self._read_conn()
         try:
             with conn:
-                stored = tuple(chainwalk.stored_checkpoints(conn))
+                stored = chainwalk.stored_checkpoints(conn) + chainwalk.seals(conn)
         except apsw.Error as e:
             raise store_error("cannot read checkpoints", e, self._path) from e
-        return stored
+        return tuple(sorted(stored, key=lambda c: c.size))

@@ -35,7 +35,14 @@ from .segments import Segment, read_catalog, recover
 if TYPE_CHECKING:
     from .audit import AuditLog
 
-__all__ = ["ChainVerdict", "seal_ok", "stored_checkpoints", "verify_all", "verify_live"]
+__all__ = [
+    "ChainVerdict",
+    "seal_ok",
+    "seals",
+    "stored_checkpoints",
+    "verify_all",
+    "verify_live",
+]
 
 
 # -- verification ---------------------------------------------------------------------------------
@@ -56,6 +63,16 @@ def stored_checkpoints(conn: apsw.Connection) -> list[Checkpoint]:
         except CheckpointFormatError as e:
             raise CheckpointFormatError(f"checkpoint {cp_id}: {e}") from e
     return out
+
+
+def seals(conn: apsw.Connection) -> list[Checkpoint]:
+    """The seal of every catalogued segment (sealed or pruned), oldest first.
+
+    Raises:
+        CheckpointFormatError: a seal no longer parses.
+        apsw.Error: the catalogue cannot be read.
+    """
+    return [parse_checkpoint(s.note) for s in read_catalog(conn)]
 
 
 def verify_live(

@@ -254,8 +254,9 @@ def iter_records(
     while low < high:
         try:
             with live:
-                present = [s for s in read_catalog(live) if not s.pruned]
-                live_first = 0 if not present else present[-1].last_seq + 1
+                catalog = read_catalog(live)
+                present = [s for s in catalog if not s.pruned]
+                live_first = 0 if not catalog else catalog[-1].last_seq + 1
                 source = _source(present, live_first, low, high, newest_first)
                 if source is None:
                     rows = list(live.execute(sql, (max(low, live_first), high, batch)))
@@ -265,15 +266,16 @@ def iter_records(
         except apsw.Error as e:
             raise store_error("cannot read the audit log", e, db_path) from e
         if not rows:
-            if source is None:
-                if not newest_first or live_first == 0 or live_first <= low:
-                    return
+            if source is not None:  # nothing (more) in this segment: on to the next one
+                if newest_first:
+                    high = source.first_seq
+                else:
+                    low = source.last_seq + 1
+                continue
+            if newest_first and high > live_first > low:
                 high = live_first  # nothing live below high: on to the sealed segments
-            elif newest_first:
-                high = source.first_seq
-            else:
-                low = source.last_seq + 1
-            continue
+                continue
+            return
         for row in rows:
             yield AuditRecord.from_row(row)
         if newest_first:
