@@ -397,10 +397,13 @@ def test_segments_checked_in_worker_processes_reach_the_one_walks_verdict(
             where, "UPDATE audit_records SET recorded_at = ? WHERE seq = ?", (T[:-2] + "1Z", damage)
         )
         os.chmod(home.db_path, 0o600)
+    seen: list[int] = []
     with AuditLog.open(home) as log:
         one = log.verify(workers=1)
-        many = log.verify(workers=2)
+        many = log.verify(workers=2, progress=seen.append)
     assert many == one
+    if damage is None:  # progress runs up through every segment as one walk's would
+        assert seen == sorted(seen) and seen[-1] == 18 and seen[0] <= 10
     assert one.ok is (damage is None) and one.first_broken_seq == damage
 
 

@@ -265,9 +265,11 @@ def _run(
         for i, lo in enumerate(range(start[0], end, step))
     ]
     pool = _Pool(path, busy_timeout_ms, min(workers, len(tasks)))
+    # The workers count records checked; a single walk reports the next seq (from the start).
+    counted = None if progress is None else (lambda n: progress(start[0] + n))
     try:
         result = join(
-            pool.outcomes(tasks, progress),
+            pool.outcomes(tasks, counted),
             marks,
             checkpoints=count,
             parsed_below=parsed_below,
