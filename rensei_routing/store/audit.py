@@ -27,6 +27,7 @@ from .. import signing
 from ..core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
+    STRICT_PAYLOADS,
     AuditRecord,
     Checkpoint,
     VerifyResult,
@@ -505,7 +506,9 @@ class AuditLog:
             raise AuditError(
                 f"refusing to checkpoint a broken log: {where}: {result.reason} ({result.detail})"
             )
-        cp = rotation.sign(key, self.origin, result.records_checked, result.head_hash)
+        cp = rotation.sign(
+            key, self.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS
+        )
         staged = None if target is None else stage(cp, target)
         published = delivered = False
         try:

@@ -123,10 +123,12 @@ def rotate_at_records(home: Home) -> int | None:
     return value or None
 
 
-def sign(key: signing.PrivateKey, origin: str, size: int, head_hash: str) -> Checkpoint:
+def sign(
+    key: signing.PrivateKey, origin: str, size: int, head_hash: str, line: str = STRICT_PAYLOADS
+) -> Checkpoint:
     """A checkpoint of ``size`` records ending at ``head_hash``, signed by ``key``, carrying
-    ``payloads: strict-json`` (its signer verified every record strictly)."""
-    cp = Checkpoint(origin=origin, size=size, head_hash=head_hash, extensions=(STRICT_PAYLOADS,))
+    ``line`` (by default ``payloads: strict-json``: its signer verified every record strictly)."""
+    cp = Checkpoint(origin=origin, size=size, head_hash=head_hash, extensions=(line,))
     key_hash = note_key_hash(origin, key.public_key.raw)
     return cp.with_signature(
         NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
