@@ -150,6 +150,11 @@ class PartialRecordError(AuditError):
     """A batch failed after earlier batches were committed (the message says what was kept)."""
 
 
+class SegmentError(AuditError):
+    """A rotation or a prune of the audit log's segments was refused or could not complete
+    (the message says why; the layout is the old one: nothing was sealed, moved or deleted)."""
+
+
 # -- ruleset snapshots ---------------------------------------------------------------------------
 
 

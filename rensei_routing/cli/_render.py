@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # types only: `host status` imports this module and must star
     from ..core.shadow.report import ReportRow
     from ..core.shadow.whatif import Example, WhatIfSummary
     from ..core.snapshot.authz import AuthorizationDecision
+    from ..store.chainwalk import ChainVerdict
 
 
 def verdict_line(result: VerifyResult) -> str:
@@ -27,6 +28,25 @@ def verdict_line(result: VerifyResult) -> str:
         )
     where = "checkpoint" if result.first_broken_seq is None else f"seq {result.first_broken_seq}"
     return printable(f"broken at {where}: {result.reason}: {result.detail}")
+
+
+def chain_line(verdict: ChainVerdict) -> str:
+    """:func:`verdict_line`, or for a chain cut into segments (or pruned) what it proved:
+    ``intact: N records in K segments, seq A..B, head H, C checkpoint(s) checked`` and, after
+    a prune, ``; anchored at seq S (pruned segments ...)``."""
+    result = verdict.result
+    if not result.ok or (not verdict.sealed and not verdict.pruned):
+        return verdict_line(result)
+    first, last = verdict.first_seq, result.records_checked - 1
+    span = f"seq {first:,}..{last:,}" if last >= first else f"no records from seq {first:,}"
+    line = (
+        f"intact: {verdict.records:,} records in {verdict.segments} segments, {span}, "
+        f"head {result.head_hash}, {result.checkpoints_checked} checkpoint(s) checked"
+    )
+    if verdict.anchor is not None:
+        names = ", ".join(s.name for s in verdict.pruned)
+        line += f"; anchored at seq {first:,} (pruned segments {names})"
+    return line
 
 
 def tally_line(row: ReportRow) -> str:

@@ -28,8 +28,9 @@ DEFAULT_HOME = ".rensei"
 #: order, and its short help as listed by ``rensei --help``.
 BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "audit": (
-        ("audit", "replay", "audit_import"),
-        "The hash-chained decision log: verify, replay, checkpoint, export, import, show, tail.",
+        ("audit", "replay", "audit_import", "audit_segments"),
+        "The hash-chained decision log: verify, replay, checkpoint, rotate, prune, export, import, "
+        "show, tail.",
     ),
     "authorize": (
         ("authorize",),

@@ -40,7 +40,7 @@ from ..errors import InputError, RenseiRoutingError
 from ..files import atomic_write
 from ..store.audit import AuditLog, read_checkpoint
 from ._output import emit, json_text, note, printable
-from ._render import verdict_line
+from ._render import chain_line, verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._store import home_of, refuse_home_target, require_output_dir
 
@@ -65,7 +65,8 @@ _SEQ = click.IntRange(min=0, max=_MAX_INT64)
 
 @cli.group(name="audit")
 def audit() -> None:
-    """The hash-chained decision log: verify, replay, checkpoint, export, import, show, tail."""
+    """The hash-chained decision log: verify, replay, checkpoint, rotate, prune, export, import,
+    show, tail."""
 
 
 @contextmanager
@@ -143,7 +144,7 @@ def audit_verify(
         raise click.UsageError("--trust applies to --file (a home checks with its own key)")
     if files and checkpoint_files and not trust:
         raise click.UsageError("--checkpoint with --file needs --trust KEYFILE")
-    start = 0
+    start, chain = 0, None
     try:
         checkpoints = [read_checkpoint(p) for p in checkpoint_files]
         if files:
@@ -151,16 +152,17 @@ def audit_verify(
             start, result = verify_export(files, checkpoints, keys)
         else:
             with AuditLog.open(home_of(home)) as log:
-                total = log.count() if sys.stderr.isatty() else 0
+                total = log.head()[0] if sys.stderr.isatty() else 0
                 with _progress(total) as progress:
-                    result = log.verify(checkpoints, progress=progress, workers=workers)
+                    chain = log.verify_segments(checkpoints, progress=progress, workers=workers)
+            result = chain.result
     except (RenseiRoutingError, OSError) as e:
         raise CouldNotVerifyError(f"could not verify: {e}") from e
     try:
         if json_:
-            echo_json({**result.to_dict(), **({"first_seq": start} if files else {})})
+            echo_json(chain.to_dict() if chain else {**result.to_dict(), "first_seq": start})
         else:
-            emit(verdict_line(result))
+            emit(verdict_line(result) if chain is None else chain_line(chain))
     except RenseiRoutingError as e:  # OutputError: the verdict was never delivered
         raise CouldNotVerifyError(f"could not verify: {e}") from e
     if files and start and result:
@@ -236,9 +238,9 @@ def verify_export(
 @click.option(
     "--since",
     type=_SEQ,
-    default=0,
-    show_default=True,
-    help="The first seq to export (the previous export's record count continues its chain).",
+    default=None,
+    help="The first seq to export (the previous export's record count continues its chain; "
+    "default: the first record present, 0 unless segments were pruned).",
 )
 @click.option(
     "format_",
@@ -250,7 +252,7 @@ def verify_export(
     "(its hashes, seqs from 0), each payload naming our seq and record hash (docs/interop.md).",
 )
 @home_option
-def audit_export(target: Path, since: int, format_: str, home: Path) -> None:
+def audit_export(target: Path, since: int | None, format_: str, home: Path) -> None:
     """Verify the chain, then write its records from seq SINCE on to FILE.jsonl, one JSON
     record per line (the chain fields and the stored, redacted payload), atomically: for
     archiving to other systems. `rensei audit verify --file FILE.jsonl` checks it offline
@@ -262,15 +264,22 @@ def audit_export(target: Path, since: int, format_: str, home: Path) -> None:
     with AuditLog.open(h) as log:
         total = log.count() if sys.stderr.isatty() else 0
         with _progress(total) as progress:
-            result = log.verify(progress=progress)
+            chain = log.verify_segments(progress=progress)
+        result = chain.result
         if not result:
             raise ChainBrokenError(
                 f"audit log does not verify (seq {result.first_broken_seq}: {result.reason}); "
                 "nothing exported"
             )
         stop = result.records_checked
+        since = chain.first_seq if since is None else since
         if since > stop:
             raise CommandError(f"--since {since} is past the end of the log ({stop} records)")
+        if since < chain.first_seq:
+            raise CommandError(
+                f"--since {since} is below the anchor: the records before seq "
+                f"{chain.first_seq} were pruned (they are in the export they were pruned after)"
+            )
         lines = (export_line(r) for r in log.records(start=since, stop=stop))
         if format_ == "hydraflow":
             from ..store.hydraflow import export_lines

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,9 @@ from ._output import emit, note, printable
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
 from .audit import audit
+
+if TYPE_CHECKING:
+    from ..store.audit import AuditLog
 
 _SEQ = click.IntRange(min=0, max=2**63 - 1)
 
@@ -26,13 +30,21 @@ class ReplayMismatchError(CommandError):
 
 @audit.command(name="replay")
 @click.option("--since", type=_SEQ, default=0, show_default=True, help="The first seq to replay.")
+@click.option(
+    "--segment",
+    metavar="NAME",
+    default=None,
+    help="Replay only this segment: a sealed one by its name <first>-<last> (as in "
+    "<home>/audit/segments/), or 'live'. With --since, the later of the two starts.",
+)
 @home_option
 @json_option
-def audit_replay(since: int, home: Path, json_: bool) -> None:
+def audit_replay(since: int, segment: str | None, home: Path, json_: bool) -> None:
     """Re-run the resolver on every recorded decision's stored context against the policy
     revision it cites (and every claim's grant check against its snapshot), and check outcome,
-    reason, policy, account, model and decision id. Exit 0 when every replayed decision
-    matched (unreplayable records are reported, not failures), 1 on any mismatch."""
+    reason, policy, account, model and decision id, across every segment present (or one,
+    with --segment). Exit 0 when every replayed decision matched (unreplayable records are
+    reported, not failures), 1 on any mismatch."""
     from ..ops.replay import Sources, replay_chain
     from ..store.audit import AuditLog
     from ._store import home_of
@@ -41,7 +53,11 @@ def audit_replay(since: int, home: Path, json_: bool) -> None:
     vocabulary = session().vocabulary()
     redactor = session().redactor()
     with AuditLog.open(h, redactor=redactor) as log:
-        total = max(0, log.count() - since)
+        stop = None
+        if segment is not None:
+            first, stop = _segment_bounds(log, segment)
+            since = max(since, first)
+        total = max(0, (log.head()[0] if stop is None else stop) - since)
         show = sys.stderr.isatty() and total > 0
         bar = click.progressbar(length=total, label="replaying", file=sys.stderr) if show else None
         seen = [since]
@@ -56,6 +72,7 @@ def audit_replay(since: int, home: Path, json_: bool) -> None:
                 log,
                 Sources(h, vocabulary=vocabulary),
                 since=since,
+                stop=stop,
                 vocabulary=vocabulary,
                 redactor=redactor,
                 progress=progress,
@@ -77,3 +94,23 @@ def audit_replay(since: int, home: Path, json_: bool) -> None:
         )
     if not summary.replayed:
         note("note: nothing was replayed")
+
+
+def _segment_bounds(log: AuditLog, name: str) -> tuple[int, int | None]:
+    """``(first seq, stop)`` of the segment called ``name`` (``live``: to the end).
+
+    Raises:
+        CommandError: no such segment, or it was pruned.
+    """
+    from ..store.segments import catalog_of
+
+    catalog = catalog_of(log)
+    if name == "live":
+        return (catalog[-1].last_seq + 1 if catalog else 0), None
+    for seg in catalog:
+        if seg.name == name:
+            if seg.pruned:
+                raise CommandError(f"segment {name} was pruned: replay its export's home instead")
+            return seg.first_seq, seg.last_seq + 1
+    known = ", ".join([s.name for s in catalog if not s.pruned] + ["live"])
+    raise CommandError(f"no audit segment {name!r} (segments: {known})")

@@ -37,6 +37,7 @@ from ..store.audit import AuditLog
 from ..store.db import SCHEMA_VERSION, close_quietly, copy_database
 from ..store.home import Home
 from ..store.policies import PolicyStore
+from ..store.segments import SegmentLock, segments_dir
 from ..store.snapshots import SnapshotStore
 
 __all__ = ["MANIFEST", "BackupManifest", "backup_home", "restore_home", "verify_home"]
@@ -44,7 +45,7 @@ __all__ = ["MANIFEST", "BackupManifest", "backup_home", "restore_home", "verify_
 #: The manifest a backup carries beside the database.
 MANIFEST: Final = "rensei-backup.json"
 #: What a backup holds besides the database (copied as files when present).
-_EXTRA: Final = ("keys", "host", "config.toml")
+_EXTRA: Final = ("keys", "host", "config.toml", "audit")
 #: The manifest format: 2 is signed and covers every file (1, unsigned, is refused).
 _FORMAT: Final = 2
 #: What the manifest's signature is over: this, then the manifest's canonical bytes without it.
@@ -244,8 +245,22 @@ def _staging(target: Path) -> Path:
 
 
 def _copy_home(source: Home, staged: Path, *, include_manifest: bool, live: bool) -> None:
-    """The database through the backup API, then the keys, host cache and config as files
-    (modes kept: the private key stays 0600)."""
+    """The database through the backup API, then the keys, host cache, config and sealed
+    audit segments as files (modes kept: the private key stays 0600, a segment 0444). Backing
+    up a home (``include_manifest`` false) holds the segments' lock throughout, so no rotation
+    or prune moves records between the database copy and the segment files."""
+    lock = None
+    if not include_manifest and segments_dir(source.db_path).is_dir():
+        lock = SegmentLock(source.db_path)
+        lock.acquire(wait=True)
+    try:
+        _copy_files(source, staged, include_manifest=include_manifest, live=live)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _copy_files(source: Home, staged: Path, *, include_manifest: bool, live: bool) -> None:
     conn = source.connect()
     try:
         copy_database(
@@ -260,7 +275,8 @@ def _copy_home(source: Home, staged: Path, *, include_manifest: bool, live: bool
     for name in names:
         src = source.path / name
         if src.is_dir():
-            shutil.copytree(src, staged / name, copy_function=shutil.copy2)
+            skip = shutil.ignore_patterns(".lock")  # the segments' lock file is no content
+            shutil.copytree(src, staged / name, copy_function=shutil.copy2, ignore=skip)
         elif src.is_file():
             shutil.copy2(src, staged / name)
 

@@ -204,11 +204,13 @@ def replay_chain(
     sources: Sources,
     *,
     since: int = 0,
+    stop: int | None = None,
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     redactor: Redactor = DEFAULT_REDACTOR,
     progress: Callable[[int], None] | None = None,
 ) -> ReplaySummary:
-    """Replay every record with ``seq >= since``; ``progress(seq)`` every 1,000 records.
+    """Replay every record with ``since <= seq < stop`` (to the end by default), across the
+    log's segments; ``progress(seq)`` every 1,000 records.
 
     Raises:
         StoreError: the log cannot be read.
@@ -218,7 +220,7 @@ def replay_chain(
     resolvers: dict[int, _Resolver] = {}
     memo: Memo = {}
     texts = _Texts()
-    for record in log.records(start=since):
+    for record in log.records(start=since, stop=stop):
         if progress is not None and record.seq % 1_000 == 0:
             progress(record.seq)
         text = _text(record)

@@ -6,6 +6,8 @@ note files (reading, atomic export, protected targets) to :mod:`.notes`.
 Appends read the chain head inside their own ``BEGIN IMMEDIATE`` transaction, so any number of
 processes appending to one database produce one unbroken chain; a batch is one transaction.
 Verification streams one read snapshot through a cursor (constant memory at any log size).
+The chain may be cut into sealed segments (:mod:`.segments`, :mod:`.rotation`): every read and
+verification here goes across them, and the live table continues from the newest one's head.
 """
 
 from __future__ import annotations
@@ -28,26 +30,22 @@ from ..core.audit.chain import (
     STRICT_PAYLOADS,
     AuditRecord,
     Checkpoint,
-    NoteSignature,
     VerifyResult,
     checkpoint_origin,
     encode_payload,
     encode_payloads,
     link_stamped,
-    note_key_hash,
-    parse_checkpoint,
 )
 from ..core.redact import DEFAULT_REDACTOR, Redactor
 from ..core.timestamps import check_timestamp
 from ..errors import (
     AuditError,
-    CheckpointFormatError,
     HomeError,
     MalformedError,
     NotFoundError,
     StoreError,
 )
-from . import parallel
+from . import chainwalk, rotation, segments
 from .codec import FUNCTION, Codec
 from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
@@ -94,6 +92,8 @@ class AuditLog:
     directories a checkpoint export must never write into (:meth:`open` protects the home); the
     database file and its ``-wal``, ``-shm`` and ``-journal`` companions are always protected.
     A failed write closes the writer connection, so the next operation opens a fresh one.
+    ``rotate_at_records``: seal the live segment once it holds that many records, after the
+    write transaction that reached it (see :mod:`.rotation`); ``None``: never automatically.
     """
 
     __slots__ = (
@@ -104,6 +104,8 @@ class AuditLog:
         "_public",
         "_reader",
         "_redactor",
+        "_rotate_at",
+        "_sealed",
         "_writer",
         "_writer_codec",
         "origin",
@@ -119,6 +121,7 @@ class AuditLog:
         redactor: Redactor = DEFAULT_REDACTOR,
         options: ConnectOptions | None = None,
         protected: Sequence[Path] = (),
+        rotate_at_records: int | None = None,
     ) -> None:
         self._path = Path(path)
         self._options = ConnectOptions() if options is None else options
@@ -130,6 +133,8 @@ class AuditLog:
         self._writer: apsw.Connection | None = None
         self._writer_codec: Codec | None = None
         self._reader: apsw.Connection | None = None
+        self._rotate_at = rotate_at_records
+        self._sealed = segments.Sealed(self._path, self._options)
 
     @classmethod
     def open(cls, home: Home, *, redactor: Redactor = DEFAULT_REDACTOR) -> AuditLog:
@@ -151,6 +156,7 @@ class AuditLog:
             redactor=redactor,
             options=home.connect_options(),
             protected=(home.path,),
+            rotate_at_records=rotation.rotate_at_records(home),
         )
 
     # -- connections --------------------------------------------------------------------------
@@ -193,6 +199,7 @@ class AuditLog:
                 close_quietly(conn)
         self._reader = self._writer = None
         self._writer_codec = None
+        self._sealed.close()
 
     def __enter__(self) -> AuditLog:
         return self
@@ -290,7 +297,7 @@ class AuditLog:
                     encoded = [encode_payload(p, self._redactor) for p in within(conn)]
                     if not encoded:  # the change alone (a heartbeat): nothing to link
                         return AppendResult(first_seq=0, count=0, head_hash=""), kept
-                head = conn.execute(_HEAD).fetchone()
+                head = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
                 first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
                 pairs = (
                     ((recorded_at, d) for d in encoded)
@@ -306,6 +313,8 @@ class AuditLog:
                         kept.extend(rows)
         except apsw.Error as e:
             raise self._write_failed("cannot append to the audit log", e) from e
+        if self._rotate_at is not None and count:  # after the commit, never inside it
+            rotation.rotate_if_due(self, first + count, self._rotate_at)
         return AppendResult(first_seq=first, count=count, head_hash=prev), kept
 
     # -- reading ------------------------------------------------------------------------------
@@ -321,6 +330,11 @@ class AuditLog:
             raise NotFoundError(f"no audit record with seq {seq}")
         row = self._query_one(f"{_SELECT} WHERE seq = ?", (seq,))
         if row is None:
+            try:
+                row = segments.get_across(self._read_conn(), self._sealed, seq)
+            except apsw.Error as e:
+                raise store_error("cannot read the audit log", e, self._path) from e
+        if row is None:
             raise NotFoundError(f"no audit record with seq {seq}")
         return AuditRecord.from_row(row)
 
@@ -335,12 +349,9 @@ class AuditLog:
         """
         if n < 0:
             raise MalformedError("n", f"the number of records must not be negative: {n}")
-        limit = min(n, _MAX_INT64)  # no log holds more; apsw cannot bind a larger integer
-        try:
-            rows = list(self._read_conn().execute(f"{_SELECT} ORDER BY seq DESC LIMIT ?", (limit,)))
-        except (apsw.Error, OverflowError) as e:
-            raise store_error("cannot read the audit log", e, self._path) from e
-        return tuple(AuditRecord.from_row(r) for r in reversed(rows))
+        page = max(1, min(n, 1_000))
+        newest = itertools.islice(self.records(newest_first=True, batch=page), min(n, _MAX_INT64))
+        return tuple(reversed(list(newest)))
 
     def count(self) -> int:
         """How many records are stored.
@@ -348,8 +359,10 @@ class AuditLog:
         Raises:
             StoreError: the database read failed.
         """
-        row = self._query_one("SELECT count(*) FROM audit_records", ())
-        return int(row[0]) if row else 0
+        try:
+            return segments.count_across(self._read_conn())
+        except apsw.Error as e:
+            raise store_error("cannot read the audit log", e, self._path) from e
 
     def head(self) -> tuple[int, str]:
         """``(next seq, head hash)`` as stored (not verified); ``(0, GENESIS_HASH)`` when empty.
@@ -357,7 +370,12 @@ class AuditLog:
         Raises:
             StoreError: the database read failed.
         """
-        row = self._query_one(_HEAD, ())
+        conn = self._read_conn()
+        try:
+            with conn:
+                row = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
+        except apsw.Error as e:
+            raise store_error("cannot read the audit log", e, self._path) from e
         return (0, GENESIS_HASH) if row is None else (int(row[0]) + 1, str(row[1]))
 
     def records(
@@ -369,31 +387,22 @@ class AuditLog:
         batch: int = 1_000,
     ) -> Iterator[AuditRecord]:
         """Every record with ``start <= seq < stop`` (all of them by default), oldest first (or
-        newest first), streamed in pages of ``batch`` records so memory stays flat at any log
-        size. Each page is its own read; a record appended meanwhile may or may not be seen.
+        newest first), across the sealed segments present and the live one, streamed in pages
+        of ``batch`` records so memory stays flat at any log size. Each page is its own read; a
+        record appended meanwhile may or may not be seen (see :func:`.segments.iter_records`).
 
         Raises:
-            StoreError: the database read failed.
+            StoreError: the database read failed, or a sealed segment's file is missing.
         """
-        conn = self._read_conn()
-        low = max(0, min(start, _MAX_INT64))
-        high = _MAX_INT64 if stop is None else max(0, min(stop, _MAX_INT64))
-        order = "DESC" if newest_first else "ASC"
-        sql = f"{_SELECT} WHERE seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
-        while low < high:
-            try:
-                rows = conn.execute(sql, (low, high, batch)).fetchall()
-            except apsw.Error as e:
-                raise StoreError(f"cannot read the audit log: {e}") from e
-            if not rows:
-                return
-            for row in rows:
-                record = AuditRecord.from_row(row)
-                yield record
-            if newest_first:
-                high = record.seq
-            else:
-                low = record.seq + 1
+        return segments.iter_records(
+            self._read_conn(),
+            self._sealed,
+            self._path,
+            start=start,
+            stop=stop,
+            newest_first=newest_first,
+            batch=batch,
+        )
 
     def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
         try:
@@ -411,9 +420,10 @@ class AuditLog:
         progress: Callable[[int], None] | None = None,
         workers: int | None = None,
     ) -> VerifyResult:
-        """Walk the whole chain in one read snapshot (see :func:`.chain.verify_chain`), cut into
-        ranges checked by ``workers`` processes (default: every core; see :mod:`.parallel`: the
-        verdict is the one walk's, and a small log is walked in this process).
+        """Walk the whole chain (every sealed segment present from the anchor, then the live
+        table: :func:`.chainwalk.verify_all`), in one read snapshot of the home (see
+        :func:`.chain.verify_chain`), cut into ranges checked by ``workers`` processes (default:
+        every core; see :mod:`.parallel`: the verdict is the one walk's).
 
         ``checkpoints`` (e.g. exported notes) and, with ``stored``, every stored checkpoint are
         checked against the host public key, then against the log (a stored note that no longer
@@ -425,63 +435,27 @@ class AuditLog:
             AuditError: checkpoints must be checked but this log has no public key.
             StoreError: the database could not be read.
         """
-        conn = self._read_conn()
+        return self.verify_segments(
+            checkpoints, stored=stored, progress=progress, workers=workers
+        ).result
+
+    def verify_segments(
+        self,
+        checkpoints: Sequence[Checkpoint] = (),
+        *,
+        stored: bool = True,
+        progress: Callable[[int], None] | None = None,
+        workers: int | None = None,
+        public: signing.PublicKey | None = None,
+    ) -> chainwalk.ChainVerdict:
+        """:meth:`verify`, with what it walked (segments, anchor); ``public`` overrides the key."""
+        key = self._public if public is None else public
         try:
-            with conn:
-                result = self._verify_in(conn, checkpoints, stored, progress, self._public, workers)
+            return chainwalk.verify_all(
+                self, checkpoints, stored=stored, progress=progress, public=key, workers=workers
+            )
         except apsw.Error as e:
             raise store_error("cannot read the audit log", e, self._path) from e
-        return result
-
-    def _verify_in(
-        self,
-        conn: apsw.Connection,
-        checkpoints: Sequence[Checkpoint],
-        stored: bool,
-        progress: Callable[[int], None] | None,
-        public: signing.PublicKey | None,
-        workers: int | None = None,
-    ) -> VerifyResult:
-        """The whole of :meth:`verify`, inside a transaction the caller holds on ``conn``."""
-        cps = list(checkpoints)
-        if stored and public is not None:
-            try:
-                cps.extend(self._stored_checkpoints(conn))
-            except CheckpointFormatError as e:
-                return VerifyResult(
-                    ok=False,
-                    records_checked=0,
-                    reason="checkpoint-signature-invalid",
-                    detail=f"a stored checkpoint is unreadable: {e}",
-                )
-        if cps and public is None:
-            raise AuditError("no public key to check checkpoints with")
-
-        def signature_ok(cp: Checkpoint) -> bool:
-            assert public is not None
-            sig = cp.signature_by(self.origin, note_key_hash(self.origin, public.raw))
-            return sig is not None and signing.check(public, cp.body, sig)
-
-        return parallel.walk(
-            conn,
-            self._path,
-            cps,
-            origin=self.origin,
-            signature_ok=signature_ok if cps else None,
-            progress=progress,
-            workers=workers,
-            options=self._options,
-        )
-
-    def _stored_checkpoints(self, conn: apsw.Connection) -> list[Checkpoint]:
-        rows = conn.execute("SELECT id, note FROM audit_checkpoints ORDER BY size, id").fetchall()
-        out = []
-        for cp_id, note in rows:
-            try:
-                out.append(parse_checkpoint(str(note)))
-            except CheckpointFormatError as e:
-                raise CheckpointFormatError(f"checkpoint {cp_id}: {e}") from e
-        return out
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -522,12 +496,7 @@ class AuditLog:
             raise AuditError(
                 "refusing to checkpoint: the signing key does not match this log's public key"
             )
-        conn = self._read_conn()
-        try:
-            with conn:
-                result = self._verify_in(conn, (), True, progress, public)
-        except apsw.Error as e:
-            raise store_error("cannot read the audit log", e, self._path) from e
+        result = self.verify_segments(progress=progress, public=public).result
         if not result:
             where = (
                 "a stored checkpoint"
@@ -537,15 +506,8 @@ class AuditLog:
             raise AuditError(
                 f"refusing to checkpoint a broken log: {where}: {result.reason} ({result.detail})"
             )
-        cp = Checkpoint(
-            origin=self.origin,
-            size=result.records_checked,
-            head_hash=result.head_hash,
-            extensions=(STRICT_PAYLOADS,),
-        )
-        key_hash = note_key_hash(self.origin, public.raw)
-        cp = cp.with_signature(
-            NoteSignature(name=self.origin, key_hash=key_hash, signature=key.sign(cp.body))
+        cp = rotation.sign(
+            key, self.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS
         )
         staged = None if target is None else stage(cp, target)
         published = delivered = False
@@ -577,7 +539,7 @@ class AuditLog:
         return key if isinstance(key, signing.PrivateKey) else key()
 
     def checkpoints(self) -> tuple[Checkpoint, ...]:
-        """Every stored checkpoint, smallest first.
+        """Every stored checkpoint and the seal of every catalogued segment, smallest first.
 
         Raises:
             CheckpointFormatError: a stored note no longer parses.
@@ -586,7 +548,7 @@ class AuditLog:
         conn = self._read_conn()
         try:
             with conn:
-                stored = tuple(self._stored_checkpoints(conn))
+                stored = chainwalk.stored_checkpoints(conn) + chainwalk.seals(conn)
         except apsw.Error as e:
             raise store_error("cannot read checkpoints", e, self._path) from e
-        return stored
+        return tuple(sorted(stored, key=lambda c: c.size))

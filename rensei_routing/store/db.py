@@ -139,6 +139,20 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     CREATE INDEX sessions_by_expiry ON sessions(state, expires_ms);
     CREATE INDEX sessions_by_project ON sessions(project, state);
     """,
+    # 5: the sealed (and pruned) segments of the audit chain (issue 21; see .segments): one
+    #    row per segment moved out of ``audit_records`` into ``audit/segments/<first>-<last>.db``,
+    #    with its signed seal checkpoint; a pruned segment's row is its anchor.
+    """
+    CREATE TABLE audit_segments(
+        first_seq INTEGER PRIMARY KEY CHECK (first_seq >= 0),
+        last_seq INTEGER NOT NULL CHECK (last_seq >= first_seq),
+        prev_hash TEXT NOT NULL,
+        head_hash TEXT NOT NULL,
+        note TEXT NOT NULL,
+        pruned INTEGER NOT NULL DEFAULT 0 CHECK (pruned IN (0, 1)),
+        export_sha256 TEXT
+    ) STRICT;
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

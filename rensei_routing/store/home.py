@@ -5,7 +5,9 @@ Layout::
 
     <home>/                   mode 0700 (``init`` creates it so, and tightens an existing one)
     <home>/rensei.db          SQLite store (WAL: rensei.db-wal, rensei.db-shm beside it)
-    <home>/config.toml        optional settings (``[store] busy_timeout = 30``, in seconds)
+    <home>/config.toml        optional settings (``[store] busy_timeout = 30``, in seconds;
+                              ``[audit] rotate_at_records``, read by :mod:`.rotation`)
+    <home>/audit/segments/    sealed audit segments, ``<first>-<last>.db`` (see :mod:`.segments`)
     <home>/keys/host.key      Ed25519 private key, mode 0600 (directory 0700)
     <home>/keys/host.pub      its public key
     <home>/keys/serve.token   the snapshot endpoint's bearer token, 0600 (made by ``rensei init``)

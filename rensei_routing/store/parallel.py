@@ -154,10 +154,13 @@ def walk(
     progress: Callable[[int], None] | None,
     workers: int | None,
     options: ConnectOptions,
+    start_seq: int = 0,
+    start_hash: str = GENESIS_HASH,
 ) -> VerifyResult:
     """:func:`.chain.verify_chain` over every row of ``conn`` (in a read transaction the caller
     holds), in ``workers`` processes (``None``: :func:`default_workers`) when :func:`wanted`,
-    else in this one.
+    else in this one. ``start_seq``/``start_hash``: the rows begin after a trusted prefix (a
+    sealed or pruned segment's head, see :mod:`.segments`), as in ``verify_chain``.
 
     Raises:
         StoreError: a worker could not read its range, or a worker process failed.
@@ -166,7 +169,7 @@ def walk(
     n = default_workers() if workers is None else workers
     row = conn.execute("SELECT max(seq) FROM audit_records").fetchone()
     top = -1 if row is None or row[0] is None else int(row[0])
-    if wanted(n, top + 1, options.vfs):
+    if wanted(n, top + 1 - start_seq, options.vfs):
         spare = max((c.size for c in checkpoints if STRICT_PAYLOADS in c.extensions), default=0)
         return verify_in_workers(
             path,
@@ -178,6 +181,8 @@ def walk(
             workers=n,
             busy_timeout_ms=options.busy_timeout_ms,
             parsed_below=spare,
+            start_seq=start_seq,
+            start_hash=start_hash,
         )
     cursors: list[apsw.Cursor] = []
 
@@ -195,6 +200,8 @@ def walk(
             signature_ok=signature_ok,
             progress=progress,
             rows_again=rows,
+            start_seq=start_seq,
+            start_hash=start_hash,
         )
     finally:
         for cursor in cursors:
@@ -212,9 +219,12 @@ def verify_in_workers(
     workers: int,
     busy_timeout_ms: int,
     parsed_below: int,
+    start_seq: int = 0,
+    start_hash: str = GENESIS_HASH,
 ) -> VerifyResult:
-    """:func:`.chain.verify_chain`'s verdict on the rows of ``path`` with seq ``0..top`` (the
-    largest stored, read by the caller with the checkpoints), reached in ``workers`` processes.
+    """:func:`.chain.verify_chain`'s verdict on the rows of ``path`` with seq ``start_seq..top``
+    (the largest stored, read by the caller with the checkpoints), reached in ``workers``
+    processes.
     ``parsed_below`` as there (the largest checkpoint carrying ``payloads: strict-json``): a
     failure below it is looked for again with every payload parsed, so the verdict is a full
     strict walk's.
@@ -225,12 +235,13 @@ def verify_in_workers(
     marks = checkpoint_marks(checkpoints, origin=origin, signature_ok=signature_ok)
     if isinstance(marks, VerifyResult):
         return marks
+    start = (start_seq, start_hash)
     result = _run(
-        path, marks, len(checkpoints), top, workers, busy_timeout_ms, parsed_below, progress
+        path, marks, len(checkpoints), top, workers, busy_timeout_ms, parsed_below, progress, start
     )
     seq = result.first_broken_seq
     if parsed_below and seq is not None and seq < parsed_below:
-        result = _run(path, marks, len(checkpoints), top, workers, busy_timeout_ms, 0, None)
+        result = _run(path, marks, len(checkpoints), top, workers, busy_timeout_ms, 0, None, start)
     return result
 
 
@@ -243,23 +254,27 @@ def _run(
     busy_timeout_ms: int,
     parsed_below: int,
     progress: Callable[[int], None] | None,
+    start: tuple[int, str] = (0, GENESIS_HASH),
 ) -> VerifyResult:
-    """One walk over ``[0, top]`` in ranges; see :func:`verify_in_workers`."""
+    """One walk over ``[start seq, top]`` in ranges; see :func:`verify_in_workers`."""
     end = top + 1
-    ranges = max(1, min(workers * RANGES_PER_WORKER, end))
-    step = max(1, math.ceil(end / ranges))
+    ranges = max(1, min(workers * RANGES_PER_WORKER, end - start[0]))
+    step = max(1, math.ceil((end - start[0]) / ranges))
     tasks = [
         (i, lo, min(lo + step, end), marks, parsed_below)
-        for i, lo in enumerate(range(0, end, step))
+        for i, lo in enumerate(range(start[0], end, step))
     ]
     pool = _Pool(path, busy_timeout_ms, min(workers, len(tasks)))
+    # The workers count records checked; a single walk reports the next seq (from the start).
+    counted = None if progress is None else (lambda n: progress(start[0] + n))
     try:
         result = join(
-            pool.outcomes(tasks, progress),
+            pool.outcomes(tasks, counted),
             marks,
             checkpoints=count,
             parsed_below=parsed_below,
-            start_hash=GENESIS_HASH,
+            start_seq=start[0],
+            start_hash=start[1],
         )
     finally:
         pool.close()

@@ -1,0 +1,392 @@
+"""Verifying the audit chain across its segments (see :mod:`.segments` for the layout): from
+the anchor, every sealed segment present, in order, then the live table. Owns no table; the
+walk itself is :mod:`.parallel`'s and the rules the core's.
+
+What each step proves: a pruned segment's row is an anchor whose seal note must verify with the
+host key (the walk then starts at its head); a sealed segment must follow the one before it
+(its first seq and first ``prev_hash``), carry a seal signed by the host key over its head, and
+its records (with every checkpoint it holds, the seal among them) must walk from the previous
+head to exactly that seal; the live table then walks from the newest head with the home's
+stored checkpoints. The verdict's counts and head are a single walk's from the anchor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from .. import signing
+from ..core.audit.chain import (
+    GENESIS_HASH,
+    Checkpoint,
+    VerifyResult,
+    note_key_hash,
+    parse_checkpoint,
+)
+from ..core.audit.verdict import broken
+from ..errors import AuditError, CheckpointFormatError
+from . import parallel
+from .db import store_error
+from .segments import Segment, read_catalog, recover
+
+if TYPE_CHECKING:
+    from .audit import AuditLog
+
+__all__ = [
+    "ChainVerdict",
+    "seal_ok",
+    "seals",
+    "stored_checkpoints",
+    "verify_all",
+    "verify_live",
+]
+
+
+# -- verification ---------------------------------------------------------------------------------
+
+
+def stored_checkpoints(conn: apsw.Connection) -> list[Checkpoint]:
+    """The checkpoints stored in ``conn``'s database, smallest first.
+
+    Raises:
+        CheckpointFormatError: a stored note no longer parses (named by its id).
+        apsw.Error: the table cannot be read.
+    """
+    rows = conn.execute("SELECT id, note FROM audit_checkpoints ORDER BY size, id").fetchall()
+    out = []
+    for cp_id, note in rows:
+        try:
+            out.append(parse_checkpoint(str(note)))
+        except CheckpointFormatError as e:
+            raise CheckpointFormatError(f"checkpoint {cp_id}: {e}") from e
+    return out
+
+
+def seals(conn: apsw.Connection) -> list[Checkpoint]:
+    """The seal of every catalogued segment (sealed or pruned), oldest first.
+
+    Raises:
+        CheckpointFormatError: a seal no longer parses.
+        apsw.Error: the catalogue cannot be read.
+    """
+    return [parse_checkpoint(s.note) for s in read_catalog(conn)]
+
+
+def verify_live(
+    log: AuditLog,
+    conn: apsw.Connection,
+    checkpoints: Sequence[Checkpoint],
+    stored: bool,
+    progress: Callable[[int], None] | None,
+    public: signing.PublicKey | None,
+    workers: int | None = None,
+    start: tuple[int, str] = (0, GENESIS_HASH),
+) -> VerifyResult:
+    """The live table's part of :func:`verify_all` from ``start`` (the newest segment's head,
+    or genesis), inside a read transaction the caller holds on ``conn``: ``checkpoints`` and
+    (with ``stored``) the home's stored ones, then the rows (:func:`.parallel.walk`).
+
+    Raises:
+        AuditError: checkpoints must be checked but there is no public key.
+        apsw.Error, StoreError: the rows could not be read.
+    """
+    cps = list(checkpoints)
+    if stored and public is not None:
+        try:
+            cps.extend(stored_checkpoints(conn))
+        except CheckpointFormatError as e:
+            return VerifyResult(
+                ok=False,
+                records_checked=0,
+                reason="checkpoint-signature-invalid",
+                detail=f"a stored checkpoint is unreadable: {e}",
+            )
+    if cps and public is None:
+        raise AuditError("no public key to check checkpoints with")
+
+    def signature_ok(cp: Checkpoint) -> bool:
+        assert public is not None
+        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
+        return sig is not None and signing.check(public, cp.body, sig)
+
+    return parallel.walk(
+        conn,
+        log._path,
+        cps,
+        origin=log.origin,
+        signature_ok=signature_ok if cps else None,
+        progress=progress,
+        workers=workers,
+        options=log._options,
+        start_seq=start[0],
+        start_hash=start[1],
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainVerdict:
+    """What a walk over every segment proved: the verdict (counts and head as a single walk's
+    from the anchor), where it began, and the segments it walked or started after."""
+
+    result: VerifyResult
+    first_seq: int = 0
+    sealed: tuple[Segment, ...] = ()
+    pruned: tuple[Segment, ...] = ()
+
+    @property
+    def anchor(self) -> Segment | None:
+        """The newest pruned segment: the walk began at its head."""
+        return self.pruned[-1] if self.pruned else None
+
+    @property
+    def segments(self) -> int:
+        """Segments walked: the sealed ones present and the live one."""
+        return len(self.sealed) + 1
+
+    @property
+    def records(self) -> int:
+        """Records walked (those present, from :attr:`first_seq`)."""
+        return max(0, self.result.records_checked - self.first_seq)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the single walk's fields, then where it began and what it walked."""
+        anchor = self.anchor
+        return {
+            **self.result.to_dict(),
+            "first_seq": self.first_seq,
+            "records_present": self.records,
+            "segments": self.segments,
+            "sealed": [s.name for s in self.sealed],
+            "anchor": None
+            if anchor is None
+            else {
+                "seq": anchor.last_seq + 1,
+                "head_hash": anchor.head_hash,
+                "pruned": [s.name for s in self.pruned],
+                "checkpoint": anchor.note,
+            },
+        }
+
+
+def seal_ok(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
+    """Why ``segment``'s seal note is not a signed checkpoint of its head by ``public``, or
+    ``None`` when it is."""
+    try:
+        cp = parse_checkpoint(segment.note)
+    except CheckpointFormatError as e:
+        return f"the seal of segment {segment.name} is unreadable: {e}"
+    sig = cp.signature_by(origin, note_key_hash(origin, public.raw))
+    if cp.origin != origin or sig is None or not signing.check(public, cp.body, sig):
+        return f"the seal of segment {segment.name} is not signed by this host's key"
+    if (cp.size, cp.head_hash) != (segment.last_seq + 1, segment.head_hash):
+        return f"the seal of segment {segment.name} does not cover its records"
+    return None
+
+
+def verify_all(
+    log: AuditLog,
+    checkpoints: Sequence[Checkpoint],
+    *,
+    stored: bool,
+    progress: Callable[[int], None] | None,
+    public: signing.PublicKey | None,
+    workers: int | None = None,
+) -> ChainVerdict:
+    """Verify the chain: from the anchor (the newest pruned segment's signed head, or genesis),
+    every sealed segment present in order (its seal's signature, its first ``prev_hash`` equal
+    to the previous head, its records, its own checkpoints and the seal at its head), then the
+    live table from the last head. ``checkpoints`` are held to the segment their size falls
+    in; one inside the pruned stretch has its signature checked and, at the anchor's size, its
+    head compared. The verdict's counts and head are a single walk's from the anchor.
+
+    Raises:
+        AuditError: segments or checkpoints must be checked but there is no public key.
+        StoreError: a database could not be read.
+    """
+    recover(log)
+    conn = log._read_conn()
+    with conn:
+        verdict = _walk_all(log, conn, checkpoints, stored, progress, public, workers)
+    return verdict
+
+
+def _walk_all(
+    log: AuditLog,
+    conn: apsw.Connection,
+    checkpoints: Sequence[Checkpoint],
+    stored: bool,
+    progress: Callable[[int], None] | None,
+    public: signing.PublicKey | None,
+    workers: int | None,
+) -> ChainVerdict:
+    """:func:`verify_all` in the read transaction the caller holds on the home."""
+    catalog = read_catalog(conn)
+    if not catalog:
+        return ChainVerdict(
+            result=verify_live(log, conn, checkpoints, stored, progress, public, workers)
+        )
+    if public is None:
+        raise AuditError("no public key to check the audit segments' seals with")
+    pruned = tuple(s for s in catalog if s.pruned)
+    sealed = tuple(s for s in catalog if not s.pruned)
+    verdict = ChainVerdict(result=VerifyResult(ok=True, records_checked=0), sealed=sealed)
+    expected, prev, done = 0, GENESIS_HASH, 0
+    pending = sorted(checkpoints, key=lambda c: c.size)
+
+    def signature_ok(cp: Checkpoint) -> bool:
+        assert public is not None
+        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
+        return sig is not None and signing.check(public, cp.body, sig)
+
+    for seg in catalog:
+        failure = _seam(seg, expected, prev, log.origin, public)
+        if failure is not None:
+            return _with(verdict, failure, pruned, expected)
+        mine = [c for c in pending if c.size <= seg.last_seq + 1]
+        pending = [c for c in pending if c.size > seg.last_seq + 1]
+        if seg.pruned:
+            for cp in mine:
+                if not signature_ok(cp) or cp.origin != log.origin:
+                    return _with(verdict, _bad_cp(cp), pruned, expected)
+                if cp.size == seg.last_seq + 1 and cp.head_hash != seg.head_hash:
+                    return _with(verdict, _truncated(cp, prev), pruned, expected)
+            done += len(mine)
+            expected, prev = seg.last_seq + 1, seg.head_hash
+            continue
+        mine.append(parse_checkpoint(seg.note))
+        start = 0 if not pruned else pruned[-1].last_seq + 1
+        result = _verify_sealed(log, seg, mine, expected, prev, signature_ok, progress, workers)
+        if not result.ok:
+            return _with(verdict, result, pruned, start)
+        done += result.checkpoints_checked
+        expected, prev = seg.last_seq + 1, seg.head_hash
+    start = 0 if not pruned else pruned[-1].last_seq + 1
+    result = verify_live(log, conn, pending, stored, progress, public, workers, (expected, prev))
+    if result.ok:
+        result = VerifyResult(
+            ok=True,
+            records_checked=result.records_checked,
+            head_hash=result.head_hash,
+            checkpoints_checked=result.checkpoints_checked + done,
+        )
+    return _with(verdict, result, pruned, start)
+
+
+def _with(
+    verdict: ChainVerdict, result: VerifyResult, pruned: tuple[Segment, ...], start: int
+) -> ChainVerdict:
+    return ChainVerdict(result=result, first_seq=start, sealed=verdict.sealed, pruned=pruned)
+
+
+def _bad_cp(cp: Checkpoint) -> VerifyResult:
+    return broken(
+        0,
+        None,
+        "checkpoint-signature-invalid",
+        f"checkpoint of size {cp.size} is not signed by this host's key",
+    )
+
+
+def _truncated(cp: Checkpoint, prev: str) -> VerifyResult:
+    seq = cp.size - 1
+    return broken(
+        seq,
+        seq,
+        "truncated-below-checkpoint",
+        f"the anchor differs from the checkpoint of size {cp.size}",
+        prev,
+    )
+
+
+def _seam(
+    seg: Segment, expected: int, prev: str, origin: str, public: signing.PublicKey
+) -> VerifyResult | None:
+    """The checks at a segment's start: it follows the previous one, and its seal holds."""
+    why = seal_ok(seg, origin, public)
+    if why is not None:
+        return broken(expected, None, "checkpoint-signature-invalid", why, prev)
+    if seg.first_seq != expected:
+        return broken(
+            expected,
+            expected,
+            "seq-gap",
+            f"segment {seg.name} starts at seq {seg.first_seq}, expected {expected}",
+            prev,
+        )
+    if seg.prev_hash != prev:
+        return broken(
+            expected,
+            expected,
+            "prev-hash-mismatch",
+            f"segment {seg.name} does not link to the head of the segment before it",
+            prev,
+        )
+    return None
+
+
+def _verify_sealed(
+    log: AuditLog,
+    seg: Segment,
+    cps: list[Checkpoint],
+    expected: int,
+    prev: str,
+    signature_ok: Callable[[Checkpoint], bool],
+    progress: Callable[[int], None] | None,
+    workers: int | None,
+) -> VerifyResult:
+    """One sealed segment's records, its stored checkpoints and ``cps`` (its seal among them),
+    walked from ``(expected, prev)``; it must end exactly at its seal."""
+    path = log._sealed.path(seg)
+    if not path.is_file():
+        return broken(
+            expected,
+            expected,
+            "truncated-below-checkpoint",
+            f"sealed segment {seg.name} (seqs {seg.first_seq}..{seg.last_seq}) is missing: {path}",
+            prev,
+        )
+    conn = log._sealed.conn(seg)
+    try:
+        with conn:
+            rows = conn.execute("SELECT id, note FROM audit_checkpoints ORDER BY size, id")
+            known = {c.to_text() for c in cps}
+            for cp_id, note in list(rows):
+                if str(note) in known:  # the seal, also given from the catalogue
+                    continue
+                try:
+                    cps.append(parse_checkpoint(str(note)))
+                except CheckpointFormatError as e:
+                    return broken(
+                        expected,
+                        None,
+                        "checkpoint-signature-invalid",
+                        f"checkpoint {cp_id} of segment {seg.name} is unreadable: {e}",
+                        prev,
+                    )
+            result = parallel.walk(
+                conn,
+                path,
+                cps,
+                origin=log.origin,
+                signature_ok=signature_ok,
+                progress=progress,
+                workers=workers,
+                options=log._options,
+                start_seq=expected,
+                start_hash=prev,
+            )
+    except apsw.Error as e:
+        raise store_error(f"cannot read audit segment {seg.name}", e, path) from e
+    if result.ok and result.records_checked != seg.last_seq + 1:
+        extra = seg.last_seq + 1
+        return broken(
+            extra,
+            extra,
+            "seq-gap",
+            f"sealed segment {seg.name} holds records past its seal (seq {extra})",
+            seg.head_hash,
+        )
+    return result
