@@ -746,15 +746,14 @@ def test_a_strict_note_that_fails_its_signature_spares_no_parse(home: Home, log:
 def test_checkpoint_and_verify_parse_only_past_the_latest_checkpoint(
     home: Home, log: AuditLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    parsed: list[str] = []
-    strict = _parse.STRICT_DECODER
+    parsed: list[bytes] = []
+    strict = _parse.is_strict_json
 
-    class Counting:
-        def decode(self, text: str) -> object:
-            parsed.append(text)
-            return strict.decode(text)
+    def counting(data: bytes) -> bool:  # the walk's strict parse of one payload
+        parsed.append(data)
+        return strict(data)
 
-    monkeypatch.setattr(_parse, "STRICT_DECODER", Counting())
+    monkeypatch.setattr(_parse, "is_strict_json", counting)
     note = tmp_path / "cp.txt"
     first = log.checkpoint(export_to=note)
     assert len(parsed) == N

@@ -6,7 +6,9 @@ ranges, several at once, below and above checkpoints, rehashed by an attacker.""
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -261,3 +263,33 @@ def test_cli_audit_verify_workers(home: Home, many_ranges: None) -> None:
     two = runner.invoke(cli, [*args, "--workers", "2"], catch_exceptions=False)
     assert one.exit_code == two.exit_code == 1
     assert one.stdout == two.stdout and one.stdout.startswith("broken at seq 31: unparseable")
+
+
+@pytest.mark.parametrize("kind", ["none", "dup_key", "rehash"])
+def test_the_parent_checks_ranges_until_a_worker_is_ready(
+    home: Home, many_ranges: None, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """While the workers start, the parent checks ranges itself: here no worker message is
+    read until the parent has checked three ranges, and the verdict is still the one walk's
+    (the break at seq 130 lies in the parent's first range: two ranges per worker are queued
+    first, in order, 8 ranges of 30 seqs here)."""
+    if kind != "none":
+        _tamper(home, kind, 130)
+    checked: list[int] = []
+    three = threading.Event()
+    real_check, real_read = parallel._Local.check, parallel._Pool._read
+
+    def check(self: Any, task: Any, report: Any) -> Any:
+        checked.append(task[0])
+        if len(checked) >= 3:
+            three.set()
+        return real_check(self, task, report)
+
+    def read(self: Any, k: int, proc: Any) -> None:
+        three.wait(timeout=60)
+        real_read(self, k, proc)
+
+    monkeypatch.setattr(parallel._Local, "check", check)
+    monkeypatch.setattr(parallel._Pool, "_read", read)
+    _assert_same(home, kind)
+    assert len(checked) >= 3 and checked == sorted(checked)

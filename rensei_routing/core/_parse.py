@@ -6,8 +6,11 @@ Pure: no I/O. Used only by the ``from_dict`` constructors of the core value type
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Collection, Mapping
 from typing import Any, Final, TypeAlias
+
+import orjson
 
 from ..errors import MalformedError
 
@@ -150,3 +153,47 @@ STRICT_DECODER: Final = json.JSONDecoder(object_pairs_hook=unique_keys, parse_co
 #: The same without the duplicate-key check, for text already proven to be the canonical bytes
 #: (a matching hash: canonical JSON has no duplicate keys).
 PLAIN_DECODER: Final = json.JSONDecoder(parse_constant=no_constant)
+
+
+#: The quick proof of :func:`is_strict_json`: a payload that orjson reads and writes back byte
+#: for byte is the output of a JSON writer (see there).
+_QUICK_LOADS: Final = orjson.loads
+_QUICK_DUMPS: Final = orjson.dumps
+#: orjson writes nothing nested deeper than 254 levels; the standard library's parser reads
+#: 255 levels under the default recursion limit (1,000) from a caller up to ~740 frames deep.
+#: The quick proof is taken only while the limit is at least the default.
+QUICK_MIN_RECURSION_LIMIT: Final = 1000
+
+
+def is_strict_json(data: bytes) -> bool:
+    """Whether ``data`` is strict JSON: exactly when ``STRICT_DECODER.decode(data.decode(
+    "utf-8"))`` succeeds (UTF-8, no duplicate key, no ``NaN``/``Infinity``, nothing after the
+    value), and decided by that call whenever the quick proof does not hold.
+
+    The quick proof, for the common case of bytes a JSON writer produced (every stored audit
+    payload is RFC 8785 text): orjson (a C-speed parser that builds the value without the
+    per-object duplicate-key hook) reads ``data`` and writes the value back, and the result is
+    ``data`` itself. Then ``data`` is orjson's output for a value of dicts, lists, strings,
+    64-bit integers, finite floats, booleans and nulls: valid UTF-8 (orjson refuses to write a
+    lone surrogate), one compact value with nothing after it, keys unique in each object (they
+    came from a dict, and distinct strings are written distinctly), no ``NaN``/``Infinity``
+    (orjson writes a non-finite float as ``null``, which would not compare equal), at most 20
+    digits an integer, and nested at most 254 deep: all of which the strict decoder accepts
+    (the depth, under :data:`QUICK_MIN_RECURSION_LIMIT`, from any caller of this package).
+    Bytes a JSON writer would write differently (whitespace, another number form, an escape
+    orjson does not use, a duplicate key that reading collapsed, ...) or that orjson refuses
+    fall through to the strict decoder, which alone decides them. The proof never accepts what
+    the strict decoder refuses, and what it does not prove is decided as before: the verdict
+    is the strict decoder's for every input.
+    """
+    if sys.getrecursionlimit() >= QUICK_MIN_RECURSION_LIMIT:
+        try:
+            if _QUICK_DUMPS(_QUICK_LOADS(data)) == data:
+                return True
+        except (ValueError, TypeError):  # orjson.JSONDecodeError, orjson.JSONEncodeError
+            pass
+    try:
+        STRICT_DECODER.decode(data.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    return True

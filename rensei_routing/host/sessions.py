@@ -107,6 +107,10 @@ class _Refused(Exception):
         self.error = error
 
 
+class _SlowPath(Exception):
+    """Raised inside the quick heartbeat's transaction to roll its renewal back."""
+
+
 class HostSessions:
     """Receipts and sessions of one host home (``home``, its cache ``cache``)."""
 
@@ -120,6 +124,8 @@ class HostSessions:
         self._audit: AuditLog | None = None
         self._writer_conn: apsw.Connection | None = None
         self._held: tuple[tuple[int, int, int], RulesetSnapshot | None] | None = None
+        self._snapshot_path = os.fspath(cache.snapshot_path)
+        self._gate: tuple[RulesetSnapshot, ClaimGate] | None = None
 
     def close(self) -> None:
         """Close the audit log and the write connection this object holds open (they reopen on
@@ -357,26 +363,29 @@ class HostSessions:
     def _quick_beat(self, session_id: str, now_ms: int) -> Heartbeat | None:
         """The common heartbeat, which records nothing: an open session, no lapsed lease on the
         host, no new revocation; renewed in one short transaction on this object's own write
-        connection. ``None`` (nothing written) whenever a transition must be recorded: the
-        caller then takes the audit log's path, which commits the change with its records."""
+        connection, by one statement that also reads the session and checks that no lease
+        lapsed. ``None`` (nothing written: the renewal is rolled back) whenever a transition
+        must be recorded: the caller then takes the audit log's path, which commits the change
+        with its records."""
         conn = self._writer()
-        with conn:
-            store = SessionStore(conn)
-            current = store.get_if_none_lapsed(session_id, now_ms=now_ms)
-            if current is None or current.state != "open":
-                return None
-            snapshot_state, revoked = self._revocation(current)
-            if revoked is not None and current.revoked_rev is None:
-                return None  # a new revocation: recorded by the slow path
-            if revoked is not None and current.on_revoke == DRAIN:
-                return None
-            store.renew(session_id, now_ms=now_ms, lease_ms=current.lease_ms)
-            beat = Heartbeat(
-                session=current.renewed(now_ms, revoked_rev=current.revoked_rev or revoked),
-                action="continue",
-                revoked_rev=revoked,
-                snapshot=snapshot_state,
-            )
+        try:
+            with conn:
+                renewed = SessionStore(conn).renew_if_none_lapsed(session_id, now_ms=now_ms)
+                if renewed is None:
+                    return None
+                snapshot_state, revoked = self._revocation(renewed)
+                if revoked is not None and (
+                    renewed.revoked_rev is None or renewed.on_revoke == DRAIN
+                ):
+                    raise _SlowPath  # a new revocation, or a draining one: the slow path
+                beat = Heartbeat(
+                    session=renewed,  # a revocation seen here was recorded: revoked_rev set
+                    action="continue",
+                    revoked_rev=revoked,
+                    snapshot=snapshot_state,
+                )
+        except _SlowPath:
+            return None
         return beat
 
     def _writer(self) -> apsw.Connection:
@@ -473,14 +482,16 @@ class HostSessions:
         mine, theirs = _revision(row.ruleset_rev), held.revision
         if mine is None or theirs <= mine:
             return "ok", None
-        if ClaimGate(held.sections).check(row.pool, row.project):
+        if self._gate is None or self._gate[0] is not held:
+            self._gate = (held, ClaimGate(held.sections))  # indexed once per held snapshot
+        if self._gate[1].check(row.pool, row.project):
             return "ok", None
         return "ok", held.ruleset_rev
 
     def _held_snapshot(self) -> RulesetSnapshot | None:
         """The cache's verified snapshot, verified again only when its file changed (a
         heartbeat costs one durable write, not a signature check)."""
-        path = self._cache.snapshot_path
+        path = self._snapshot_path
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -501,6 +512,7 @@ class HostSessions:
             records.append(
                 self._transition(lapsed.session_id, lapsed, "open", EXPIRED, "lease-lapsed", now)
             )
+        store.tighten_floors(now_ms)  # the open ones whose floor passed: not lapsed
         return records
 
     def _write(self, now: datetime, change: Callable[[apsw.Connection], list[Any]]) -> None:

@@ -153,6 +153,17 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
         export_sha256 TEXT
     ) STRICT;
     """,
+    # 6: the lapsed-lease check reads a lower bound of each open session's expiry
+    #    (``lapse_floor_ms``), indexed, which a heartbeat rewrites once per half lease, not the
+    #    expiry itself, which it rewrites every time (so a heartbeat writes the row's page
+    #    only; issue 24, see .sessions).
+    """
+    ALTER TABLE sessions ADD COLUMN lapse_floor_ms INTEGER NOT NULL DEFAULT 0
+        CHECK (lapse_floor_ms <= expires_ms);
+    UPDATE sessions SET lapse_floor_ms = expires_ms;
+    DROP INDEX sessions_by_expiry;
+    CREATE INDEX sessions_by_lapse_floor ON sessions(state, lapse_floor_ms);
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

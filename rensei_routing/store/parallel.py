@@ -63,8 +63,10 @@ __all__ = [
 #: records (docs/performance.md, issue 21).
 PARALLEL_MIN_RECORDS: Final = 250_000
 #: Ranges per worker: enough that a slow worker (a shared machine) does not hold the others up,
-#: few enough that opening a range costs nothing measurable.
-RANGES_PER_WORKER: Final = 8
+#: and that the last ranges, when one worker may still hold two while the others are done, are
+#: a small part of the walk (at 8, two ranges were an eighth of it, done on one core); few
+#: enough that opening a range (one indexed seek, one seam row) costs nothing measurable.
+RANGES_PER_WORKER: Final = 32
 #: Ranges handed to each worker ahead of its outcomes.
 _IN_FLIGHT: Final = 2
 #: How often (seconds) the parent reports the workers' progress while it waits.
@@ -106,13 +108,16 @@ def _receive(inp: IO[bytes]) -> Any:
     return pickle.loads(inp.read(size))
 
 
-def _check(conn: apsw.Connection, task: _Task, out: IO[bytes]) -> tuple[str, int, Any]:
+def _check(
+    conn: apsw.Connection, task: _Task, report: Callable[[Any], None]
+) -> tuple[str, int, Any]:
     """Check the range ``[lo, hi)`` in one read transaction: ``("ok", index, outcome)`` or
-    ``("error", index, message)`` (an exception is not sent: a typed error may not unpickle)."""
+    ``("error", index, message)`` (an exception is not sent: a typed error may not unpickle);
+    ``report`` gets the progress messages meanwhile."""
     index, lo, hi, marks, parsed_below = task
 
     def progress(seq: int) -> None:
-        _send(out, ("progress", index, seq - lo))
+        report(("progress", index, seq - lo))
 
     try:
         with conn:
@@ -136,9 +141,14 @@ def serve(path: Path, busy_timeout_ms: int) -> int:
     except Exception as e:
         _send(out, ("error", -1, f"{type(e).__name__}: {e}"))
         return 1
+    _send(out, ("ready", -1, None))
+
+    def report(message: Any) -> None:
+        _send(out, message)
+
     try:
         while (task := _receive(inp)) is not None:
-            _send(out, _check(conn, task, out))
+            _send(out, _check(conn, task, report))
     finally:
         close_quietly(conn)
     return 0
@@ -269,7 +279,7 @@ def _run(
     counted = None if progress is None else (lambda n: progress(start[0] + n))
     try:
         result = join(
-            pool.outcomes(tasks, counted),
+            pool.outcomes(tasks, counted, _Local(path, busy_timeout_ms)),
             marks,
             checkpoints=count,
             parsed_below=parsed_below,
@@ -281,6 +291,33 @@ def _run(
     if progress is not None:
         progress(result.records_checked)
     return result
+
+
+class _Local:
+    """The parent's own checking of ranges while no worker is ready yet (a worker starts an
+    interpreter and imports the package first: ~0.3-0.5 s on a busy 2-core machine, which the
+    parent spends on ranges instead of waiting), on a read-only connection of its own, opened
+    on first use and closed by :meth:`close`."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
+        self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._conn: apsw.Connection | None = None
+
+    def check(self, task: _Task, report: Callable[[Any], None]) -> tuple[str, int, Any]:
+        """:func:`_check` of ``task`` in this process (a failure to connect is an ``error``
+        outcome, as a worker's would be)."""
+        if self._conn is None:
+            try:
+                self._conn = connect(self._path, write=False, busy_timeout_ms=self._busy_timeout_ms)
+            except Exception as e:
+                return "error", task[0], f"{type(e).__name__}: {e}"
+        return _check(self._conn, task, report)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            close_quietly(self._conn)
+            self._conn = None
 
 
 class _Pool:
@@ -323,10 +360,14 @@ class _Pool:
             raise StoreError(f"an audit verify worker stopped: {e}") from e
 
     def outcomes(
-        self, tasks: list[_Task], progress: Callable[[int], None] | None
+        self,
+        tasks: list[_Task],
+        progress: Callable[[int], None] | None,
+        local: _Local | None = None,
     ) -> Iterator[RangeOutcome]:
         """The ranges' outcomes in seq order; ranges are handed to whichever worker is free,
-        and ``progress`` gets the records checked so far (in any range) while waiting."""
+        and ``progress`` gets the records checked so far (in any range) while waiting. Until
+        the first worker says it is ready, ``local`` (the parent) checks ranges itself."""
         pending = iter(tasks)
         # Two ranges in flight per worker: the next is already in its pipe while the parent
         # (perhaps descheduled on a busy machine) reads the outcome of the last.
@@ -337,31 +378,51 @@ class _Pool:
         done: dict[int, RangeOutcome] = {}
         counts = [0] * len(tasks)
         shown = wanted_index = 0
-        while wanted_index < len(tasks):
-            if wanted_index in done:
-                yield done.pop(wanted_index)
-                wanted_index += 1
-                continue
-            try:
-                k, message = self._messages.get(timeout=_POLL)
-            except queue.Empty:
-                continue
-            if message is None:
-                code = self._procs[k].poll()
-                raise StoreError(f"an audit verify worker exited early (status {code})")
-            status, index, value = message
-            if status == "error":
-                raise StoreError(f"cannot read the audit log: {value}")
-            if status == "progress":
-                counts[index] = value
-            else:
-                done[index] = value
-                counts[index] = tasks[index][2] - tasks[index][1]
-                if (task := next(pending, None)) is not None:
-                    self._give(k, task)
-            if progress is not None and (total := sum(counts)) > shown:
-                shown = total
-                progress(total)
+        ready = local is None
+        try:
+            while wanted_index < len(tasks):
+                if wanted_index in done:
+                    yield done.pop(wanted_index)
+                    wanted_index += 1
+                    continue
+                k = -1
+                if not ready and self._messages.empty():
+                    task = next(pending, None)
+                    if task is None:
+                        ready = True
+                        continue
+                    assert local is not None
+
+                    def mine(message: Any) -> None:
+                        counts[message[1]] = message[2]  # a progress message
+
+                    message = local.check(task, mine)
+                else:
+                    try:
+                        k, message = self._messages.get(timeout=_POLL)
+                    except queue.Empty:
+                        continue
+                if message is None:
+                    code = self._procs[k].poll()
+                    raise StoreError(f"an audit verify worker exited early (status {code})")
+                status, index, value = message
+                if status == "error":
+                    raise StoreError(f"cannot read the audit log: {value}")
+                if status == "ready":
+                    ready = True
+                elif status == "progress":
+                    counts[index] = value
+                else:
+                    done[index] = value
+                    counts[index] = tasks[index][2] - tasks[index][1]
+                    if k >= 0 and (task := next(pending, None)) is not None:
+                        self._give(k, task)
+                if progress is not None and (total := sum(counts)) > shown:
+                    shown = total
+                    progress(total)
+        finally:
+            if local is not None:
+                local.close()
 
     def close(self) -> None:
         """End every worker (they may be mid-range when the verdict is already known)."""

@@ -434,7 +434,7 @@ def _walk(
     """One walk of :func:`verify_chain`. Records below ``parsed_below`` skip the payload parse
     and the ``recorded_at`` form: their record hash covers ``recorded_at``, so once the record
     at that size matches the checkpoint, both are what its signer checked."""
-    parse = p.STRICT_DECODER.decode
+    strict = p.is_strict_json
     sha256 = hashlib.sha256
     escape = _e
     stamp: str | None = None  # the last recorded_at found valid: a batch shares one
@@ -474,7 +474,7 @@ def _walk(
             == r_hash
             and (
                 seq < parsed_below
-                or ((recorded_at == stamp or is_timestamp(recorded_at)) and _parses(parse, data))
+                or ((recorded_at == stamp or is_timestamp(recorded_at)) and strict(data))
             )
         ):
             if seq >= parsed_below:
@@ -520,14 +520,6 @@ def end_of_log(marks: dict[int, list[str]], count: int, expected: int, prev: str
     return VerifyResult(
         ok=True, records_checked=expected, head_hash=prev, checkpoints_checked=count
     )
-
-
-def _parses(parse: Callable[[str], Any], data: bytes) -> bool:
-    try:
-        parse(data.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return False
-    return True
 
 
 def _check_row(row: Sequence[Any], expected: int, prev: str) -> VerifyResult | None:
