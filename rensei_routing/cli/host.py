@@ -101,6 +101,16 @@ def _logging() -> None:
     show_default=True,
     help="Seconds a request may take to arrive whole (headers are at most 16 KiB).",
 )
+@click.option(
+    "--watch-interval",
+    "watch_s",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="With a PostgreSQL store ([store] url): seconds between looks at the database when "
+    "no notification comes (the fallback to LISTEN/NOTIFY), and between retries while it is "
+    "unreachable.",
+)
 @home_option
 def serve(
     bind: str,
@@ -109,6 +119,7 @@ def serve(
     drain_s: float,
     max_connections: int,
     request_timeout_s: float,
+    watch_s: float,
     home: Path,
 ) -> None:
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
@@ -120,6 +131,7 @@ def serve(
         ensure_serve_token,
         home_jwks,
         latest_snapshot,
+        replica_service,
         snapshot_service,
     )
     from ..plugins.manager import snapshot_validators
@@ -129,18 +141,33 @@ def serve(
     h.info()
     token = ensure_serve_token(h)
     ctx = session()
-    service = snapshot_service(
-        h,
-        clock=now,
-        validators=snapshot_validators(ctx.pm),
-        vocabulary=ctx.vocabulary(),
-        reseal_after=reseal_after,
-    )
+    shared = h.store_url() is not None
+    if shared:
+        service, watcher = replica_service(
+            h,
+            clock=now,
+            validators=snapshot_validators(ctx.pm),
+            vocabulary=ctx.vocabulary(),
+            reseal_after=reseal_after,
+            poll_s=watch_s,
+        )
+        watcher.start()
+        watcher.first_step.wait(30)
+        latest = service.held()
+    else:
+        watcher = None
+        service = snapshot_service(
+            h,
+            clock=now,
+            validators=snapshot_validators(ctx.pm),
+            vocabulary=ctx.vocabulary(),
+            reseal_after=reseal_after,
+        )
+        try:
+            latest = latest_snapshot(h)
+        except RenseiRoutingError:
+            latest = None  # unreadable or unverifiable: the first request answers 503 saying why
     app = make_app(now=now, token=token, service=service, jwks=home_jwks(h))
-    try:
-        latest = latest_snapshot(h)
-    except RenseiRoutingError:
-        latest = None  # unreadable or unverifiable: the first request answers 503 saying why
     if latest is not None and (warning := ahead_of_clock(latest, now())):
         note(f"warning: {warning}")
     _logging()
@@ -161,6 +188,8 @@ def serve(
     if not stop.is_set():
         raise CommandError("the HTTP loop ended unexpectedly (see the log above)")
     server.stop()  # stops accepting, drains the responses in flight, then closes
+    if watcher is not None:
+        watcher.stop()
     service.wait_idle(10)
     note("stopped")
 

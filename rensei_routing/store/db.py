@@ -139,6 +139,17 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     CREATE INDEX sessions_by_expiry ON sessions(state, expires_ms);
     CREATE INDEX sessions_by_project ON sessions(project, state);
     """,
+    # 5: the control side's own audit records: one row per policy save, org load, compile and
+    #    re-seal, committed with the write (issue 23; see .control).
+    """
+    CREATE TABLE control_events(
+        seq INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        content_hash TEXT NOT NULL
+    ) STRICT;
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
