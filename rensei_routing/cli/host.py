@@ -264,7 +264,13 @@ def host_trust(
 
 @host.command(name="sync")
 @click.option("--from", "source_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--endpoint", default=None, help="Base URL of a `rensei serve` endpoint.")
+@click.option(
+    "--endpoint",
+    "endpoints",
+    multiple=True,
+    help="Base URL of a `rensei serve` endpoint; repeat it for replicas (tried in order, the "
+    "first that answers wins; each failed fetch is recorded).",
+)
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -273,9 +279,12 @@ def host_trust(
 )
 @home_option
 def host_sync(
-    source_file: Path | None, endpoint: str | None, token_file: Path | None, home: Path
+    source_file: Path | None, endpoints: tuple[str, ...], token_file: Path | None, home: Path
 ) -> None:
     """Fetch once (from a file or an endpoint), verify, and persist; remembers the source."""
+    if any("," in e for e in endpoints):
+        raise click.UsageError("--endpoint takes one URL; repeat it for replicas")
+    endpoint = ",".join(endpoints) or None
     if (source_file is None) == (endpoint is None):
         raise click.UsageError("give exactly one of --from FILE or --endpoint URL")
     if endpoint is not None and token_file is None:

@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Final
 
 from ..core.snapshot.validators import SnapshotValidator
 from ..errors import RenseiRoutingError, StoreError
@@ -30,6 +31,9 @@ from .snapshots import Signer, newer_in, refresh_in
 __all__ = ["ReplicaWatcher"]
 
 log = logging.getLogger("rensei_routing.replica")
+
+#: Seconds between retries while the database is unreachable (at most; ``poll_s`` if shorter).
+RETRY_S: Final = 1.0
 
 
 class ReplicaWatcher:
@@ -88,6 +92,9 @@ class ReplicaWatcher:
             except StoreError as e:
                 self._service.store_failed("watch", str(e))
                 log.warning("control store unreachable, serving the held snapshot: %s", e)
+                self.first_step.set()
+                self._stop.wait(min(self._poll_s, RETRY_S))
+                continue
             except RenseiRoutingError as e:  # a failing validator, a snapshot that moved
                 self._service.last_error = str(e)
                 log.warning("recompile failed, serving the held snapshot: %s", e)
@@ -105,9 +112,10 @@ class ReplicaWatcher:
             return
         try:
             store.wait_change(self._poll_s)
-        except StoreError as e:
+        except StoreError as e:  # the listening connection broke: look again soon
             self._service.store_failed("watch", str(e))
-            self._stop.wait(self._poll_s)
+            log.warning("control store unreachable, serving the held snapshot: %s", e)
+            self._stop.wait(min(self._poll_s, RETRY_S))
 
     def start(self) -> None:
         """Start the watcher thread (a daemon: it never holds the process up)."""
