@@ -245,3 +245,23 @@ def test_the_cli_on_a_postgres_home(tmp_path: Path, pg_url: str) -> None:
     with psycopg.connect(pg_url) as pg:
         row = pg.execute("SELECT policy_rev, org_rev, snapshot_rev FROM control_orgs").fetchone()
     assert row == (1, 1, 1)
+
+
+def test_the_control_audit_records_through_the_cli(tmp_path: Path, pg_url: str) -> None:
+    runner = CliRunner()
+    home = str(tmp_path / "h")
+    for args in (
+        ["init", "--org", "acme", "--store", pg_url],
+        ["policy", "save", str(EXAMPLES / "policies.json")],
+        ["snapshot", "compile"],
+    ):
+        assert runner.invoke(cli, [*args, "--home", home]).exit_code == 0
+    out = runner.invoke(cli, ["snapshot", "events", "--home", home])
+    assert out.exit_code == 0, out.output
+    lines = [line.split("\t") for line in out.output.splitlines()]
+    assert [(line[0], line[2], line[3]) for line in lines] == [
+        ("1", "policy.save", "1"),
+        ("2", "snapshot.compile", "1"),
+    ]
+    later = runner.invoke(cli, ["snapshot", "events", "--after", "1", "--json", "--home", home])
+    assert [e["kind"] for e in __import__("json").loads(later.output)] == ["snapshot.compile"]

@@ -250,3 +250,23 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bo
             f"{snap.content_hash[:16]}..., signed by trusted key {snap.header.signing_key_id}"
         )
     )
+
+
+@snapshot.command(name="events")
+@click.option(
+    "--after", "after", type=click.IntRange(min=0), default=0, help="Only records after SEQ."
+)
+@click.option("--limit", type=click.IntRange(min=1, max=100_000), default=1000, show_default=True)
+@home_option
+@json_option
+def snapshot_events(after: int, limit: int, home: Path, json_: bool) -> None:
+    """The control side's audit records, oldest first: every policy save, org load, compile
+    and re-seal, each committed with its write (in PostgreSQL for a --store home)."""
+    with control_store(home_of(home)) as store:
+        events = store.events(after=after, limit=limit)
+    if json_:
+        echo_json([e.to_dict() for e in events])
+        return
+    for e in events:
+        cells = (str(e.seq), e.at, e.kind, str(e.revision), e.content_hash)
+        emit("\t".join(printable(c) for c in cells))
