@@ -95,3 +95,41 @@ def test_a_host_fetches_from_the_next_replica_and_records_the_failed_fetch(
     assert held is not None and held.revision == 1
     last = cache.last_fetch()
     assert last is not None and last["source"] == live and last["ok"]
+
+
+def test_an_unchanged_snapshot_with_validators_is_not_modified_on_the_next_poll(
+    tmp_path: Path,
+) -> None:
+    """``serve`` tags the bytes it sends, the unsigned ``validators`` list included; the host
+    asks with the tag of the bytes it persisted, so an unchanged snapshot answers 304 (before,
+    it tagged a re-encoding without the list: never a match, the whole body every poll)."""
+    from rensei_routing.core.snapshot.envelope import seal, verify_snapshot
+    from rensei_routing.signing import key_lookup
+
+    data = seal(
+        org_id="org_a",
+        revision=1,
+        compiled_at="2026-11-30T09:00:00.000000Z",
+        sections={"posteriorSummary": {"arms": []}},
+        signing_key_id=KEY.public_key.key_id,
+        sign=KEY.sign,
+        validators=("policy-bundle", "pools"),
+    ).to_bytes()
+    snap = verify_snapshot(data, lookup=key_lookup([KEY.public_key]), keep_validators=True)
+    assert snap.to_bytes() == data  # what serve holds and sends
+    service = SnapshotService(
+        latest=lambda: snap,
+        compile_now=lambda: snap,
+        needs_refresh=lambda held: False,
+        refresh=lambda held: None,
+    )
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    cache = HostCache(tmp_path / "host")
+    cache.trust(KEY.public_key)
+    with _serving(make_app(now=_Clock(), token=TOKEN, service=service)) as url:
+        config = HostConfig(endpoint=url, token_file=str(token_file))
+        assert poll_once(cache, config, now=T0 + timedelta(seconds=1)).startswith("adopted")
+        again = poll_once(cache, config, now=T0 + timedelta(seconds=2))
+    assert again == "not modified: org_a@1"

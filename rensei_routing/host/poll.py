@@ -45,6 +45,24 @@ def _held_or_none(cache: HostCache) -> RulesetSnapshot | None:
         return None
 
 
+def _held_etag(cache: HostCache) -> str | None:
+    """The entity tag of the held copy's bytes as received and persisted (``serve`` tags the
+    exact bytes it sends, its unsigned ``validators`` list included, which a re-verified copy
+    drops: tagging a re-encoding never matched, so every poll downloaded the whole snapshot);
+    ``None`` without a valid held copy.
+
+    Raises:
+        SnapshotError: the held copy cannot be read (an I/O error).
+    """
+    if _held_or_none(cache) is None:
+        return None
+    try:
+        data = read_limited(cache.snapshot_path, MAX_SOURCE_BYTES)
+    except (OSError, ValueError):
+        return None
+    return hashlib.sha256(data).hexdigest()
+
+
 def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
     """One fetch + verify + persist at ``now``; the line to report (naming the replicas that
     failed before one answered, when the endpoint names several).
@@ -52,6 +70,7 @@ def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
     Raises:
         SnapshotError (and its refusals): the last known-good copy is kept.
     """
+    failed = ""
     if config.source_file is not None:
         source = config.source_file
         try:
@@ -95,10 +114,7 @@ def _fetch_first(
     for source in endpoints_of(endpoint):
         try:
             token = token_from_file(token_file or "")
-            held = _held_or_none(cache)
-            result = fetch_snapshot(
-                source, token=token, etag=None if held is None else etag_of(held)
-            )
+            result = fetch_snapshot(source, token=token, etag=_held_etag(cache))
         except RenseiRoutingError as e:
             cache.record_fetch(now=now, source=source, ok=False, detail=str(e))
             failures.append(f"{source}: {e}")
