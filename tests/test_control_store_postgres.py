@@ -265,3 +265,36 @@ def test_the_control_audit_records_through_the_cli(tmp_path: Path, pg_url: str) 
     ]
     later = runner.invoke(cli, ["snapshot", "events", "--after", "1", "--json", "--home", home])
     assert [e["kind"] for e in __import__("json").loads(later.output)] == ["snapshot.compile"]
+
+
+def test_a_home_holding_control_data_is_not_pointed_at_an_empty_database(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Its hosts hold its revisions; a new database would start below them."""
+    runner = CliRunner()
+    home = str(tmp_path / "h")
+    for args in (["init"], ["policy", "save", str(EXAMPLES / "policies.json")]):
+        assert runner.invoke(cli, [*args, "--home", home]).exit_code == 0
+    config = Path(home) / "config.toml"
+    result = runner.invoke(cli, ["init", "--home", home, "--store", pg_url])
+    assert result.exit_code == 1
+    assert "already holds control data" in result.output and "--start-after" in result.output
+    assert not config.exists()
+    with psycopg.connect(pg_url) as pg:
+        assert pg.execute("SELECT to_regclass('control_orgs')").fetchone() == (None,)
+
+
+def test_the_store_url_is_added_to_an_existing_config(tmp_path: Path, pg_url: str) -> None:
+    home = Home(tmp_path / "h")
+    home.init(org="acme")
+    home.config_path.write_text("# mine\n[store]\nbusy_timeout = 5\n\n[other]\nx = 1\n")
+    attach_postgres(home, pg_url)
+    assert home.store_url() == pg_url
+    assert home.connect_options().busy_timeout_ms == 5000
+    text = home.config_path.read_text()
+    assert text.startswith("# mine\n[store]\n") and "[other]\nx = 1" in text
+    attach_postgres(home, pg_url)  # the same URL again: a no-op
+    assert home.config_path.read_text() == text
+    with pytest.raises(HomeError):
+        home.set_store_url(pg_url + "_other")
+    assert home.config_path.read_text() == text

@@ -28,7 +28,7 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
-from ..errors import StoreError
+from ..errors import HomeError, StoreError
 from .db import store_error
 from .home import Home
 from .policies import PolicyStore, RevisionInfo, SnapshotLoad
@@ -226,6 +226,20 @@ def attach_postgres(home: Home, url: str) -> str:
     Raises:
         DriverMissingError, DatabaseUnreachableError, StoreError, HomeError.
     """
+    if home.store_url() is None:
+        local = SqliteControlStore(home.connect(), org_id=home.info().org)
+        try:
+            held, mark = local.source_revisions(), local.latest_mark()
+        finally:
+            local.close()
+        if held != (0, 0) or mark is not None:
+            raise HomeError(
+                f"{home.path} already holds control data in {home.db_path} (policy revision "
+                f"{held[0]}, org data revision {held[1]}, snapshot revision "
+                f"{0 if mark is None else mark[0]}); a new database starts empty and its hosts "
+                "would refuse its lower revisions: init a new home with --store and "
+                f"--start-after {0 if mark is None else mark[0]}, then load the data there"
+            )
     store = open_postgres(home, url)
     store.close()
     home.set_store_url(url)

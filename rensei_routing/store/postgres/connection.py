@@ -129,7 +129,8 @@ def pg_error(what: str, error: BaseException, where: str) -> StoreError:
     if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
         return DatabaseUnreachableError(
             f"{what}: the control database {where} is unreachable or the connection was lost "
-            f"({message}); nothing in flight was committed"
+            f"({message}); nothing in flight was committed, unless the connection broke during "
+            "the COMMIT itself (look before writing again)"
         )
     return StoreError(f"{what}: {where}: {message}")
 
