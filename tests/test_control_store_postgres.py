@@ -298,3 +298,13 @@ def test_the_store_url_is_added_to_an_existing_config(tmp_path: Path, pg_url: st
     with pytest.raises(HomeError):
         home.set_store_url(pg_url + "_other")
     assert home.config_path.read_text() == text
+
+
+def test_doctor_names_the_control_database(tmp_path: Path, pg_url: str) -> None:
+    runner = CliRunner()
+    home = str(tmp_path / "h")
+    assert runner.invoke(cli, ["init", "--store", pg_url, "--home", home]).exit_code == 0
+    result = runner.invoke(cli, ["doctor", "--json", "--home", home])
+    checks = __import__("json").loads(result.output)["checks"]
+    found = [c for c in checks if c["check"] == "control store"]
+    assert found and found[0]["status"] == "ok" and "postgresql://rensei@" in found[0]["detail"]
