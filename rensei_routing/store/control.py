@@ -28,8 +28,8 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
-from ..errors import HomeError, StoreError
-from .db import store_error
+from ..errors import HomeError
+from .db import close_quietly, store_error
 from .home import Home
 from .policies import PolicyStore, RevisionInfo, SnapshotLoad
 from .snapshots import CompileResult, OrgStore, SnapshotInfo, SnapshotStore
@@ -425,7 +425,6 @@ class SqliteControlStore:
         return False
 
     def close(self) -> None:
-        try:
-            self._conn.close()
-        except apsw.Error as e:  # pragma: no cover - closing a healthy connection
-            raise StoreError(f"cannot close {self.where}: {e}") from e
+        # Quietly, as every reader of the home closes: what failed was reported by the call
+        # that failed, and a close must never turn a finished command into an error.
+        close_quietly(self._conn)
