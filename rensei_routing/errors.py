@@ -112,6 +112,15 @@ class DiskFullError(StoreError):
     """The disk holding the home (or the database's size limit) is full; nothing was written."""
 
 
+class DatabaseUnreachableError(StoreError):
+    """The control database (PostgreSQL) cannot be reached, or the connection was lost; the
+    transaction in flight, if any, was not committed."""
+
+
+class DriverMissingError(StoreError):
+    """The configured database needs a driver that is not installed (psycopg for PostgreSQL)."""
+
+
 class BackupError(StoreError):
     """A backup or restore was refused, failed, or its copy did not verify (nothing replaced)."""
 

@@ -25,9 +25,8 @@ from ..plugins.manager import SeamRegistry, has_observers, notify_recorded
 from ..shadow.batch import DEFAULT_BATCH, Recorded
 from ..shadow.batch import record_spawns as batch_record
 from ..store.audit import AuditLog
-from ..store.db import close_quietly
+from ..store.control import ControlStore, open_control_store
 from ..store.home import Home
-from ..store.policies import PolicyStore
 from ._output import note
 from ._root import CommandError
 from ._session import session
@@ -70,18 +69,19 @@ def collector_paused() -> Iterator[None]:
 
 
 @contextmanager
-def open_policy_store(home: Path, *, write: bool) -> Iterator[PolicyStore]:
-    """A policy store over the home's database, closed on exit.
+def open_policy_store(home: Path, *, write: bool) -> Iterator[ControlStore]:
+    """The home's control store (its SQLite database, or the PostgreSQL database its
+    ``[store] url`` names), read with the invocation's vocabulary, closed on exit.
 
     Raises:
         HomeError: the home is not initialised (``rensei init``).
+        StoreError: the database cannot be opened.
     """
-    vocabulary = session().vocabulary()
-    conn = home_of(home).connect(write=write)
+    store = open_control_store(home_of(home), write=write, vocabulary=session().vocabulary())
     try:
-        yield PolicyStore(conn, vocabulary=vocabulary)
+        yield store
     finally:
-        close_quietly(conn)
+        store.close()
 
 
 def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
@@ -93,7 +93,7 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
         note(f"note: no store at {home}; resolving against the empty snapshot (absent)")
         return PolicySnapshot.empty(), STATE_ABSENT
     with open_policy_store(home, write=False) as store, collector_paused():
-        loaded = store.load()
+        loaded = store.load_policies()
     if loaded.detail:
         note(f"warning: {loaded.detail}")
     return loaded.snapshot, loaded.state

@@ -101,6 +101,16 @@ def _logging() -> None:
     show_default=True,
     help="Seconds a request may take to arrive whole (headers are at most 16 KiB).",
 )
+@click.option(
+    "--watch-interval",
+    "watch_s",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="With a PostgreSQL store ([store] url): seconds between looks at the database when "
+    "no notification comes (the fallback to LISTEN/NOTIFY), and between retries while it is "
+    "unreachable.",
+)
 @home_option
 def serve(
     bind: str,
@@ -109,6 +119,7 @@ def serve(
     drain_s: float,
     max_connections: int,
     request_timeout_s: float,
+    watch_s: float,
     home: Path,
 ) -> None:
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
@@ -120,6 +131,7 @@ def serve(
         ensure_serve_token,
         home_jwks,
         latest_snapshot,
+        replica_service,
         snapshot_service,
     )
     from ..plugins.manager import snapshot_validators
@@ -129,18 +141,36 @@ def serve(
     h.info()
     token = ensure_serve_token(h)
     ctx = session()
-    service = snapshot_service(
-        h,
-        clock=now,
-        validators=snapshot_validators(ctx.pm),
-        vocabulary=ctx.vocabulary(),
-        reseal_after=reseal_after,
-    )
+    shared = h.store_url() is not None
+    if shared:
+        service, watcher = replica_service(
+            h,
+            clock=now,
+            validators=snapshot_validators(ctx.pm),
+            vocabulary=ctx.vocabulary(),
+            reseal_after=reseal_after,
+            poll_s=watch_s,
+        )
+        watcher.start()
+        watcher.first_step.wait(30)
+        latest = service.held()
+        note(f"a replica of the shared control database (LISTEN/NOTIFY, polling every {watch_s}s)")
+        if service.store_error is not None:
+            note(f"warning: {service.store_error}")
+    else:
+        watcher = None
+        service = snapshot_service(
+            h,
+            clock=now,
+            validators=snapshot_validators(ctx.pm),
+            vocabulary=ctx.vocabulary(),
+            reseal_after=reseal_after,
+        )
+        try:
+            latest = latest_snapshot(h)
+        except RenseiRoutingError:
+            latest = None  # unreadable or unverifiable: the first request answers 503 saying why
     app = make_app(now=now, token=token, service=service, jwks=home_jwks(h))
-    try:
-        latest = latest_snapshot(h)
-    except RenseiRoutingError:
-        latest = None  # unreadable or unverifiable: the first request answers 503 saying why
     if latest is not None and (warning := ahead_of_clock(latest, now())):
         note(f"warning: {warning}")
     _logging()
@@ -161,6 +191,8 @@ def serve(
     if not stop.is_set():
         raise CommandError("the HTTP loop ended unexpectedly (see the log above)")
     server.stop()  # stops accepting, drains the responses in flight, then closes
+    if watcher is not None:
+        watcher.stop()
     service.wait_idle(10)
     note("stopped")
 
@@ -260,7 +292,13 @@ def host_trust(
 
 @host.command(name="sync")
 @click.option("--from", "source_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--endpoint", default=None, help="Base URL of a `rensei serve` endpoint.")
+@click.option(
+    "--endpoint",
+    "endpoints",
+    multiple=True,
+    help="Base URL of a `rensei serve` endpoint; repeat it for replicas (tried in order, the "
+    "first that answers wins; each failed fetch is recorded).",
+)
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -289,7 +327,7 @@ def host_trust(
 @home_option
 def host_sync(
     source_file: Path | None,
-    endpoint: str | None,
+    endpoints: tuple[str, ...],
     token_file: Path | None,
     degraded_after_s: float | None,
     refuse_after_s: float | None,
@@ -297,6 +335,9 @@ def host_sync(
 ) -> None:
     """Fetch once (from a file or an endpoint), verify, and persist; remembers the source (and
     the snapshot age bounds given)."""
+    if any("," in e for e in endpoints):
+        raise click.UsageError("--endpoint takes one URL; repeat it for replicas")
+    endpoint = ",".join(endpoints) or None
     if (source_file is None) == (endpoint is None):
         raise click.UsageError("give exactly one of --from FILE or --endpoint URL")
     if endpoint is not None and token_file is None:

@@ -8,12 +8,14 @@ from pathlib import Path
 import click
 
 from ..control.snapshots import (
+    control_store,
     ensure_serve_token,
     set_snapshot_key_id,
     snapshot_key_id,
     start_snapshots_after,
 )
 from ..errors import ConfigurationError
+from ..store.control import attach_postgres, is_postgres_url
 from ..store.home import DEFAULT_ORG
 from ._output import emit, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
@@ -42,14 +44,38 @@ from ._store import home_of
     help="The key id this home's snapshots carry as signingKeyId (1..128 of [A-Za-z0-9._:-]; "
     "default: derived from the key). Set once: hosts trust the key under it.",
 )
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="Keep the control side's data (policy revisions, org data, snapshots, its audit "
+    "records) in this PostgreSQL database (postgresql://...; needs rensei-routing[postgres]); "
+    "written to config.toml as [store] url. Keys, config and the host side stay in the home.",
+)
 @home_option
 @json_option
 def init(
-    org: str | None, start_after: int | None, key_id: str | None, home: Path, json_: bool
+    org: str | None,
+    start_after: int | None,
+    key_id: str | None,
+    store_url: str | None,
+    home: Path,
+    json_: bool,
 ) -> None:
     """Create the home, its SQLite store, the host signing key and the snapshot endpoint's
-    bearer token (idempotent; an existing key or token is never replaced)."""
+    bearer token (idempotent; an existing key or token is never replaced). With --store, the
+    control data lives in PostgreSQL, shared by every replica initialised with the same URL
+    (and the same keys/: copy it from the first replica)."""
+    if store_url is not None and not is_postgres_url(store_url):
+        raise CommandError("--store must be a postgresql:// URL")
     info = home_of(home).init(org=org)
+    where = str(home_of(home).db_path)
+    if store_url is not None:
+        where = attach_postgres(home_of(home), store_url)
+    elif home_of(home).store_url() is not None:
+        with control_store(home_of(home)) as store:
+            where = store.where
     ensure_serve_token(home_of(home))
     if start_after is not None:
         start_snapshots_after(home_of(home), start_after)
@@ -61,9 +87,9 @@ def init(
     kid = snapshot_key_id(home_of(home))
     for warning in info.warnings:
         note(f"warning: {warning}")
-    where = info.path.resolve()
+    home_dir = info.path.resolve()
     if json_:
-        echo_json({**info.to_dict(), "home": str(where), "snapshotKeyId": kid})
+        echo_json({**info.to_dict(), "home": str(home_dir), "snapshotKeyId": kid, "store": where})
         return
     state = "initialised" if info.created else "already initialised"
     after = "" if start_after is None else f"; snapshots start after revision {start_after}"
@@ -71,6 +97,7 @@ def init(
         after += f"; snapshots signed as key id {kid}"
     emit(
         printable(
-            f"{state}: rensei home at {where} (org {info.org}, host key {info.key_id}{after})"
+            f"{state}: rensei home at {home_dir} (org {info.org}, host key {info.key_id}{after})"
+            + ("" if where == str(home_of(home).db_path) else f"; control data in {where}")
         )
     )

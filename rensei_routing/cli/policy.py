@@ -97,7 +97,9 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
     snapshot = read_verified_policy_file(file, vocabulary=session().vocabulary())
     with open_policy_store(home, write=True) as store:
         try:
-            saved = store.save(snapshot.policies, saved_at=now_rfc3339(), over_corrupt=over_corrupt)
+            saved = store.save_policies(
+                snapshot.policies, saved_at=now_rfc3339(), over_corrupt=over_corrupt
+            )
         except PolicyValidationError as e:
             for issue in e.issues:
                 click.echo(issue_line(issue), err=True)
@@ -129,7 +131,7 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
 def policy_show(revision: int | None, home: Path, json_: bool) -> None:
     """Show the current (or --rev N) policy revision and its load state."""
     with open_policy_store(home, write=False) as store:
-        loaded = store.load(revision)
+        loaded = store.load_policies(revision)
     if json_:
         doc = loaded.snapshot.to_dict()
         doc["state"] = loaded.state
@@ -151,7 +153,7 @@ def policy_show(revision: int | None, home: Path, json_: bool) -> None:
 def policy_history(home: Path, json_: bool) -> None:
     """List every saved revision, oldest first."""
     with open_policy_store(home, write=False) as store:
-        rows = store.history()
+        rows = store.policy_history()
     if json_:
         echo_json([r.to_dict() for r in rows])
         return

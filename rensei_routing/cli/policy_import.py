@@ -52,7 +52,7 @@ def policy_import(file: Path, format_: str, home: Path, json_: bool) -> None:
     store_doc = read_hydraflow(text, source=str(file), vocabulary=session().vocabulary())
     with open_policy_store(home, write=True) as store:
         try:
-            saved = store.save(store_doc.policies, saved_at=now_rfc3339())
+            saved = store.save_policies(store_doc.policies, saved_at=now_rfc3339())
         except PolicyValidationError as e:
             for issue in e.issues:
                 click.echo(issue_line(issue), err=True)

@@ -5,13 +5,12 @@ snapshot rules (core) and no SQL (store).
 
 from __future__ import annotations
 
-from contextlib import closing
 from pathlib import Path
 
 import click
 
 from .. import signing
-from ..control.snapshots import compile_snapshot, validator_results
+from ..control.snapshots import compile_snapshot, control_store, validator_results
 from ..core.snapshot.envelope import (
     SCOPE_HEADER,
     SIGNATURE_SCOPES,
@@ -23,7 +22,6 @@ from ..core.snapshot.org import OrgData
 from ..errors import KeyFormatError, RenseiRoutingError
 from ..files import atomic_write, read_limited
 from ..plugins.manager import snapshot_validators
-from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text
 from ._inputs import SOURCE, _named, read_document
 from ._output import emit, note, printable
@@ -46,9 +44,8 @@ def org_load(source: str, home: Path) -> None:
     """Validate FILE (or -) and store it as the org's current data (nothing written on error)."""
     doc, label = read_document(source)
     data = _named(label, OrgData.from_dict, doc)
-    h = home_of(home)
-    with closing(h.connect(write=True)) as conn:
-        revision = OrgStore(conn).save(data, saved_at=now_text())
+    with control_store(home_of(home), write=True) as store:
+        revision = store.save_org(data, saved_at=now_text())
     note(
         f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
         f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
@@ -62,8 +59,8 @@ def org_load(source: str, home: Path) -> None:
 @json_option
 def org_show(home: Path, json_: bool) -> None:
     """Show the org's current data (normalised: every list sorted by its key)."""
-    with closing(home_of(home).connect()) as conn:
-        revision, data = OrgStore(conn).load()
+    with control_store(home_of(home)) as store:
+        revision, data = store.load_org()
     if json_:
         echo_json({"revision": revision, **data.to_dict()})
         return
@@ -137,10 +134,8 @@ def snapshot_compile(home: Path, json_: bool) -> None:
 def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
     """Show a stored snapshot, verified against the home's key."""
     h = home_of(home)
-    with closing(h.connect()) as conn:
-        snap = SnapshotStore(conn, org_id=h.info().org).load(
-            revision, lookup=h.snapshot_lookup()
-        )
+    with control_store(h) as store:
+        snap = store.load_snapshot(revision, lookup=h.snapshot_lookup())
     if json_:
         echo_json(snap.to_dict())
         return
@@ -164,8 +159,8 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
 def snapshot_history(home: Path, json_: bool) -> None:
     """Every compiled snapshot, oldest first."""
     h = home_of(home)
-    with closing(h.connect()) as conn:
-        rows = SnapshotStore(conn, org_id=h.info().org).history()
+    with control_store(h) as store:
+        rows = store.snapshot_history()
     if json_:
         echo_json([r.to_dict() for r in rows])
         return
@@ -183,8 +178,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     """Write the exact served bytes of a snapshot to FILE (the air-gap path), atomically."""
     h = home_of(home)
     require_output_dir(target)
-    with closing(h.connect()) as conn:
-        store = SnapshotStore(conn, org_id=h.info().org)
+    with control_store(h) as store:
         data = store.envelope(revision)
     snap = verify_snapshot(data, lookup=h.snapshot_lookup())
     refuse_home_target(h, target)
@@ -259,3 +253,21 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bo
     )
 
 
+@snapshot.command(name="events")
+@click.option(
+    "--after", "after", type=click.IntRange(min=0), default=0, help="Only records after SEQ."
+)
+@click.option("--limit", type=click.IntRange(min=1, max=100_000), default=1000, show_default=True)
+@home_option
+@json_option
+def snapshot_events(after: int, limit: int, home: Path, json_: bool) -> None:
+    """The control side's audit records, oldest first: every policy save, org load, compile
+    and re-seal, each committed with its write (in PostgreSQL for a --store home)."""
+    with control_store(home_of(home)) as store:
+        events = store.events(after=after, limit=limit)
+    if json_:
+        echo_json([e.to_dict() for e in events])
+        return
+    for e in events:
+        cells = (str(e.seq), e.at, e.kind, str(e.revision), e.content_hash)
+        emit("\t".join(printable(c) for c in cells))

@@ -76,7 +76,7 @@ def policy_whatif(
     where = home_of(home)
     where.info()
     with open_policy_store(home, write=False) as store, collector_paused():
-        loaded = store.load()
+        loaded = store.load_policies()
     if loaded.detail:
         note(f"warning: {loaded.detail}")
     skipped: list[int] = []

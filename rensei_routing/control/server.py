@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, FreshnessPolicy, age_of
-from ..errors import RenseiRoutingError, SnapshotValidationError
+from ..errors import RenseiRoutingError, SnapshotValidationError, StoreError
 
 if TYPE_CHECKING:  # imported where used: importing this module does not start waitress
     from .listener import RunningServer
@@ -126,6 +126,34 @@ class SnapshotService:
         self._served: _Served | None = None
         self._worker: threading.Thread | None = None
         self.last_error: str | None = None
+        #: Why the store could not be read, by who found out (the request path, the
+        #: background refresh, a replica's watcher); cleared by that path's next success.
+        self._store_errors: dict[str, str] = {}
+
+    @property
+    def store_error(self) -> str | None:
+        """Why the store cannot be read now (``None``: it can). While set, the held snapshot
+        keeps serving, flagged ``X-Ruleset-Store: unreachable`` (fail-static)."""
+        errors = dict(self._store_errors)
+        return next(iter(errors.values()), None)
+
+    def store_failed(self, where: str, error: str | None) -> None:
+        """Record that path ``where`` could not read the store (``error``), or could again
+        (``None``)."""
+        if error is None:
+            self._store_errors.pop(where, None)
+        else:
+            self._store_errors[where] = error
+
+    def offer(self, snap: RulesetSnapshot) -> None:
+        """Serve ``snap`` from now on when it is newer than what is served (a replica's
+        watcher hands over what another replica published)."""
+        self._adopt(snap)
+
+    def held(self) -> RulesetSnapshot | None:
+        """The snapshot served now, ``None`` before the first."""
+        with self._lock:
+            return None if self._served is None else self._served.snapshot
 
     def _adopt(self, snap: RulesetSnapshot) -> _Served:
         with self._lock:
@@ -161,7 +189,13 @@ class SnapshotService:
         if served is None:
             served = self._adopt(self._latest() or self._compile())
         else:
-            published = self._newer(served.snapshot)
+            try:
+                published = self._newer(served.snapshot)
+            except StoreError as e:  # fail-static: what is held keeps serving, flagged
+                self.store_failed("request", str(e))
+                published = None
+            else:
+                self.store_failed("request", None)
             if published is not None:
                 served = self._adopt(published)
         self._check_clock(served)
@@ -181,11 +215,17 @@ class SnapshotService:
     def _refresh(self, held: RulesetSnapshot) -> None:
         try:
             snap = self._refresh_fn(held)
+        except StoreError as e:
+            self.last_error = str(e)
+            self.store_failed("refresh", str(e))
+            log.warning("background recompile failed: %s", e)
+            return
         except RenseiRoutingError as e:
             self.last_error = str(e)
             log.warning("background recompile failed: %s", e)
             return
         self.last_error = None
+        self.store_failed("refresh", None)
         if snap is not None:
             self._adopt(snap)
 
@@ -288,6 +328,7 @@ def make_app(
             ("X-Ruleset-Compiled-At", snap.compiled_at),
             ("ETag", etag),
             ("Cache-Control", "no-cache"),
+            ("X-Ruleset-Store", "ok" if service.store_error is None else "unreachable"),
         ]
         if etag in [t.strip() for t in environ.get("HTTP_IF_NONE_MATCH", "").split(",")]:
             start("304 Not Modified", headers)

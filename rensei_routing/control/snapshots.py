@@ -10,33 +10,44 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import signing
 from ..core.audit.chain import format_timestamp
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
-from ..errors import ConfigurationError, HomeError, StoreError
+from ..errors import ConfigurationError, HomeError
 from ..files import create_private, mode_is_private, token_from_file
+from ..store.control import ControlStore, open_control_store
 from ..store.home import Home
 from ..store.settings import SNAPSHOT_KEY_ID, read_text, write_text
-from ..store.snapshots import CompileResult, SnapshotStore
+from ..store.snapshots import CompileResult
 from .server import SnapshotService
+
+if TYPE_CHECKING:
+    from .replicas import ReplicaWatcher
 
 __all__ = [
     "DEFAULT_RESEAL_AFTER_S",
+    "Signer",
     "compile_snapshot",
+    "control_store",
     "ensure_serve_token",
     "home_jwks",
     "home_lookup",
     "is_stale",
     "latest_snapshot",
+    "newer_in",
     "newer_snapshot",
+    "refresh_in",
     "refresh_snapshot",
+    "replica_service",
     "serve_token_path",
     "set_snapshot_key_id",
     "snapshot_key_id",
@@ -67,21 +78,31 @@ def compile_snapshot(
         SnapshotValidationError: a validator failed (nothing published).
         HomeError, StoreError: the home or its database is unusable.
     """
-    info = home.info()
     key = home.private_key()
     kid = snapshot_key_id(home)
-    conn = home.connect(write=True)
-    try:
+    with control_store(home, write=True, vocabulary=vocabulary) as store:
         # The inputs are read inside the write transaction that publishes (issue 19 #5).
-        return SnapshotStore(conn, org_id=info.org).compile_current(
-            compiled_at=compiled_at,
-            signing_key_id=kid,
-            sign=key.sign,
-            validators=validators,
-            vocabulary=vocabulary,
+        result = store.compile_current(
+            compiled_at=compiled_at, signing_key_id=kid, sign=key.sign, validators=validators
         )
+    assert result is not None  # only_if_stale=False always publishes or raises
+    return result
+
+
+@contextmanager
+def control_store(
+    home: Home, *, write: bool = False, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> Iterator[ControlStore]:
+    """The home's control store (SQLite, or PostgreSQL per ``[store] url``), closed on exit.
+
+    Raises:
+        HomeError, StoreError (``DatabaseUnreachableError``, ``DriverMissingError``).
+    """
+    store = open_control_store(home, write=write, vocabulary=vocabulary)
+    try:
+        yield store
     finally:
-        conn.close()
+        store.close()
 
 
 def snapshot_key_id(home: Home) -> str:
@@ -133,11 +154,8 @@ def start_snapshots_after(home: Home, revision: int) -> None:
         SnapshotError: the home already compiled revisions below ``revision``.
         HomeError, StoreError: the home or its database is unusable.
     """
-    conn = home.connect(write=True)
-    try:
-        SnapshotStore(conn, org_id=home.info().org).set_start_after(revision)
-    finally:
-        conn.close()
+    with control_store(home, write=True) as store:
+        store.set_start_after(revision)
 
 
 def source_revisions(home: Home) -> tuple[int, int]:
@@ -146,18 +164,8 @@ def source_revisions(home: Home) -> tuple[int, int]:
     Raises:
         StoreError: the database could not be read.
     """
-    conn = home.connect()
-    try:
-        row = conn.execute(
-            "SELECT (SELECT coalesce(max(revision), 0) FROM policy_revisions), "
-            "(SELECT coalesce(max(revision), 0) FROM org_data)"
-        ).fetchone()
-    except Exception as e:  # apsw.Error: a pre-snapshot schema read-only, a locked file
-        raise StoreError(f"cannot read {home.db_path}: {e}") from e
-    finally:
-        conn.close()
-    assert row is not None
-    return int(str(row[0])), int(str(row[1]))
+    with control_store(home) as store:
+        return store.source_revisions()
 
 
 def is_stale(home: Home) -> bool:
@@ -167,12 +175,9 @@ def is_stale(home: Home) -> bool:
     Raises:
         StoreError: the database could not be read.
     """
-    conn = home.connect()
-    try:
-        compiled = SnapshotStore(conn, org_id=home.info().org).compiled_from()
-    finally:
-        conn.close()
-    return compiled is None or compiled != source_revisions(home)
+    with control_store(home) as store:
+        compiled = store.compiled_from()
+        return compiled is None or compiled != store.source_revisions()
 
 
 def serve_token_path(home: Home) -> Path:
@@ -212,14 +217,10 @@ def latest_snapshot(home: Home) -> RulesetSnapshot | None:
     Raises:
         SnapshotError, StoreError, HomeError.
     """
-    conn = home.connect()
-    try:
-        store = SnapshotStore(conn, org_id=home.info().org)
-        if store.compiled_from() is None:
+    with control_store(home) as store:
+        if store.latest_mark() is None:
             return None
-        return store.load(lookup=home_lookup(home))
-    finally:
-        conn.close()
+        return store.load_snapshot(lookup=home_lookup(home))
 
 
 def newer_snapshot(home: Home, held: RulesetSnapshot) -> RulesetSnapshot | None:
@@ -230,24 +231,28 @@ def newer_snapshot(home: Home, held: RulesetSnapshot) -> RulesetSnapshot | None:
     Raises:
         SnapshotError, StoreError, HomeError.
     """
-    conn = home.connect()
-    try:
-        try:
-            row = conn.execute(
-                "SELECT revision, compiled_at FROM ruleset_snapshots ORDER BY revision DESC LIMIT 1"
-            ).fetchone()
-        except Exception as e:  # apsw.Error: a locked or unreadable database
-            raise StoreError(f"cannot read {home.db_path}: {e}") from e
-        if row is None or int(str(row[0])) < held.revision:
-            return None
-        if int(str(row[0])) == held.revision and str(row[1]) == held.compiled_at:
-            return None
-        fresh = SnapshotStore(conn, org_id=home.info().org).load(
-            lookup=signing.key_lookup([home.public_key()])
-        )
-    finally:
-        conn.close()
-    if (fresh.revision, compiled_moment(fresh)) <= (held.revision, compiled_moment(held)):
+    with control_store(home) as store:
+        return newer_in(store, held, lookup=signing.key_lookup([home.public_key()]))
+
+
+def newer_in(
+    store: ControlStore, held: RulesetSnapshot | None, *, lookup: signing.KeyLookup
+) -> RulesetSnapshot | None:
+    """:func:`newer_snapshot` over an open store (``held`` ``None``: the latest, if any).
+
+    Raises:
+        SnapshotError, StoreError.
+    """
+    mark = store.latest_mark()
+    if mark is None or (held is not None and mark[0] < held.revision):
+        return None
+    if held is not None and mark == (held.revision, held.compiled_at):
+        return None
+    fresh = store.load_snapshot(lookup=lookup)
+    if held is not None and (fresh.revision, compiled_moment(fresh)) <= (
+        held.revision,
+        compiled_moment(held),
+    ):
         return None
     return fresh
 
@@ -270,33 +275,118 @@ def refresh_snapshot(
             previous snapshot keeps serving).
         SnapshotError, StoreError, HomeError.
     """
-    if is_stale(home):
-        return compile_snapshot(
-            home,
-            compiled_at=format_timestamp(now),
-            validators=validators,
-            vocabulary=vocabulary,
-        ).snapshot
-    if now - compiled_moment(held) <= reseal_after:
-        return None
-    key = home.private_key()
-    kid = snapshot_key_id(home)
-    lookup = home_lookup(home)
-    conn = home.connect(write=True)
-    try:
-        return SnapshotStore(conn, org_id=home.info().org).reseal(
-            compiled_at=format_timestamp(now),
-            signing_key_id=kid,
-            sign=key.sign,
-            lookup=lookup,
+    signer = Signer.of(home)
+    with control_store(home, write=True, vocabulary=vocabulary) as store:
+        return refresh_in(
+            store, held, signer, now=now, reseal_after=reseal_after, validators=validators
         )
-    finally:
-        conn.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Signer:
+    """What a compile signs with: the home's key, its snapshot key id, and the lookup that
+    verifies what the home compiled (read once per serve)."""
+
+    sign: Callable[[bytes], bytes]
+    key_id: str
+    lookup: signing.KeyLookup
+
+    @classmethod
+    def of(cls, home: Home) -> Signer:
+        """Raises: HomeError, StoreError."""
+        return cls(home.private_key().sign, snapshot_key_id(home), home_lookup(home))
+
+
+def refresh_in(
+    store: ControlStore,
+    held: RulesetSnapshot | None,
+    signer: Signer,
+    *,
+    now: datetime,
+    reseal_after: timedelta,
+    validators: Sequence[SnapshotValidator] = (),
+) -> RulesetSnapshot | None:
+    """:func:`refresh_snapshot` over an open store. Both steps decide under the org's compile
+    lock (``only_if_stale``, ``older_than``), so replicas sharing one database compile a change
+    once and re-seal once per period; what another replica published is :func:`newer_in`'s.
+
+    Raises:
+        SnapshotValidationError, SnapshotError, StoreError.
+    """
+    stamp = format_timestamp(now)
+    stale = store.compiled_from() != store.source_revisions()  # the cheap look, unlocked
+    result = (
+        store.compile_current(
+            compiled_at=stamp,
+            signing_key_id=signer.key_id,
+            sign=signer.sign,
+            validators=validators,
+            only_if_stale=True,
+        )
+        if stale
+        else None
+    )
+    if result is not None:
+        return result.snapshot
+    if held is None or now - compiled_moment(held) <= reseal_after:
+        return None
+    return store.reseal(
+        compiled_at=stamp,
+        signing_key_id=signer.key_id,
+        sign=signer.sign,
+        lookup=signer.lookup,
+        older_than=now - reseal_after,
+    )
 
 
 def validator_results(results: Iterable[ValidatorResult]) -> list[Mapping[str, Any]]:
     """JSON form of validator verdicts."""
     return [r.to_dict() for r in results]
+
+
+def replica_service(
+    home: Home,
+    *,
+    clock: Callable[[], datetime],
+    validators: Sequence[SnapshotValidator] = (),
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    reseal_after: float = DEFAULT_RESEAL_AFTER_S,
+    poll_s: float = 1.0,
+) -> tuple[SnapshotService, ReplicaWatcher]:
+    """The endpoint's view of ``home`` when its control data is shared by several replicas
+    (a PostgreSQL ``[store] url``): the service answers from memory, and the
+    :class:`~rensei_routing.control.replicas.ReplicaWatcher` (started by the caller) compiles,
+    re-seals and adopts off the request path; while the database is unreachable the held
+    snapshot keeps serving, flagged."""
+    from .replicas import ReplicaWatcher
+
+    def first() -> RulesetSnapshot | None:
+        return latest_snapshot(home)
+
+    service = SnapshotService(
+        latest=first,
+        compile_now=lambda: (
+            compile_snapshot(
+                home,
+                compiled_at=format_timestamp(clock()),
+                validators=validators,
+                vocabulary=vocabulary,
+            ).snapshot
+        ),
+        needs_refresh=lambda held: False,
+        refresh=lambda held: None,
+        clock=clock,
+    )
+    watcher = ReplicaWatcher(
+        service,
+        open_store=lambda: open_control_store(home, write=True, vocabulary=vocabulary),
+        signer=Signer.of(home),
+        clock=clock,
+        reseal_after=timedelta(seconds=reseal_after),
+        validators=validators,
+        poll_s=poll_s,
+    )
+    return service, watcher
 
 
 def snapshot_service(

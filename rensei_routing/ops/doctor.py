@@ -236,6 +236,34 @@ def is_host_only(home: Home) -> bool:
     )
 
 
+def _control_store(home: Home) -> Iterator[Check]:
+    """A home whose control data is in PostgreSQL: whether the database answers (a SQLite home
+    has no such line: its file is the database check's)."""
+    from ..store.control import open_control_store
+
+    try:
+        if home.store_url() is None:
+            return
+        store = open_control_store(home)
+    except RenseiRoutingError as e:
+        yield Check(name="control store", status=FAIL, detail=str(e))
+        return
+    try:
+        policy, org = store.source_revisions()
+        mark = store.latest_mark()
+    except RenseiRoutingError as e:
+        yield Check(name="control store", status=FAIL, detail=str(e))
+        return
+    finally:
+        store.close()
+    yield Check(
+        name="control store",
+        status=OK,
+        detail=f"{store.where}: policy revision {policy}, org data revision {org}, snapshot "
+        f"revision {0 if mark is None else mark[0]}",
+    )
+
+
 def home_checks(home: Home, *, now: datetime) -> list[Check]:
     """Every check of ``home`` that applies: a host-only home (:func:`is_host_only`) gets its
     mode and one ``store`` line saying the control side's checks do not apply; a home that is
@@ -259,6 +287,7 @@ def home_checks(home: Home, *, now: datetime) -> list[Check]:
         lambda: _modes(home),
         lambda: _database(home),
         lambda: _chain(home),
+        lambda: _control_store(home),
         lambda: _snapshot(home, now),
     )
     for step in steps:

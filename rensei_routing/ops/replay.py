@@ -51,8 +51,8 @@ from ..core.snapshot.postures import ClaimGate
 from ..errors import InputError, NotFoundError, RenseiRoutingError
 from ..host.cache import HostCache
 from ..store.audit import AuditLog
+from ..store.control import open_control_store
 from ..store.home import Home
-from ..store.policies import PolicyStore
 
 __all__ = ["CACHE_SIZE", "Sources", "replay_chain"]
 
@@ -111,8 +111,8 @@ class Sources:
                 return _Found(None, mismatch="snapshot_hash")
             return _Found(bundle, bundle.state())
         try:
-            with closing(self._home.connect(write=False)) as conn:
-                loaded = PolicyStore(conn, vocabulary=self._vocabulary).load(revision)
+            with closing(open_control_store(self._home, vocabulary=self._vocabulary)) as store:
+                loaded = store.load_policies(revision)
         except NotFoundError:
             return _Found(None, unreplayable=f"revision {revision} absent")
         if loaded.state != "ok":
@@ -139,8 +139,6 @@ class Sources:
         return found
 
     def _control_snapshot(self, ruleset_rev: str) -> RulesetSnapshot | None:
-        from ..store.snapshots import SnapshotStore
-
         org, _, rev = ruleset_rev.rpartition("@")
         if not rev.isdigit():
             return None
@@ -148,10 +146,8 @@ class Sources:
             info = self._home.info()
             if info.org != org:
                 return None
-            with closing(self._home.connect(write=False)) as conn:
-                return SnapshotStore(conn, org_id=org).load(
-                    revision=int(rev), lookup=self._home.snapshot_lookup()
-                )
+            with closing(open_control_store(self._home)) as store:
+                return store.load_snapshot(int(rev), lookup=self._home.snapshot_lookup())
         except RenseiRoutingError:
             return None
 

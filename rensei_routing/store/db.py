@@ -164,6 +164,17 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     DROP INDEX sessions_by_expiry;
     CREATE INDEX sessions_by_lapse_floor ON sessions(state, lapse_floor_ms);
     """,
+    # 7: the control side's own audit records: one row per policy save, org load, compile and
+    #    re-seal, committed with the write (issue 23; see .control).
+    """
+    CREATE TABLE control_events(
+        seq INTEGER PRIMARY KEY,
+        at TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        content_hash TEXT NOT NULL
+    ) STRICT;
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -6,7 +6,9 @@ Layout::
     <home>/                   mode 0700 (``init`` creates it so, and tightens an existing one)
     <home>/rensei.db          SQLite store (WAL: rensei.db-wal, rensei.db-shm beside it)
     <home>/config.toml        optional settings (``[store] busy_timeout = 30``, in seconds;
-                              ``[audit] rotate_at_records``, read by :mod:`.rotation`)
+                              ``[audit] rotate_at_records``, read by :mod:`.rotation`;
+                              ``[store] url = "postgresql://..."``: the control side's data
+                              lives in that database, see :mod:`.control`)
     <home>/audit/segments/    sealed audit segments, ``<first>-<last>.db`` (see :mod:`.segments`)
     <home>/keys/host.key      Ed25519 private key, mode 0600 (directory 0700)
     <home>/keys/host.pub      its public key
@@ -108,17 +110,70 @@ class Home:
         """
         return ConnectOptions(busy_timeout_ms=self._busy_timeout_ms(), vfs=self.vfs)
 
-    def _busy_timeout_ms(self) -> int:
+    def _config(self) -> dict[str, object]:
         try:
             with open(self.config_path, "rb") as f:
-                config = tomllib.load(f)
+                return tomllib.load(f)
         except FileNotFoundError:
-            return DEFAULT_BUSY_TIMEOUT_MS
+            return {}
         except OSError as e:
             raise HomeError(f"cannot read {self.config_path}: {e.strerror}") from e
         except tomllib.TOMLDecodeError as e:
             raise HomeError(f"{self.config_path} is not valid TOML: {e}") from e
-        store = config.get("store", {})
+
+    def store_url(self) -> str | None:
+        """``[store] url`` in ``config.toml``: the database the control side's data lives in
+        (``postgresql://...``), or ``None`` for the home's own SQLite file.
+
+        Raises:
+            HomeError: ``config.toml`` is unusable, or the url is not a PostgreSQL URL.
+        """
+        store = self._config().get("store", {})
+        value = store.get("url") if isinstance(store, dict) else None
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.startswith(("postgresql://", "postgres://")):
+            raise HomeError(  # never the value: a URL may carry a password
+                f"{self.config_path}: [store] url must be a postgresql:// URL"
+            )
+        return value
+
+    def set_store_url(self, url: str) -> None:
+        """Write ``[store] url = url`` into ``config.toml`` (created mode 0600 when absent; the
+        rest of the file kept). The same url again is a no-op.
+
+        Raises:
+            HomeError: the file is unusable, or it already names another database (a home's
+                control data does not move by editing a setting).
+        """
+        current = self.store_url()
+        if current == url:
+            return
+        if current is not None:
+            raise HomeError(
+                f"{self.config_path} already names another control database under [store] url; "
+                "a home's control data does not move with a setting (back it up and restore)"
+            )
+        line = "url = " + _toml_string(url) + "\n"
+        try:
+            text = self.config_path.read_text("utf-8") if self.config_path.exists() else ""
+            match = re.search(r"(?m)^\[store\][ \t]*(#.*)?$\n?", text)
+            if match is None:
+                sep = "" if not text or text.endswith("\n") else "\n"
+                text = text + sep + ("\n" if text else "") + "[store]\n" + line
+            else:
+                head = text[: match.end()]
+                head += "" if head.endswith("\n") else "\n"
+                text = head + line + text[match.end() :]
+            fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise HomeError(f"cannot write {self.config_path}: {e.strerror}") from e
+        self.store_url()  # what was written reads back
+
+    def _busy_timeout_ms(self) -> int:
+        store = self._config().get("store", {})
         value = store.get("busy_timeout") if isinstance(store, dict) else None
         if value is None:
             return DEFAULT_BUSY_TIMEOUT_MS
@@ -322,6 +377,20 @@ class Home:
 
     def _not_initialised(self) -> HomeError:
         return HomeError(f"no rensei home at {self.path}: run `rensei init` first")
+
+
+def _toml_string(text: str) -> str:
+    """``text`` as a TOML basic string."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
 
 
 def _read_meta(conn: apsw.Connection) -> dict[str, str]:

@@ -29,7 +29,7 @@ from ..errors import (
 )
 from .db import store_error
 
-__all__ = ["PolicyStore", "RevisionInfo", "SnapshotLoad"]
+__all__ = ["PolicyStore", "RevisionInfo", "SnapshotLoad", "decode_revision", "encode_policies"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +79,52 @@ def _encode(policies: Iterable[RoutingPolicy]) -> bytes:
     return b"[" + b",".join(sorted(policy_canonical(pol) for pol in policies)) + b"]"
 
 
+def decode_revision(
+    revision: int, content_hash: str, body: bytes, *, vocabulary: Vocabulary
+) -> SnapshotLoad:
+    """A stored revision row as ``ok`` or ``corrupt`` (any backend's: the bytes decide)."""
+    if not 0 <= revision <= MAX_REVISION:  # only a hand edit puts one there
+        return SnapshotLoad(
+            state=STATE_CORRUPT,
+            snapshot=PolicySnapshot.empty(),
+            detail=f"revision number {revision} is outside 0..{MAX_REVISION}",
+        )
+    try:
+        doc = json.loads(body.decode("utf-8"))
+        path = f"revision {revision}"
+        policies = tuple(
+            RoutingPolicy.from_dict(item, path=p.at(path, i), vocabulary=vocabulary)
+            for i, item in enumerate(p.array(doc, path))
+        )
+    except (ValueError, InputError, RecursionError) as e:  # ValueError: bad JSON, bad UTF-8
+        return SnapshotLoad(
+            state=STATE_CORRUPT,
+            snapshot=PolicySnapshot.empty(),
+            detail=f"revision {revision} is unparseable: {e}",
+        )
+    # ``save`` stores exactly the bytes ``hash_policies`` digests (the canonical policies,
+    # sorted), so hashing the stored bytes checks the same thing as re-encoding every
+    # policy, without the cost, and also catches an edit that parses to the same policies.
+    actual = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
+    if actual != content_hash:
+        return SnapshotLoad(
+            state=STATE_CORRUPT,
+            snapshot=PolicySnapshot.empty(),
+            detail=f"revision {revision} content hash {content_hash} does not match "
+            f"its policies ({actual})",
+        )
+    return SnapshotLoad(
+        state=STATE_OK,
+        snapshot=PolicySnapshot(revision=revision, policies=policies, content_hash=actual),
+    )
+
+
+def encode_policies(policies: Iterable[RoutingPolicy]) -> tuple[bytes, str]:
+    """The stored body of a policy set and its content hash (any backend stores these bytes)."""
+    body = _encode(policies)
+    return body, SHA256_PREFIX + hashlib.sha256(body).hexdigest()
+
+
 class PolicyStore:
     """Versioned policy sets over one apsw connection (a writer connection for ``save``)."""
 
@@ -109,40 +155,7 @@ class PolicyStore:
         return int(row[0]), str(row[1]), _as_bytes(row[2])
 
     def _decode(self, revision: int, content_hash: str, body: bytes) -> SnapshotLoad:
-        if not 0 <= revision <= MAX_REVISION:  # only a hand edit puts one there
-            return SnapshotLoad(
-                state=STATE_CORRUPT,
-                snapshot=PolicySnapshot.empty(),
-                detail=f"revision number {revision} is outside 0..{MAX_REVISION}",
-            )
-        try:
-            doc = json.loads(body.decode("utf-8"))
-            path = f"revision {revision}"
-            policies = tuple(
-                RoutingPolicy.from_dict(item, path=p.at(path, i), vocabulary=self._vocabulary)
-                for i, item in enumerate(p.array(doc, path))
-            )
-        except (ValueError, InputError, RecursionError) as e:  # ValueError: bad JSON, bad UTF-8
-            return SnapshotLoad(
-                state=STATE_CORRUPT,
-                snapshot=PolicySnapshot.empty(),
-                detail=f"revision {revision} is unparseable: {e}",
-            )
-        # ``save`` stores exactly the bytes ``hash_policies`` digests (the canonical policies,
-        # sorted), so hashing the stored bytes checks the same thing as re-encoding every
-        # policy, without the cost, and also catches an edit that parses to the same policies.
-        actual = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
-        if actual != content_hash:
-            return SnapshotLoad(
-                state=STATE_CORRUPT,
-                snapshot=PolicySnapshot.empty(),
-                detail=f"revision {revision} content hash {content_hash} does not match "
-                f"its policies ({actual})",
-            )
-        return SnapshotLoad(
-            state=STATE_OK,
-            snapshot=PolicySnapshot(revision=revision, policies=policies, content_hash=actual),
-        )
+        return decode_revision(revision, content_hash, body, vocabulary=self._vocabulary)
 
     def load(self, revision: int | None = None) -> SnapshotLoad:
         """The current revision (or ``revision``) as ``ok``, ``absent`` or ``corrupt``.

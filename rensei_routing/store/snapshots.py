@@ -27,7 +27,16 @@ from .db import store_error
 from .policies import PolicyStore
 from .settings import START_AFTER, read_text, write_text
 
-__all__ = ["CompileResult", "OrgStore", "SnapshotInfo", "SnapshotStore"]
+__all__ = [
+    "CompileResult",
+    "OrgStore",
+    "SnapshotInfo",
+    "SnapshotStore",
+    "decode_org",
+    "encode_org",
+    "moved_error",
+    "validated_sections",
+]
 
 #: The largest revision an envelope may carry (``core.snapshot.envelope``'s bound).
 MAX_SNAPSHOT_REVISION: Final = 2**53 - 1
@@ -53,8 +62,7 @@ class OrgStore:
         Raises:
             StoreError: the database could not be written (nothing is).
         """
-        body = canonical_bytes(org.to_dict())
-        digest = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
+        body, digest = encode_org(org)
         try:
             with self._conn:
                 last = self._conn.execute("SELECT max(revision) FROM org_data").get
@@ -82,13 +90,65 @@ class OrgStore:
             raise StoreError(f"cannot read org data: {e}") from e
         if row is None:
             return 0, OrgData()
-        revision, digest, body = int(row[0]), str(row[1]), _as_bytes(row[2])
-        if SHA256_PREFIX + hashlib.sha256(body).hexdigest() != digest:
-            raise StoreError(f"org data revision {revision} does not match its content hash")
-        try:
-            return revision, OrgData.from_dict(json.loads(body.decode("utf-8")))
-        except (ValueError, InputError, RecursionError) as e:
-            raise StoreError(f"org data revision {revision} is unreadable: {e}") from e
+        return decode_org(int(row[0]), str(row[1]), _as_bytes(row[2]))
+
+
+def encode_org(org: OrgData) -> tuple[bytes, str]:
+    """The stored body of ``org`` and its content hash (any backend stores these bytes)."""
+    body = canonical_bytes(org.to_dict())
+    return body, SHA256_PREFIX + hashlib.sha256(body).hexdigest()
+
+
+def decode_org(revision: int, digest: str, body: bytes) -> tuple[int, OrgData]:
+    """A stored org-data row, checked against its hash.
+
+    Raises:
+        StoreError: the bytes do not match their hash, or do not parse.
+    """
+    if SHA256_PREFIX + hashlib.sha256(body).hexdigest() != digest:
+        raise StoreError(f"org data revision {revision} does not match its content hash")
+    try:
+        return revision, OrgData.from_dict(json.loads(body.decode("utf-8")))
+    except (ValueError, InputError, RecursionError) as e:
+        raise StoreError(f"org data revision {revision} is unreadable: {e}") from e
+
+
+def validated_sections(
+    *,
+    policies: PolicySnapshot,
+    policy_state: str,
+    org: OrgData,
+    validators: Sequence[SnapshotValidator],
+    vocabulary: Vocabulary,
+) -> tuple[dict[str, Any], tuple[ValidatorResult, ...]]:
+    """The five sections of a compile and every validator's verdict (the built-in ones, then
+    ``validators``).
+
+    Raises:
+        SnapshotValidationError: naming every failing validator (nothing may be published).
+    """
+    sections = compile_sections(org, policies)
+    checks = builtin_validators(policies, policy_state=policy_state, vocabulary=vocabulary)
+    results = tuple(run_validators((*checks, *validators), sections))
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise SnapshotValidationError(tuple(failed))
+    return dict(sections), results
+
+
+def moved_error(
+    revision: int, built_from: tuple[int, int] | None, policy_revision: int, org_revision: int
+) -> SnapshotError | None:
+    """The refusal when a compile's inputs are older than the latest snapshot's, else ``None``
+    (a revoked grant never comes back in a later revision)."""
+    if built_from is None or (policy_revision >= built_from[0] and org_revision >= built_from[1]):
+        return None
+    return SnapshotError(
+        f"the data moved: revision {revision - 1} was built from policy "
+        f"revision {built_from[0]} and org data revision {built_from[1]}, "
+        f"newer than this compile's ({policy_revision}, {org_revision}); "
+        "nothing published (compile again)"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,26 +250,20 @@ class SnapshotStore:
             SnapshotError: the inputs are older than the latest snapshot's (nothing published).
             StoreError: the database could not be written.
         """
-        sections = compile_sections(org, policies)
-        checks = builtin_validators(policies, policy_state=policy_state, vocabulary=vocabulary)
-        results = run_validators((*checks, *validators), sections)
-        failed = [r for r in results if not r.ok]
-        if failed:
-            raise SnapshotValidationError(tuple(failed))
+        sections, results = validated_sections(
+            policies=policies,
+            policy_state=policy_state,
+            org=org,
+            validators=validators,
+            vocabulary=vocabulary,
+        )
         try:
             with self._conn:
                 last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
                 revision = max(0 if last is None else int(last), self.start_after()) + 1
-                built_from = self.compiled_from()
-                if built_from is not None and (
-                    policies.revision < built_from[0] or org_revision < built_from[1]
-                ):
-                    raise SnapshotError(
-                        f"the data moved: revision {revision - 1} was built from policy "
-                        f"revision {built_from[0]} and org data revision {built_from[1]}, "
-                        f"newer than this compile's ({policies.revision}, {org_revision}); "
-                        "nothing published (compile again)"
-                    )
+                moved = moved_error(revision, self.compiled_from(), policies.revision, org_revision)
+                if moved is not None:
+                    raise moved
                 snap = seal(
                     org_id=self.org_id,
                     revision=revision,

@@ -1,0 +1,129 @@
+"""Several ``rensei serve`` replicas on one control database: the watcher that keeps one
+replica's :class:`~rensei_routing.control.server.SnapshotService` in step with it.
+
+Off the request path, in one thread, the watcher repeats one step: compile the data when it
+changed (under the org's compile lock, so one replica compiles each change), re-seal when the
+latest snapshot is older than ``reseal_after`` (under the same lock: once per period, whichever
+replica), and hand the service whatever is newer than what it serves (published by any replica
+or CLI). Between steps it waits for a notification (PostgreSQL LISTEN/NOTIFY: a write by anyone
+wakes every replica at once) or ``poll_s`` seconds, the polling fallback when a notification is
+lost or the listening connection is down.
+
+Fail-static: when the database cannot be reached, the step fails, the service keeps serving the
+snapshot it holds (whole, verified, as it was) flagged ``X-Ruleset-Store: unreachable``, and the
+watcher retries every ``poll_s``; its first good step clears the flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Final
+
+from ..core.snapshot.validators import SnapshotValidator
+from ..errors import RenseiRoutingError, StoreError
+from ..store.control import ControlStore
+from .server import SnapshotService
+from .snapshots import Signer, newer_in, refresh_in
+
+__all__ = ["ReplicaWatcher"]
+
+log = logging.getLogger("rensei_routing.replica")
+
+#: Seconds between retries while the database is unreachable (at most; ``poll_s`` if shorter).
+RETRY_S: Final = 1.0
+
+
+class ReplicaWatcher:
+    """Keeps ``service`` in step with the store ``open_store`` opens (see the module)."""
+
+    def __init__(
+        self,
+        service: SnapshotService,
+        *,
+        open_store: Callable[[], ControlStore],
+        signer: Signer,
+        clock: Callable[[], datetime],
+        reseal_after: timedelta,
+        validators: Sequence[SnapshotValidator] = (),
+        poll_s: float = 1.0,
+    ) -> None:
+        self._service = service
+        self._open = open_store
+        self._signer = signer
+        self._clock = clock
+        self._reseal_after = reseal_after
+        self._validators = tuple(validators)
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._store: ControlStore | None = None
+        #: Set after the first step, good or not (serve waits for it before listening).
+        self.first_step = threading.Event()
+
+    def step(self) -> None:
+        """One refresh + adopt. Raises: RenseiRoutingError (the store is unusable)."""
+        if self._store is None:
+            self._store = self._open()
+        store = self._store
+        held = self._service.held()
+        fresh = refresh_in(
+            store,
+            held,
+            self._signer,
+            now=self._clock(),
+            reseal_after=self._reseal_after,
+            validators=self._validators,
+        )
+        if fresh is not None:
+            self._service.offer(fresh)
+        published = newer_in(store, self._service.held(), lookup=self._signer.lookup)
+        if published is not None:
+            self._service.offer(published)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+                self._service.store_failed("watch", None)
+                self._service.last_error = None
+            except StoreError as e:
+                self._service.store_failed("watch", str(e))
+                log.warning("control store unreachable, serving the held snapshot: %s", e)
+                self.first_step.set()
+                self._stop.wait(min(self._poll_s, RETRY_S))
+                continue
+            except RenseiRoutingError as e:  # a failing validator, a snapshot that moved
+                self._service.last_error = str(e)
+                log.warning("recompile failed, serving the held snapshot: %s", e)
+            self.first_step.set()
+            self._wait()
+        if self._store is not None:
+            self._store.close()
+
+    def _wait(self) -> None:
+        if self._stop.is_set():
+            return
+        store = self._store
+        if store is None:
+            self._stop.wait(self._poll_s)
+            return
+        try:
+            store.wait_change(self._poll_s)
+        except StoreError as e:  # the listening connection broke: look again soon
+            self._service.store_failed("watch", str(e))
+            log.warning("control store unreachable, serving the held snapshot: %s", e)
+            self._stop.wait(min(self._poll_s, RETRY_S))
+
+    def start(self) -> None:
+        """Start the watcher thread (a daemon: it never holds the process up)."""
+        self._thread = threading.Thread(target=self._run, name="replica-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the current wait (at most ``poll_s``) and close the store."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

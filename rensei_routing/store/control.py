@@ -1,0 +1,430 @@
+"""The control side's storage as one interface, :class:`ControlStore`: policy revisions, org
+data, compiled snapshots, the first-revision setting and the control side's own audit records
+(one :class:`ControlEvent` per write), whichever database holds them.
+
+Two implementations: :class:`SqliteControlStore` over the home's SQLite database (the embedded
+default; it composes :mod:`.policies` and :mod:`.snapshots`), and
+``rensei_routing.store.postgres.PgControlStore`` (chosen by ``[store] url =
+"postgresql://..."`` in the home's ``config.toml``, written by ``rensei init --store``). The
+home's keys, config, metadata and the whole host side stay in the home's SQLite file either way.
+
+Adapter: opens and closes; every rule (validation, succession, what a compile reads) is the
+composed stores' or the core's. Never reads the clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+import apsw
+
+from ..core.routing.policy import PolicySnapshot, RoutingPolicy
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
+from ..core.snapshot.org import OrgData
+from ..core.snapshot.validators import SnapshotValidator
+from ..errors import HomeError
+from .db import close_quietly, store_error
+from .home import Home
+from .policies import PolicyStore, RevisionInfo, SnapshotLoad
+from .snapshots import CompileResult, OrgStore, SnapshotInfo, SnapshotStore
+
+__all__ = [
+    "EVENT_COMPILE",
+    "EVENT_ORG",
+    "EVENT_POLICY",
+    "EVENT_RESEAL",
+    "ControlEvent",
+    "ControlStore",
+    "Sign",
+    "SqliteControlStore",
+    "attach_postgres",
+    "is_postgres_url",
+    "open_control_store",
+    "open_postgres",
+]
+
+Sign = Callable[[bytes], bytes]
+Lookup = Callable[[str], Callable[[bytes, bytes], bool] | None]
+
+#: The kinds of control-side audit record.
+EVENT_POLICY: Final = "policy.save"
+EVENT_ORG: Final = "org.load"
+EVENT_COMPILE: Final = "snapshot.compile"
+EVENT_RESEAL: Final = "snapshot.reseal"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlEvent:
+    """One control-side audit record: a write, committed with it (``seq`` counts per org)."""
+
+    seq: int
+    at: str
+    kind: str
+    revision: int
+    content_hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "kind": self.kind,
+            "revision": self.revision,
+            "contentHash": self.content_hash,
+        }
+
+
+class ControlStore(Protocol):
+    """What the control side needs of its database. Every write is one transaction (nothing
+    half-applied) and appends its :class:`ControlEvent` in it; revisions are allocated by the
+    database, per org, unique and gap-free; a compile runs one at a time per org."""
+
+    org_id: str
+    #: The database, for messages: a file path, or a URL without its password.
+    where: str
+
+    def save_policies(
+        self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
+    ) -> PolicySnapshot:
+        """Validate, then store as the next policy revision (:meth:`PolicyStore.save`)."""
+        ...
+
+    def load_policies(self, revision: int | None = None) -> SnapshotLoad:
+        """The current (or ``revision``) policy revision (:meth:`PolicyStore.load`)."""
+        ...
+
+    def policy_history(self) -> list[RevisionInfo]:
+        """Every policy revision, oldest first."""
+        ...
+
+    def save_org(self, org: OrgData, *, saved_at: str) -> int:
+        """Store ``org`` as the next org-data revision; return it."""
+        ...
+
+    def load_org(self) -> tuple[int, OrgData]:
+        """The current org data and its revision (``(0, OrgData())`` when none)."""
+        ...
+
+    def source_revisions(self) -> tuple[int, int]:
+        """``(latest policy revision, latest org-data revision)``, 0 when none."""
+        ...
+
+    def compiled_from(self) -> tuple[int, int] | None:
+        """What the latest snapshot was compiled from, ``None`` when none was."""
+        ...
+
+    def compile_current(
+        self,
+        *,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Sign,
+        validators: Sequence[SnapshotValidator] = (),
+        only_if_stale: bool = False,
+    ) -> CompileResult | None:
+        """Compile the current data into the next snapshot, the inputs read under the org's
+        compile lock; with ``only_if_stale``, ``None`` when (under that lock) the latest
+        snapshot is already built from the current data (another replica compiled it)."""
+        ...
+
+    def reseal(
+        self,
+        *,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Sign,
+        lookup: Lookup,
+        older_than: datetime | None = None,
+    ) -> RulesetSnapshot | None:
+        """Re-sign the latest snapshot at ``compiled_at``; with ``older_than``, ``None`` when
+        (under the compile lock) it was sealed at or after that moment already."""
+        ...
+
+    def latest_mark(self) -> tuple[int, str] | None:
+        """``(revision, compiledAt)`` of the latest snapshot as stored: the cheap check."""
+        ...
+
+    def envelope(self, revision: int | None = None) -> bytes:
+        """The stored bytes of the latest snapshot (or ``revision``)."""
+        ...
+
+    def load_snapshot(self, revision: int | None = None, *, lookup: Lookup) -> RulesetSnapshot:
+        """A stored snapshot, verified."""
+        ...
+
+    def snapshot_history(self) -> list[SnapshotInfo]:
+        """Every compiled snapshot, oldest first."""
+        ...
+
+    def set_start_after(self, revision: int) -> None:
+        """Make the first snapshot revision ``revision + 1`` (``init --start-after``)."""
+        ...
+
+    def events(self, *, after: int = 0, limit: int = 1000) -> list[ControlEvent]:
+        """The control-side audit records after ``seq`` ``after``, oldest first."""
+        ...
+
+    def wait_change(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a write to this org by anyone; ``True`` when one
+        was announced (PostgreSQL: LISTEN/NOTIFY). SQLite announces nothing: it waits the
+        timeout and answers ``False`` (its watcher polls)."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+def is_postgres_url(url: str) -> bool:
+    """Whether ``url`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def open_control_store(
+    home: Home, *, write: bool = False, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> ControlStore:
+    """The control store ``home`` is configured for: PostgreSQL when ``[store] url`` names one,
+    else the home's SQLite database. The caller closes it.
+
+    Raises:
+        HomeError: the home is not initialised or its config is unusable.
+        StoreError (``PostgresError`` and its kinds): the database cannot be reached or used.
+    """
+    info = home.info()
+    url = home.store_url()
+    if url is not None:
+        return open_postgres(home, url, vocabulary=vocabulary)
+    return SqliteControlStore(home.connect(write=write), org_id=info.org, vocabulary=vocabulary)
+
+
+def open_postgres(
+    home: Home, url: str, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+) -> ControlStore:
+    """The PostgreSQL control store at ``url`` for ``home``'s org and key (schema migrated,
+    org registered), whatever ``home``'s config says.
+
+    Raises:
+        DriverMissingError, DatabaseUnreachableError, StoreError, HomeError.
+    """
+    from .postgres import PgControlStore
+
+    return PgControlStore.connect(
+        url, org_id=home.info().org, key_id=home.public_key().key_id, vocabulary=vocabulary
+    )
+
+
+def attach_postgres(home: Home, url: str) -> str:
+    """Make ``url`` ``home``'s control database (``init --store``): reached, migrated and the
+    org registered first, then ``[store] url`` written; the database named without its
+    password is returned. Nothing is written to the config when the database is unusable.
+
+    Raises:
+        DriverMissingError, DatabaseUnreachableError, StoreError, HomeError.
+    """
+    if home.store_url() is None:
+        local = SqliteControlStore(home.connect(), org_id=home.info().org)
+        try:
+            held, mark = local.source_revisions(), local.latest_mark()
+        finally:
+            local.close()
+        if held != (0, 0) or mark is not None:
+            raise HomeError(
+                f"{home.path} already holds control data in {home.db_path} (policy revision "
+                f"{held[0]}, org data revision {held[1]}, snapshot revision "
+                f"{0 if mark is None else mark[0]}); a new database starts empty and its hosts "
+                "would refuse its lower revisions: init a new home with --store and "
+                f"--start-after {0 if mark is None else mark[0]}, then load the data there"
+            )
+    store = open_postgres(home, url)
+    store.close()
+    home.set_store_url(url)
+    return store.where
+
+
+class SqliteControlStore:
+    """:class:`ControlStore` over one apsw connection to the home's database (a writer
+    connection for the writes; its transactions are ``BEGIN IMMEDIATE``, so one compile at a
+    time per home)."""
+
+    def __init__(
+        self, conn: apsw.Connection, *, org_id: str, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    ) -> None:
+        self._conn = conn
+        self._lock = threading.RLock()  # one transaction at a time when threads share it
+        self.org_id = org_id
+        self.where = str(conn.filename)
+        self._vocabulary = vocabulary
+        self._policies = PolicyStore(conn, vocabulary=vocabulary)
+        self._org = OrgStore(conn)
+        self._snapshots = SnapshotStore(conn, org_id=org_id)
+
+    def _event(self, at: str, kind: str, revision: int, content_hash: str) -> None:
+        self._conn.execute(
+            "INSERT INTO control_events(at, kind, revision, content_hash) VALUES (?, ?, ?, ?)",
+            (at, kind, revision, content_hash),
+        )
+
+    def _write(self, what: str, fn: Callable[[], Any]) -> Any:
+        try:
+            with self._lock, self._conn:
+                return fn()
+        except apsw.Error as e:
+            raise store_error(what, e, self.where) from e
+
+    def save_policies(
+        self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
+    ) -> PolicySnapshot:
+        def run() -> PolicySnapshot:
+            saved = self._policies.save(policies, saved_at=saved_at, over_corrupt=over_corrupt)
+            self._event(saved_at, EVENT_POLICY, saved.revision, saved.content_hash)
+            return saved
+
+        result: PolicySnapshot = self._write("cannot save policy revision", run)
+        return result
+
+    def load_policies(self, revision: int | None = None) -> SnapshotLoad:
+        with self._lock:
+            return self._policies.load(revision)
+
+    def policy_history(self) -> list[RevisionInfo]:
+        with self._lock:
+            return self._policies.history()
+
+    def save_org(self, org: OrgData, *, saved_at: str) -> int:
+        def run() -> int:
+            revision = self._org.save(org, saved_at=saved_at)
+            digest = self._conn.execute(
+                "SELECT content_hash FROM org_data WHERE revision = ?", (revision,)
+            ).get
+            self._event(saved_at, EVENT_ORG, revision, str(digest))
+            return revision
+
+        result: int = self._write("cannot save org data", run)
+        return result
+
+    def load_org(self) -> tuple[int, OrgData]:
+        with self._lock:
+            return self._org.load()
+
+    def source_revisions(self) -> tuple[int, int]:
+        try:
+            with self._lock:
+                row = self._conn.execute(
+                    "SELECT (SELECT coalesce(max(revision), 0) FROM policy_revisions), "
+                    "(SELECT coalesce(max(revision), 0) FROM org_data)"
+                ).fetchone()
+        except apsw.Error as e:
+            raise store_error("cannot read revisions", e, self.where) from e
+        assert row is not None
+        return int(str(row[0])), int(str(row[1]))
+
+    def compiled_from(self) -> tuple[int, int] | None:
+        with self._lock:
+            return self._snapshots.compiled_from()
+
+    def compile_current(
+        self,
+        *,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Sign,
+        validators: Sequence[SnapshotValidator] = (),
+        only_if_stale: bool = False,
+    ) -> CompileResult | None:
+        def run() -> CompileResult | None:
+            if only_if_stale and self.compiled_from() == self.source_revisions():
+                return None
+            result = self._snapshots.compile_current(
+                compiled_at=compiled_at,
+                signing_key_id=signing_key_id,
+                sign=sign,
+                validators=validators,
+                vocabulary=self._vocabulary,
+            )
+            snap = result.snapshot
+            self._event(compiled_at, EVENT_COMPILE, snap.revision, snap.content_hash)
+            return result
+
+        result: CompileResult | None = self._write("cannot compile a snapshot", run)
+        return result
+
+    def reseal(
+        self,
+        *,
+        compiled_at: str,
+        signing_key_id: str,
+        sign: Sign,
+        lookup: Lookup,
+        older_than: datetime | None = None,
+    ) -> RulesetSnapshot | None:
+        def run() -> RulesetSnapshot | None:
+            if older_than is not None:
+                held = self._snapshots.load(lookup=lookup)
+                if compiled_moment(held) >= older_than:
+                    return None
+            fresh = self._snapshots.reseal(
+                compiled_at=compiled_at, signing_key_id=signing_key_id, sign=sign, lookup=lookup
+            )
+            self._event(compiled_at, EVENT_RESEAL, fresh.revision, fresh.content_hash)
+            return fresh
+
+        result: RulesetSnapshot | None = self._write("cannot re-seal the snapshot", run)
+        return result
+
+    def latest_mark(self) -> tuple[int, str] | None:
+        try:
+            with self._lock:
+                row = self._conn.execute(
+                    "SELECT revision, compiled_at FROM ruleset_snapshots "
+                    "ORDER BY revision DESC LIMIT 1"
+                ).fetchone()
+        except apsw.Error as e:
+            raise store_error("cannot read snapshots", e, self.where) from e
+        return None if row is None else (int(str(row[0])), str(row[1]))
+
+    def envelope(self, revision: int | None = None) -> bytes:
+        with self._lock:
+            return self._snapshots.envelope(revision)
+
+    def load_snapshot(self, revision: int | None = None, *, lookup: Lookup) -> RulesetSnapshot:
+        with self._lock:
+            return self._snapshots.load(revision, lookup=lookup)
+
+    def snapshot_history(self) -> list[SnapshotInfo]:
+        with self._lock:
+            return self._snapshots.history()
+
+    def set_start_after(self, revision: int) -> None:
+        with self._lock:
+            self._snapshots.set_start_after(revision)
+
+    def events(self, *, after: int = 0, limit: int = 1000) -> list[ControlEvent]:
+        try:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT seq, at, kind, revision, content_hash FROM control_events "
+                    "WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after, limit),
+                ).fetchall()
+        except apsw.Error as e:
+            raise store_error("cannot read control events", e, self.where) from e
+        return [
+            ControlEvent(
+                seq=int(str(s)), at=str(a), kind=str(k), revision=int(str(r)), content_hash=str(h)
+            )
+            for s, a, k, r, h in rows
+        ]
+
+    def wait_change(self, timeout: float) -> bool:
+        time.sleep(timeout)
+        return False
+
+    def close(self) -> None:
+        # Quietly, as every reader of the home closes: what failed was reported by the call
+        # that failed, and a close must never turn a finished command into an error.
+        close_quietly(self._conn)
