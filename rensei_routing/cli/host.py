@@ -36,6 +36,8 @@ from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 
+_DEFAULTS = HostConfig()  # the shown defaults of `host run`
+
 if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
     from ..control.server import RunningServer
 
@@ -69,7 +71,13 @@ def _logging() -> None:
 
 @cli.command(name="serve", short_help="Serve the signed ruleset snapshot over HTTP until SIGTERM.")
 @click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8787,
+    show_default=True,
+    help="Port to listen on (0: any free port, printed on stderr).",
+)
 @click.option(
     "--reseal-after",
     type=click.FloatRange(min=1),
@@ -234,7 +242,12 @@ def host_trust(
 
 
 @host.command(name="sync")
-@click.option("--from", "source_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--from",
+    "source_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A snapshot file (as `rensei snapshot export` writes it) to verify and cache.",
+)
 @click.option("--endpoint", default=None, help="Base URL of a `rensei serve` endpoint.")
 @click.option(
     "--token-file",
@@ -267,8 +280,20 @@ def host_sync(
 
 
 @host.command(name="run")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=None, help="Seconds.")
-@click.option("--jitter", type=click.FloatRange(min=0), default=None, help="Seconds.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=None,
+    show_default=f"the home's interval_s, else {_DEFAULTS.interval_s:g}",
+    help="Seconds between polls.",
+)
+@click.option(
+    "--jitter",
+    type=click.FloatRange(min=0),
+    default=None,
+    show_default=f"the home's jitter_s, else {_DEFAULTS.jitter_s:g}",
+    help="At most this many seconds added at random to each interval.",
+)
 @click.option(
     "--listen",
     default=None,
