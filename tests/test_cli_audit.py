@@ -76,8 +76,9 @@ def test_init_creates_a_private_key_it_never_prints(runner: CliRunner, tmp_path:
     path = tmp_path / "h"
     first = _run(runner, "init", "--home", str(path))
     assert first.exit_code == 0, first.output
-    assert first.stdout.startswith("initialised: rensei home at ")
-    assert str(path.resolve()) in first.stdout and "org local" in first.stdout
+    assert first.stdout == ""  # a confirmation: stderr (docs/commands.md, "Output")
+    assert first.stderr.startswith("initialised: rensei home at ")
+    assert str(path.resolve()) in first.stderr and "org local" in first.stderr
     key_file = path / "keys" / "host.key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     secret = key_file.read_text().strip().split(":", 1)[1]

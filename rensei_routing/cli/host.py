@@ -276,7 +276,7 @@ def host_sync(
     )
     cache.save_config(config)
     result = poll_once(cache, config, now=now())
-    emit(printable(result))
+    note(result)
 
 
 @host.command(name="run")

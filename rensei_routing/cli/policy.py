@@ -10,7 +10,7 @@ import click
 from ..core.routing.validation import validate
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
-from ._output import emit, printable
+from ._output import emit, note, printable
 from ._render import issue_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -90,7 +90,7 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
             }
         )
     else:
-        emit(
+        note(
             f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash}"
         )
 

@@ -15,7 +15,7 @@ from ..core.snapshot.receipts import MAX_RECEIPT_BYTES, Receipt, parse_receipt
 from ..errors import KeyFormatError, ReceiptError
 from ..files import read_limited
 from ._clock import now
-from ._output import emit, printable
+from ._output import emit, note, printable
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
 from .host import host
@@ -165,7 +165,7 @@ def session_start(
     if json_:
         echo_json({**row.to_dict(epoch_ms(moment)), "budget": budget.reason})
         return
-    emit(printable(f"{row.session_id} started under {row.receipt_id} ({budget.reason})"))
+    note(f"{row.session_id} started under {row.receipt_id} ({budget.reason})")
 
 
 @session_group.command(name="heartbeat")
@@ -203,7 +203,7 @@ def session_end(session_id: str, home: Path) -> None:
             row = sessions.end(session_id, now=now())
     except ReceiptError as e:
         raise _refused(e) from e
-    emit(printable(f"{row.session_id} ended"))
+    note(f"{row.session_id} ended")
 
 
 @session_group.command(name="list")

@@ -57,7 +57,7 @@ def shadow() -> None:
 def shadow_enable(home: Path) -> None:
     """Turn shadow recording on for this home (the default)."""
     set_shadow_enabled(home_of(home), True)
-    emit(printable("shadow recording: on"))
+    note("shadow recording: on")
 
 
 @shadow.command(name="disable")
@@ -65,7 +65,7 @@ def shadow_enable(home: Path) -> None:
 def shadow_disable(home: Path) -> None:
     """Turn shadow recording off for this home (the kill switch, live at every seam)."""
     set_shadow_enabled(home_of(home), False)
-    emit(printable("shadow recording: off"))
+    note("shadow recording: off")
 
 
 @shadow.command(name="status")

@@ -122,11 +122,9 @@ def snapshot_compile(home: Path, json_: bool) -> None:
             }
         )
         return
-    emit(
-        printable(
-            f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
-            f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
-        )
+    note(
+        f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
+        f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
     )
 
 
