@@ -454,7 +454,8 @@ def host_claim(
                 emit(printable(line))
         if receipt is not None:
             where = f" -> {receipt_file}" if receipt_file is not None else ""
-            emit(printable(f"receipt {receipt.receipt_id} (lease {lease_s}s){where}"))
+            lease = format_age(receipt.lease_ms)
+            emit(printable(f"receipt {receipt.receipt_id} (lease {lease}){where}"))
     if not decision.allowed:
         if decision.authorizer in (None, BUILTIN_AUTHORIZER):
             raise CommandError(f"claim refused: {reason} {detail}".rstrip())

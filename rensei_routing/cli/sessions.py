@@ -12,6 +12,7 @@ import click
 
 from .. import signing
 from ..core.snapshot.receipts import MAX_RECEIPT_BYTES, Receipt, parse_receipt
+from ..core.timestamps import format_age
 from ..errors import KeyFormatError, ReceiptError
 from ..files import read_limited
 from ._clock import now
@@ -100,7 +101,7 @@ def receipt_verify(file: Path, keyfile: Path | None, home: Path, json_: bool) ->
     emit(
         printable(
             f"valid: {found.receipt_id} pool {found.pool} against {found.ruleset_rev}, admitted "
-            f"{found.admitted_at}, lease {found.lease_ms // 1000}s, signed by {public.key_id}"
+            f"{found.admitted_at}, lease {format_age(found.lease_ms)}, signed by {public.key_id}"
         )
     )
 
@@ -187,7 +188,7 @@ def session_heartbeat(session_id: str, home: Path, json_: bool) -> None:
     if json_:
         echo_json(beat.to_dict(epoch_ms(moment)))
         return
-    line = f"{session_id}: {beat.action}, lease until +{beat.session.lease_ms // 1000}s"
+    line = f"{session_id}: {beat.action}, lease until +{format_age(beat.session.lease_ms)}"
     if beat.revoked_rev is not None:
         line += f"; grant-revoked by {beat.revoked_rev} (on revoke: {beat.session.on_revoke})"
     emit(printable(line))
