@@ -43,12 +43,19 @@ def org() -> None:
 @click.argument("source", metavar="FILE")
 @home_option
 def org_load(source: str, home: Path) -> None:
-    """Validate FILE (or -) and store it as the org's current data (nothing written on error)."""
+    """Validate FILE (or -) and store it as the org's current data (nothing written on error;
+    data identical to the current revision is a no-op that says so)."""
     doc, label = read_document(source)
     data = _named(label, OrgData.from_dict, doc)
     h = home_of(home)
     with closing(h.connect(write=True)) as conn:
-        revision = OrgStore(conn).save(data, saved_at=now_text())
+        revision, created = OrgStore(conn).put(data, saved_at=now_text())
+    if not created:
+        note(
+            f"org data unchanged: identical to revision {revision}; nothing saved, nothing to "
+            f"recompile"
+        )
+        return
     note(
         f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
         f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
