@@ -41,7 +41,7 @@ from ..core.audit.summary import summarize
 from ..errors import InputError, RenseiRoutingError
 from ..files import atomic_write
 from ..store.audit import AuditLog, read_checkpoint
-from ._output import emit, json_text, note, printable
+from ._output import emit, json_text, next_step, note, printable
 from ._render import verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._store import home_of, refuse_home_target
@@ -400,6 +400,13 @@ def audit_tail(n: int, home: Path, json_: bool) -> None:
     _damaged_warning(records)
     if json_:
         echo_json([r.to_dict() for r in records])
+        return
+    if not records:
+        next_step(
+            "the audit chain holds no record",
+            "rensei explain CONTEXT --record",
+            "rensei shadow record SPAWNS.jsonl",
+        )
         return
     for line in tail_lines(records):
         emit(line)

@@ -31,7 +31,7 @@ from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
 from ..host.status import host_status_data, set_aside_lines, snapshot_line
 from ._clock import now
-from ._output import emit, note, printable
+from ._output import emit, next_step, note, printable
 from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -341,7 +341,13 @@ def host_status(home: Path, json_: bool) -> None:
         echo_json(status)
         return
     if not status["source"]["configured"]:
-        note("no snapshot source configured")
+        where = "no snapshot source configured" if home.exists() else f"no rensei home at {home}"
+        next_step(
+            f"{where}: nothing is cached",
+            "rensei host trust KEY",
+            "rensei host sync --from FILE (or --endpoint URL --token-file FILE)",
+            then=True,
+        )
         return
     emit(printable(snapshot_line(status)))
     for line in set_aside_lines(status):

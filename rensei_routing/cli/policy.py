@@ -10,7 +10,7 @@ import click
 from ..core.routing.validation import validate
 from ..errors import PolicyValidationError
 from ._inputs import read_verified_policy_file
-from ._output import emit, note, printable
+from ._output import emit, next_step, note, printable
 from ._render import issue_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -135,6 +135,7 @@ def policy_history(home: Path, json_: bool) -> None:
         return
     if not rows:
         emit("no revisions saved yet")
+        next_step("nothing to show", "rensei policy save FILE")
     for r in rows:
         count = "?" if r.policy_count is None else str(r.policy_count)
         cells = (str(r.revision), str(r.saved_at), f"{count} policies", str(r.content_hash))

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from .. import signing
-from ..control.snapshots import compile_snapshot, validator_results
+from ..control.snapshots import compile_snapshot, source_revisions, validator_results
 from ..core.snapshot.envelope import (
     SCOPE_HEADER,
     SIGNATURE_SCOPES,
@@ -23,10 +23,11 @@ from ..core.snapshot.org import OrgData
 from ..errors import KeyFormatError, RenseiRoutingError
 from ..files import atomic_write, read_limited
 from ..plugins.manager import snapshot_validators
+from ..store.home import Home
 from ..store.snapshots import OrgStore, SnapshotStore
 from ._clock import now, now_text
 from ._inputs import _named, read_document
-from ._output import emit, note, printable
+from ._output import emit, next_step, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import home_of, refuse_home_target
@@ -128,11 +129,26 @@ def snapshot_compile(home: Path, json_: bool) -> None:
                 "validators": validator_results(result.validators),
             }
         )
-        return
-    note(
-        f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
-        f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
-    )
+    else:
+        note(
+            f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
+            f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
+        )
+    _empty_inputs(home_of(home))
+
+
+def _empty_inputs(h: Home) -> None:
+    """Say what to load when a compile had no policy revision or no org data to read."""
+    policy_rev, org_rev = source_revisions(h)
+    if not policy_rev:
+        next_step(
+            "no policy revision is saved, so the snapshot routes nothing", "rensei policy save FILE"
+        )
+    if not org_rev:
+        next_step(
+            "no org data is loaded, so the snapshot grants no pool (every claim is refused)",
+            "rensei org load FILE",
+        )
 
 
 @snapshot.command(name="show")

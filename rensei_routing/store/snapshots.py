@@ -357,7 +357,7 @@ class SnapshotStore:
             raise StoreError(f"cannot read snapshots: {e}") from e
         if row is None:
             raise NotFoundError(
-                "no snapshot has been compiled"
+                "no snapshot has been compiled: run `rensei snapshot compile` first"
                 if revision is None
                 else f"no snapshot revision {revision}"
             )
