@@ -20,13 +20,14 @@ need no alias: the package re-exports the names the module had.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 #: Old dotted path -> the module that holds its code now (or, for a split module, the modules,
 #: the one that holds the old name's main class last).
@@ -72,8 +73,10 @@ MOVED: Final[dict[str, str | tuple[str, ...]]] = {
 }
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds an old path and loads it as the module that holds its code now."""
+class _MovedFinder:
+    """Finds an old path and loads it as the module that holds its code now (a meta path finder
+    and loader by protocol: subclassing ``importlib.abc``'s would import ``importlib.resources``
+    and more at every start-up)."""
 
     def __init__(self) -> None:
         self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
@@ -86,7 +89,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", self))
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         target = MOVED[spec.name]

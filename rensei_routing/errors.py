@@ -212,13 +212,18 @@ class ExpiredError(SnapshotError):
     """The cached snapshot is older than ``RefuseAfter``: refused, loudly, never guessed at;
     the message names the command that renews it (:data:`RENEW_HINT`)."""
 
-    def __init__(self, ruleset_rev: str, age_ms: int, refuse_after_ms: int) -> None:
+    def __init__(
+        self, ruleset_rev: str, age_ms: int, refuse_after_ms: int, *, ages: tuple[str, str]
+    ) -> None:
+        """``ages``: the age and the bound as text, in the one human form (``13m52s``) of
+        :func:`rensei_routing.core.timestamps.format_age` (a leaf cannot import it)."""
         self.ruleset_rev = ruleset_rev
         self.age_ms = age_ms
         self.refuse_after_ms = refuse_after_ms
+        age, bound = ages
         super().__init__(
-            f"ruleset snapshot {ruleset_rev} is {age_ms / 1000:.1f}s old, past RefuseAfter "
-            f"({refuse_after_ms / 1000:.0f}s): refusing to decide from it" + RENEW_HINT
+            f"ruleset snapshot {ruleset_rev} is {age} old, past RefuseAfter "
+            f"({bound}): refusing to decide from it" + RENEW_HINT
         )
 
 

@@ -89,8 +89,12 @@ def policies(*ids: str) -> list[RoutingPolicy]:
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
 
 
-def org_data() -> OrgData:
-    """The shipped example org."""
+def org_data(variant: str = "") -> OrgData:
+    """The shipped example org; a ``variant`` makes its content differ (the first profile's
+    description), so that each load is a new revision (an identical load is a no-op)."""
     import json
 
-    return OrgData.from_dict(json.loads((EXAMPLES / "org.json").read_text()))
+    doc = json.loads((EXAMPLES / "org.json").read_text())
+    if variant:
+        doc["capacityProfiles"]["profiles"][0]["description"] += f" ({variant})"
+    return OrgData.from_dict(doc)

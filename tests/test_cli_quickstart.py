@@ -49,7 +49,7 @@ def test_quickstart_runs_the_main_job_and_twice(tmp_path: Path, runner: CliRunne
         rows = {line.split()[0] for line in out.splitlines() if line[:1].isalpha()}
         assert DEFAULT_VOCABULARY.legacy_mechanisms <= rows
         assert "What-if: 3,000 recorded contexts" in out and "would move provider" in out
-        assert "Audit verify: intact: 3000 records" in out and "1 checkpoint(s) checked" in out
+        assert "Audit verify: intact: 3,000 records" in out and "1 checkpoint(s) checked" in out
         assert out.count(f"rensei --home {home} ") == 3
         assert (home / MARKER).is_file()
     with AuditLog.open(Home(home)) as log:

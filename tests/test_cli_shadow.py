@@ -110,7 +110,8 @@ def test_record_then_report_by_mechanism(tmp_path: Path, runner: CliRunner) -> N
     assert total["agreement_rate"] == 0.5
     text = _invoke(runner, "shadow", "report", "--by", "mechanism")
     lines = text.output.splitlines()
-    assert lines[0].split()[:4] == ["mechanism", "spawns", "agreed", "rate"]
+    assert "disagreed with the legacy route, by kind" in lines[0]  # names the kind columns
+    assert lines[1].split()[:4] == ["mechanism", "spawns", "agreed", "rate"]
     assert lines[-1].split()[:4] == ["(all)", "4", "2", "50.0%"]
     assert _invoke(runner, "audit", "verify").exit_code == 0
 

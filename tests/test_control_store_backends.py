@@ -72,7 +72,7 @@ def _writer(root: str, backend: str, url: str | None, worker: int, n: int) -> No
     try:
         for i in range(n):
             store.save_policies(policies(f"w{worker}-{i}"), saved_at=T)
-            store.save_org(org_data(), saved_at=T)
+            store.save_org(org_data(f"w{worker}-{i}"), saved_at=T)
             store.compile_current(
                 compiled_at=f"2026-11-29T12:00:{worker:02d}.{i:06d}Z",
                 signing_key_id=key.public_key.key_id,
@@ -217,7 +217,8 @@ def test_every_write_is_an_audit_record_committed_with_it(ctl: ControlHome) -> N
     store = ctl.open()
     try:
         saved = store.save_policies(policies("a", "b"), saved_at=T)
-        org_rev = store.save_org(org_data(), saved_at=T)
+        org_rev, created = store.save_org(org_data(), saved_at=T)
+        assert created
     finally:
         store.close()
     compiled = _compile(ctl)
@@ -252,5 +253,28 @@ def test_the_stored_snapshot_reads_back_verified(ctl: ControlHome) -> None:
         assert (
             store.load_policies(1).snapshot.content_hash == store.policy_history()[0].content_hash
         )
+    finally:
+        store.close()
+
+
+def test_identical_org_data_is_a_no_op_on_both_backends(ctl: ControlHome) -> None:
+    """Issue 22 edge 14 through the control store: the same content again writes no revision,
+    no control event, and leaves nothing to recompile; different content is the next revision."""
+    store = ctl.open()
+    try:
+        assert store.save_org(org_data(), saved_at=T) == (1, True)
+        store.save_policies(policies("a"), saved_at=T)
+    finally:
+        store.close()
+    _compile(ctl)
+    store = ctl.open()
+    try:
+        before = [(e.seq, e.kind) for e in store.events()]
+        assert store.save_org(org_data(), saved_at=T) == (1, False)
+        assert [(e.seq, e.kind) for e in store.events()] == before
+        assert store.source_revisions() == (1, 1)
+        assert store.compiled_from() == (1, 1)  # nothing to recompile
+        assert store.save_org(org_data("changed"), saved_at=T) == (2, True)
+        assert store.source_revisions() == (1, 2)
     finally:
         store.close()

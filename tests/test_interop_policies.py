@@ -57,7 +57,7 @@ def test_a_hydraflow_store_becomes_our_next_revision(runner: CliRunner, tmp_path
     assert json.loads(src.read_text())["content_hash"] == doc["hydraflow_content_hash"]
     again = runner.invoke(cli, ["policy", "import", str(src), "--format", "hydraflow"])
     assert again.exit_code == 0, again.output
-    assert again.stdout.startswith(f"saved revision 3: {len(_policies())} policies")
+    assert again.stderr.startswith(f"saved revision 3: {len(_policies())} policies")
     assert [r["revision"] for r in _history(runner)] == [1, 2, 3]
 
 

@@ -84,7 +84,7 @@ def test_install_from_the_wheelhouse_with_no_index_and_run_quickstart(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "Ruleset snapshot: quickstart@1" in done.stdout
     assert "3,000 sample spawns replayed" in done.stdout
-    assert "Audit verify: intact: 3000 records" in done.stdout
+    assert "Audit verify: intact: 3,000 records" in done.stdout
     # the installed package is the wheel's, not this checkout
     where = subprocess.run(
         [

@@ -239,7 +239,7 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
     # cross RefuseAfter (30 min): a loud, typed refusal carrying revision, age and bound
     expired = _claim(host, "pool-a", offset=1900)
     assert expired.returncode == 1
-    assert "org_a1b2c3@2" in expired.stderr and "RefuseAfter (1800s)" in expired.stderr
+    assert "org_a1b2c3@2" in expired.stderr and "RefuseAfter (30m00s)" in expired.stderr
     assert _status(host, offset=1900)["snapshot"]["state"] == "expired"
     # ...while the admitted session continues: only new claims refuse
     past = _heartbeat(host, session_id, offset=1900)

@@ -247,7 +247,7 @@ def test_cli_save_show_history_and_explain_from_the_store(runner: CliRunner, hom
     args = ["--home", str(home.path)]
     saved = runner.invoke(cli, ["policy", "save", str(EXAMPLES / "policies.json"), *args])
     assert saved.exit_code == 0, saved.output
-    assert saved.stdout.startswith("saved revision 1: 7 policies")
+    assert saved.stderr.startswith("saved revision 1: 7 policies")  # a confirmation: stderr
     show = runner.invoke(cli, ["policy", "show", "--json", *args])
     doc = json.loads(show.stdout)
     assert doc["state"] == "ok" and doc["revision"] == 1 and len(doc["policies"]) == 7
@@ -298,7 +298,7 @@ def test_an_explicit_repair_writes_the_next_revision_and_keeps_the_evidence(
         cli, ["policy", "save", str(EXAMPLES / "policies.json"), "--over-corrupt", *args]
     )
     assert repaired.exit_code == 0, repaired.output
-    assert repaired.stdout.startswith("saved revision 3: 7 policies")
+    assert repaired.stderr.startswith("saved revision 3: 7 policies")
     with _store(home, write=False) as conn:
         store = PolicyStore(conn)
         assert store.load().state == "ok" and store.load().snapshot.revision == 3

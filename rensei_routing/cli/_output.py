@@ -207,6 +207,14 @@ def note(text: str) -> None:
     click.echo(printable(text), err=True)
 
 
+def next_step(state: str, *commands: str, then: bool = False) -> None:
+    """Say on stderr what the state means to do next (issue 22: doing things in the wrong
+    order gets guidance): ``note: STATE; next: `CMD` or `CMD``` (``then``: one after the
+    other)."""
+    todo = (" then " if then else " or ").join(f"`{c}`" for c in commands)
+    note(f"note: {state}; next: {todo}")
+
+
 @contextlib.contextmanager
 def held_notes() -> Iterator[list[str]]:
     """Hold back the notes written inside the block; the caller prints them with

@@ -1,6 +1,6 @@
 """Text the commands print, shared between them: verify verdicts, agreement tables, what-if
-summaries, authorization outcomes, validation issues. Pure formatting: reads nothing, prints
-nothing (the commands print what these return).
+summaries, authorization outcomes, validation issues, a decision's explanation. Pure
+formatting: reads nothing, prints nothing (the commands print what these return).
 """
 
 from __future__ import annotations
@@ -9,22 +9,25 @@ import string
 from typing import TYPE_CHECKING, Final
 
 from ..core.shadow.compare import DIVERGENCES
+from ..core.timestamps import format_age
 from ._output import printable
 
 if TYPE_CHECKING:  # types only: `host status` imports this module and must start light
     from ..core.audit.chain import VerifyResult
+    from ..core.routing.decision import RouteDecision
     from ..core.routing.validation import ValidationIssue
     from ..core.shadow.report import ReportRow
     from ..core.shadow.whatif import Example, WhatIfSummary
     from ..core.snapshot.authz import AuthorizationDecision
+    from ..core.snapshot.freshness import Freshness
     from ..store.chainwalk import ChainVerdict
 
 
 def verdict_line(result: VerifyResult) -> str:
     if result.ok:
         return (
-            f"intact: {result.records_checked} records, head {result.head_hash}, "
-            f"{result.checkpoints_checked} checkpoint(s) checked"
+            f"intact: {result.records_checked:,} records, head {result.head_hash}, "
+            f"{result.checkpoints_checked:,} checkpoint(s) checked"
         )
     where = "checkpoint" if result.first_broken_seq is None else f"seq {result.first_broken_seq}"
     return printable(f"broken at {where}: {result.reason}: {result.detail}")
@@ -74,8 +77,24 @@ _HEADER: Final = (
 )
 
 
+#: The label spanning the divergence columns: they count kinds of disagreement (issue 22).
+SPAN_LABEL: Final = "disagreed with the legacy route, by kind"
+_FIRST_DIVERGENCE: Final = _HEADER.index("provider") + 1  # + the group column
+_DIVERGENCE_COLUMNS: Final = len(DIVERGENCES) - 1
+
+
+def _span_line(widths: list[int]) -> str:
+    """A line over the header naming what the divergence columns count, as wide as they are."""
+    start = sum(widths[:_FIRST_DIVERGENCE]) + 2 * _FIRST_DIVERGENCE
+    end = _FIRST_DIVERGENCE + _DIVERGENCE_COLUMNS
+    width = sum(widths[_FIRST_DIVERGENCE:end]) + 2 * (_DIVERGENCE_COLUMNS - 1)
+    label = f" {SPAN_LABEL} "
+    return " " * start + (label.center(width, "-") if len(label) < width else label.strip())
+
+
 def render_report(by: str | None, rows: tuple[ReportRow, ...], total: ReportRow) -> str:
-    """The report as an aligned text table, one row per group and a total row."""
+    """The report as an aligned text table: a line naming the divergence columns as kinds of
+    disagreement, the header, one row per group and a total row."""
     table: list[tuple[str, ...]] = [(by or "group", *_HEADER)]
 
     def cells(row: ReportRow) -> tuple[str, ...]:
@@ -96,7 +115,7 @@ def render_report(by: str | None, rows: tuple[ReportRow, ...], total: ReportRow)
     if by is not None:
         table.append(cells(total))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = []
+    lines = [_span_line(widths)]
     for r in table:
         first = r[0].ljust(widths[0])
         lines.append(
@@ -197,3 +216,68 @@ def denial(decision: AuthorizationDecision) -> str:
 def issue_line(issue: ValidationIssue) -> str:
     cells = (issue.code, issue.policy_id or "-", issue.detail)
     return "\t".join(printable(c) for c in cells)
+
+
+_MARK: Final = {"matched": "+", "outranked": "~"}
+
+
+def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> str:
+    """A readable, self-contained explanation of one decision. Each line is made printable on
+    its own, so a value holding a newline, carriage return or escape sequence can neither drive
+    the terminal nor forge a line."""
+    from ..core.routing.policy import RUNG_NAMES
+
+    lines = [f"{decision.outcome}: {decision.reason}"]
+    if decision.policy_id is not None:
+        rung = decision.precedence_level
+        lines.append(
+            f"  policy      {decision.policy_id} (rung {rung}: {RUNG_NAMES.get(rung or 0, '?')}, "
+            f"priority {decision.precedence_priority}) [{decision.policy_source}]"
+        )
+    else:
+        lines.append(f"  source      {decision.policy_source}")
+    if decision.outcome == "selected":
+        model = decision.effective_model or "(account default)"
+        lines.append(
+            f"  route       account {decision.account_id or '-'}, "
+            f"binding {decision.provider_binding or '-'}, model {model}"
+        )
+    ex = decision.explanation
+    if ex.conflicting_policy_ids:
+        lines.append(f"  conflict    tied policies: {', '.join(ex.conflicting_policy_ids)}")
+    lines.append(
+        f"  snapshot    revision {decision.policy_revision}, {decision.snapshot_state}, "
+        f"{decision.snapshot_hash}"
+    )
+    if stamp is not None and stamp.ruleset_rev is not None:
+        flag = ", degraded" if stamp.degraded else ""
+        lines.append(
+            f"  ruleset     {stamp.ruleset_rev} (cached snapshot, age "
+            f"{format_age(stamp.age_ms or 0)}{flag})"
+        )
+    lines.append(f"  decision    {decision.decision_id}")
+    if ex.considered or ex.unlisted_policy_count or ex.unlisted_outranked_count:
+        lines.append("policies (best first):")
+        for c in ex.considered:
+            mark = _MARK.get(c.reason, "x")
+            lines.append(
+                f"  {mark} {c.policy_id:<28} rung {c.precedence_level} "
+                f"priority {c.priority:<5} {c.reason}"
+            )
+        if ex.unlisted_outranked_count:
+            lines.append(
+                f"  ({ex.unlisted_outranked_count} more matched but were outranked; "
+                "--trace full lists them)"
+            )
+        if ex.unlisted_policy_count:
+            lines.append(
+                f"  ({ex.unlisted_policy_count} more did not match; --trace full lists them)"
+            )
+    if ex.eligible_account_ids or ex.rejected_accounts:
+        lines.append("accounts:")
+        for i, account in enumerate(ex.eligible_account_ids):
+            chosen = " (chosen)" if account == decision.account_id and i == 0 else ""
+            lines.append(f"  + {account} eligible{chosen}")
+        for r in ex.rejected_accounts:
+            lines.append(f"  x {r.account_id}: {r.reason}")
+    return "\n".join(printable(line) for line in lines)

@@ -39,7 +39,7 @@ class Session:
         if self._pm is None:
             from ..plugins.manager import get_plugin_manager
 
-            self._pm = get_plugin_manager(load_entrypoints=self.load_entrypoints)
+            self._pm = get_plugin_manager(load_entrypoints=self.load_entrypoints, lazy=True)
         return self._pm
 
     def vocabulary(self) -> Vocabulary:
@@ -76,12 +76,38 @@ class Session:
         return self._authorization
 
     def commands(self, reserved: Collection[str]) -> dict[str, tuple[str, click.Command]]:
-        """Plugin commands by name. Raises: PluginError."""
+        """Plugin commands by name: none, and no manager built, when no plugin may implement
+        ``register_commands`` (read from the entry points). Raises: PluginError."""
         if self._commands is None:
+            if self._pm is None and not self._may_have_commands():
+                self._commands = {}
+                return self._commands
             from ..plugins.manager import plugin_commands
 
             self._commands = plugin_commands(self.pm, reserved=reserved)
         return self._commands
+
+    def _may_have_commands(self) -> bool:
+        """Whether a built-in or an allowed installed plugin may implement ``register_commands``
+        (the entry points' declarations; nothing is imported)."""
+        from ..plugins.entrypoints import (
+            BUILTIN_HOOKS,
+            allowed_plugin_names,
+            installed_plugins,
+            may_implement,
+        )
+
+        hook = "register_commands"
+        if any(hook in hooks for hooks in BUILTIN_HOOKS.values()):
+            return True
+        if not self.load_entrypoints:
+            return False
+        allowed = allowed_plugin_names()
+        return any(
+            may_implement(p, hook)
+            for p in installed_plugins()
+            if allowed is None or p.name in allowed
+        )
 
 
 def no_plugins_option(ctx: click.Context, param: click.Parameter, value: bool) -> bool:

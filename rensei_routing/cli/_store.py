@@ -27,7 +27,7 @@ from ..shadow.batch import record_spawns as batch_record
 from ..store.audit import AuditLog
 from ..store.control import ControlStore, open_control_store
 from ..store.home import Home
-from ._output import note
+from ._output import next_step, note
 from ._root import CommandError
 from ._session import session
 
@@ -91,6 +91,12 @@ def load_current_snapshot(home: Path) -> tuple[PolicySnapshot, str]:
         home_of(home).info()
     except HomeError:
         note(f"note: no store at {home}; resolving against the empty snapshot (absent)")
+        next_step(
+            "nothing decides here yet",
+            f"rensei init --home {home}",
+            f"rensei policy save FILE --home {home}",
+            then=True,
+        )
         return PolicySnapshot.empty(), STATE_ABSENT
     with open_policy_store(home, write=False) as store, collector_paused():
         loaded = store.load_policies()

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 import click
 
@@ -36,10 +37,11 @@ from ..core.audit.chain import (
     note_key_hash,
     verify_chain,
 )
+from ..core.audit.summary import summarize
 from ..errors import InputError, RenseiRoutingError
 from ..files import atomic_write
 from ..store.audit import AuditLog, read_checkpoint
-from ._output import emit, json_text, note, printable
+from ._output import emit, json_text, next_step, note, printable
 from ._render import chain_line, verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._store import home_of, refuse_home_target, require_output_dir
@@ -398,10 +400,12 @@ def audit_show(seq: int, home: Path, json_: bool) -> None:
 @home_option
 @json_option
 def audit_tail(n: int, home: Path, json_: bool) -> None:
-    """The latest N records, oldest first: seq, recorded_at, record hash, payload.
+    """The latest N records, oldest first, one line each under a header: seq, recorded_at,
+    kind (decision, shadow, claim, authorization, session, import ...), outcome, policy and
+    route. --json: the records as stored (hashes and payloads; the raw form).
 
-    A damaged record's payload column reads UNPARSEABLE with its stored bytes in hex (--json:
-    as in `audit show`); a warning goes to stderr and the exit code is still 0.
+    A damaged record reads kind UNPARSEABLE with why (--json: as in `audit show`); a warning
+    goes to stderr and the exit code is still 0.
     """
     with AuditLog.open(home_of(home)) as log:
         records = log.tail(n)
@@ -409,14 +413,35 @@ def audit_tail(n: int, home: Path, json_: bool) -> None:
     if json_:
         echo_json([r.to_dict() for r in records])
         return
+    if not records:
+        next_step(
+            "the audit chain holds no record",
+            "rensei explain CONTEXT --record",
+            "rensei shadow record SPAWNS.jsonl",
+        )
+        return
+    for line in tail_lines(records):
+        emit(line)
+
+
+_TAIL_HEADER: Final = ("seq", "recorded_at", "kind", "outcome", "policy", "route")
+_TAIL_PAD: Final = 40  # a longer cell is not padded: it pushes its line, not every line
+
+
+def tail_lines(records: Sequence[AuditRecord]) -> list[str]:
+    """``audit tail``'s text: a header and one aligned line per record (cells made printable)."""
+    rows = [_TAIL_HEADER]
     for r in records:
-        cells = (str(r.seq), str(r.recorded_at), str(r.record_hash), _payload_cell(r))
-        emit("\t".join(printable(c) for c in cells))
+        error = r.payload_error  # a damaged payload is summarised by why, never parsed
+        s = summarize(None if error is not None else r.payload, error=error)
+        rows.append((str(r.seq), str(r.recorded_at), s.kind, s.outcome, s.policy, s.route))
+    cells = [[printable(c) for c in row] for row in rows]
+    widths = [min(_TAIL_PAD, max(len(row[i]) for row in cells)) for i in range(len(_TAIL_HEADER))]
+    out = []
+    for row in cells:
+        first = row[0].rjust(widths[0])
+        rest = [c.ljust(widths[i + 1]) for i, c in enumerate(row[1:-1])]
+        out.append("  ".join([first, *rest, row[-1]]).rstrip())
+    return out
 
 
-def _payload_cell(record: AuditRecord) -> str:
-    """The one-line payload column of ``tail``: compact JSON, or the marked raw bytes."""
-    error = record.payload_error
-    if error is not None:
-        return f"UNPARSEABLE hex:{record.payload_bytes.hex()} ({error})"
-    return json_text(record.payload, indent=None)

@@ -16,7 +16,7 @@ import click
 
 from ..core.audit.archive import MAX_LINE_BYTES
 from ..errors import InputError
-from ._output import emit
+from ._output import note
 from ._root import CommandError, echo_json, home_option, json_option
 from ._store import home_of
 from .audit import audit
@@ -73,7 +73,7 @@ def audit_import(file: Path, format_: str, home: Path, json_: bool) -> None:
         return
     added = result.added
     where = f" (seqs {added.first_seq}..{added.first_seq + added.count - 1})" if added.count else ""
-    emit(
+    note(
         f"imported {added.count:,} of {result.records:,} record(s){where} from HydraFlow chain "
         f"{result.chain or '(empty)'}; {result.known:,} imported before"
     )

@@ -11,7 +11,7 @@ import click
 from ..ops.backup import BackupManifest, backup_home, restore_home
 from ..store.audit import read_checkpoint
 from ._clock import now_text
-from ._output import emit, note, printable
+from ._output import note
 from ._root import cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import home_of, require_output_dir
@@ -43,7 +43,7 @@ def backup(dest: Path, home: Path, json_: bool) -> None:
     if json_:
         echo_json({"backup": str(dest), **manifest.to_dict()})
         return
-    emit(printable(f"backed up {home} to {dest}: {_summary(manifest)}"))
+    note(f"backed up {home} to {dest}: {_summary(manifest)}")
 
 
 def _set_aside(target: Path) -> Path:
@@ -102,4 +102,4 @@ def restore(
             }
         )
         return
-    emit(printable(f"restored {src} to {home}, verified: {_summary(manifest)}"))
+    note(f"restored {src} to {home}, verified: {_summary(manifest)}")

@@ -31,10 +31,12 @@ from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
 from ..host.status import host_status_data, set_aside_lines, snapshot_line
 from ._clock import now
-from ._output import emit, note, printable
+from ._output import emit, next_step, note, printable
 from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
+
+_DEFAULTS = HostConfig()  # the shown defaults of `host run`
 
 if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
     from ..control.server import RunningServer
@@ -69,7 +71,13 @@ def _logging() -> None:
 
 @cli.command(name="serve", short_help="Serve the signed ruleset snapshot over HTTP until SIGTERM.")
 @click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8787,
+    show_default=True,
+    help="Port to listen on (0: any free port, printed on stderr).",
+)
 @click.option(
     "--reseal-after",
     type=click.FloatRange(min=1),
@@ -291,7 +299,12 @@ def host_trust(
 
 
 @host.command(name="sync")
-@click.option("--from", "source_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--from",
+    "source_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A snapshot file (as `rensei snapshot export` writes it) to verify and cache.",
+)
 @click.option(
     "--endpoint",
     "endpoints",
@@ -363,12 +376,24 @@ def host_sync(
     )
     cache.save_config(config)
     result = poll_once(cache, config, now=now())
-    emit(printable(result))
+    note(result)
 
 
 @host.command(name="run")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=None, help="Seconds.")
-@click.option("--jitter", type=click.FloatRange(min=0), default=None, help="Seconds.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=None,
+    show_default=f"the home's interval_s, else {_DEFAULTS.interval_s:g}",
+    help="Seconds between polls.",
+)
+@click.option(
+    "--jitter",
+    type=click.FloatRange(min=0),
+    default=None,
+    show_default=f"the home's jitter_s, else {_DEFAULTS.jitter_s:g}",
+    help="At most this many seconds added at random to each interval.",
+)
 @click.option(
     "--listen",
     default=None,
@@ -416,7 +441,13 @@ def host_status(home: Path, json_: bool) -> None:
         echo_json(status)
         return
     if not status["source"]["configured"]:
-        note("no snapshot source configured")
+        where = "no snapshot source configured" if home.exists() else f"no rensei home at {home}"
+        next_step(
+            f"{where}: nothing is cached",
+            "rensei host trust KEY",
+            "rensei host sync --from FILE (or --endpoint URL --token-file FILE)",
+            then=True,
+        )
         return
     emit(printable(snapshot_line(status)))
     for line in set_aside_lines(status):
@@ -529,7 +560,8 @@ def host_claim(
                 emit(printable(line))
         if receipt is not None:
             where = f" -> {receipt_file}" if receipt_file is not None else ""
-            emit(printable(f"receipt {receipt.receipt_id} (lease {lease_s}s){where}"))
+            lease = format_age(receipt.lease_ms)
+            emit(printable(f"receipt {receipt.receipt_id} (lease {lease}){where}"))
     if not decision.allowed:
         if decision.authorizer in (None, BUILTIN_AUTHORIZER):
             raise CommandError(f"claim refused: {reason} {detail}".rstrip())

@@ -17,7 +17,7 @@ from ..control.snapshots import (
 from ..errors import ConfigurationError
 from ..store.control import attach_postgres, is_postgres_url
 from ..store.home import DEFAULT_ORG
-from ._output import emit, note, printable
+from ._output import note
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._store import home_of
 
@@ -95,9 +95,7 @@ def init(
     after = "" if start_after is None else f"; snapshots start after revision {start_after}"
     if kid != info.key_id:
         after += f"; snapshots signed as key id {kid}"
-    emit(
-        printable(
-            f"{state}: rensei home at {home_dir} (org {info.org}, host key {info.key_id}{after})"
-            + ("" if where == str(home_of(home).db_path) else f"; control data in {where}")
-        )
+    note(
+        f"{state}: rensei home at {home_dir} (org {info.org}, host key {info.key_id}{after})"
+        + ("" if where == str(home_of(home).db_path) else f"; control data in {where}")
     )

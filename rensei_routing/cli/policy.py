@@ -11,7 +11,7 @@ from ..core.routing.structure import read_policy_document
 from ..core.routing.validation import MAX_ISSUES, ValidationIssue, validate
 from ..errors import InputError, MalformedError, PolicyValidationError
 from ._inputs import read_json, read_verified_policy_file
-from ._output import emit, printable
+from ._output import emit, next_step, note, printable
 from ._render import issue_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -114,7 +114,7 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
             }
         )
     else:
-        emit(
+        note(
             f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash}"
         )
 
@@ -159,6 +159,7 @@ def policy_history(home: Path, json_: bool) -> None:
         return
     if not rows:
         emit("no revisions saved yet")
+        next_step("nothing to show", "rensei policy save FILE")
     for r in rows:
         count = "?" if r.policy_count is None else str(r.policy_count)
         cells = (str(r.revision), str(r.saved_at), f"{count} policies", str(r.content_hash))

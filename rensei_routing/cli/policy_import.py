@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from ..errors import PolicyValidationError
-from ._output import emit, note
+from ._output import note
 from ._render import issue_line
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
@@ -69,8 +69,7 @@ def policy_import(file: Path, format_: str, home: Path, json_: bool) -> None:
             }
         )
         return
-    emit(
+    note(
         f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash} "
-        f"(HydraFlow revision {store_doc.revision}, {store_doc.content_hash})"
+        f"(HydraFlow revision {store_doc.revision}, {store_doc.content_hash}), imported from {file}"
     )
-    note(f"imported from {file}")

@@ -36,9 +36,15 @@ from ..ops.quickstart import QUICKSTART_ORG
 from ..plugins.manager import snapshot_validators
 from ..store.home import Home
 from ._clock import now
-from ._inputs import _named, read_document, read_spawn_lines, read_verified_policy_file
+from ._inputs import (
+    _named,
+    read_context,
+    read_document,
+    read_spawn_lines,
+    read_verified_policy_file,
+)
 from ._output import emit, printable
-from ._render import render_report, render_summary, verdict_line
+from ._render import render_decision, render_report, render_summary, verdict_line
 from ._root import CommandError, cli
 from ._session import session
 from ._store import now_rfc3339, record_spawns
@@ -67,6 +73,7 @@ class _Outcome:
     ages: str = ""
     shadow: list[str] = field(default_factory=list)
     whatif: list[str] = field(default_factory=list)
+    explained: list[str] = field(default_factory=list)
     verify: str = ""
     verified: bool = False
     replayed: bool = False
@@ -138,8 +145,9 @@ def _compile_serve_sync(home: Home, out: _Outcome) -> None:
     served = ops.compile_serve_sync(
         home, clock=now, validators=snapshot_validators(ctx.pm), vocabulary=ctx.vocabulary()
     )
-    out.lines.append(
-        f"compiled and signed {served.ruleset_rev}; served on {served.endpoint}: {served.synced}"
+    out.lines.append(  # the endpoint lived for the sync only: no URL that is dead once we exit
+        f"compiled and signed {served.ruleset_rev}; served it on loopback for the host's sync "
+        f"(stopped since): {served.synced}"
     )
     out.snapshot_line = snapshot_line(host_status_data(served.cache, now=now()))
     config = served.cache.config()
@@ -148,6 +156,20 @@ def _compile_serve_sync(home: Home, out: _Outcome) -> None:
         f"{format_age(int(config.refuse_after_s * 1000))} after its compile; to renew it, run "
         "`rensei quickstart` again)"
     )
+
+
+def _explain_one(home: Home, out: _Outcome) -> None:
+    """The headline feature: one decision and why, as ``explain --snapshot`` prints it."""
+    vocabulary = session().vocabulary()
+    context = read_context(EXAMPLE_CONTEXT, vocabulary=vocabulary)
+    stamped = ops.explain_cached(
+        home, context, now=now(), vocabulary=vocabulary, redactor=session().redactor()
+    )
+    out.explained = [
+        "One decision, explained against the cached snapshot (the context of the explain "
+        "command under Explore next):",
+        *(f"  {line}" for line in render_decision(stamped.decision, stamped.freshness).split("\n")),
+    ]
 
 
 def _shadow(home: Home, out: _Outcome) -> None:
@@ -168,6 +190,9 @@ def _shadow(home: Home, out: _Outcome) -> None:
         f"Shadow agreement by mechanism ({report.total.spawns:,} sample spawns replayed through "
         f"the {SEAM_PLUGIN} seams, seqs {recorded.first_seq}..{recorded.last_seq}):",
         *render_report("mechanism", report.rows(), report.total).splitlines(),
+        "(agreed: policy chose the legacy route; provider .. not-selected: each kind of "
+        "disagreement; direct-http: ungoverned bypass calls no gateway policy could bind, and "
+        "their share; held, rejected: what policy decided instead of selecting)",
     ]
 
 
@@ -217,6 +242,7 @@ def quickstart(home: Path) -> None:
     steps: list[tuple[str, Callable[[Home, _Outcome], None]]] = [
         ("load examples", _init_and_load),
         ("compile, serve, sync", _compile_serve_sync),
+        ("explain a decision", _explain_one),
         ("shadow replay", _shadow),
         ("what-if", _whatif),
         ("checkpoint, verify", _checkpoint_verify),
@@ -235,6 +261,8 @@ def quickstart(home: Path) -> None:
         "",
         out.snapshot_line,
         out.ages,
+        "",
+        *out.explained,
         "",
         *out.shadow,
         "",

@@ -12,10 +12,11 @@ import click
 
 from .. import signing
 from ..core.snapshot.receipts import MAX_RECEIPT_BYTES, Receipt, parse_receipt
+from ..core.timestamps import format_age
 from ..errors import KeyFormatError, ReceiptError
 from ..files import read_limited
 from ._clock import now
-from ._output import emit, printable
+from ._output import emit, note, printable
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
 from .host import host
@@ -100,7 +101,7 @@ def receipt_verify(file: Path, keyfile: Path | None, home: Path, json_: bool) ->
     emit(
         printable(
             f"valid: {found.receipt_id} pool {found.pool} against {found.ruleset_rev}, admitted "
-            f"{found.admitted_at}, lease {found.lease_ms // 1000}s, signed by {public.key_id}"
+            f"{found.admitted_at}, lease {format_age(found.lease_ms)}, signed by {public.key_id}"
         )
     )
 
@@ -165,7 +166,7 @@ def session_start(
     if json_:
         echo_json({**row.to_dict(epoch_ms(moment)), "budget": budget.reason})
         return
-    emit(printable(f"{row.session_id} started under {row.receipt_id} ({budget.reason})"))
+    note(f"{row.session_id} started under {row.receipt_id} ({budget.reason})")
 
 
 @session_group.command(name="heartbeat")
@@ -187,7 +188,7 @@ def session_heartbeat(session_id: str, home: Path, json_: bool) -> None:
     if json_:
         echo_json(beat.to_dict(epoch_ms(moment)))
         return
-    line = f"{session_id}: {beat.action}, lease until +{beat.session.lease_ms // 1000}s"
+    line = f"{session_id}: {beat.action}, lease until +{format_age(beat.session.lease_ms)}"
     if beat.revoked_rev is not None:
         line += f"; grant-revoked by {beat.revoked_rev} (on revoke: {beat.session.on_revoke})"
     emit(printable(line))
@@ -203,7 +204,7 @@ def session_end(session_id: str, home: Path) -> None:
             row = sessions.end(session_id, now=now())
     except ReceiptError as e:
         raise _refused(e) from e
-    emit(printable(f"{row.session_id} ended"))
+    note(f"{row.session_id} ended")
 
 
 @session_group.command(name="list")

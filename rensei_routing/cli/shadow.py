@@ -25,7 +25,7 @@ from ..shadow.recorder import set_shadow_enabled, shadow_enabled
 from ..shadow.whatif import recorded_since
 from ..store.audit import AuditLog
 from ._inputs import read_spawn_lines, since_option
-from ._output import emit, note, printable
+from ._output import emit, next_step, note, printable
 from ._render import render_report, tally_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -57,7 +57,7 @@ def shadow() -> None:
 def shadow_enable(home: Path) -> None:
     """Turn shadow recording on for this home (the default)."""
     set_shadow_enabled(home_of(home), True)
-    emit(printable("shadow recording: on"))
+    note("shadow recording: on")
 
 
 @shadow.command(name="disable")
@@ -65,7 +65,7 @@ def shadow_enable(home: Path) -> None:
 def shadow_disable(home: Path) -> None:
     """Turn shadow recording off for this home (the kill switch, live at every seam)."""
     set_shadow_enabled(home_of(home), False)
-    emit(printable("shadow recording: off"))
+    note("shadow recording: off")
 
 
 @shadow.command(name="status")
@@ -205,6 +205,8 @@ def shadow_report(
         return
     if not total.spawns:
         emit(printable("no shadow records" + ("" if since is None else " in that period")))
+        if since is None:
+            next_step("nothing was recorded in shadow mode", "rensei shadow record SPAWNS.jsonl")
         return
     emit(render_report(by, report.rows() if by is not None else (total,), total))
 

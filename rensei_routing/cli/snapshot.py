@@ -10,7 +10,12 @@ from pathlib import Path
 import click
 
 from .. import signing
-from ..control.snapshots import compile_snapshot, control_store, validator_results
+from ..control.snapshots import (
+    compile_snapshot,
+    control_store,
+    source_revisions,
+    validator_results,
+)
 from ..core.snapshot.envelope import (
     SCOPE_HEADER,
     SIGNATURE_SCOPES,
@@ -22,9 +27,10 @@ from ..core.snapshot.org import OrgData
 from ..errors import KeyFormatError, RenseiRoutingError
 from ..files import atomic_write, read_limited
 from ..plugins.manager import snapshot_validators
+from ..store.home import Home
 from ._clock import now, now_text
 from ._inputs import SOURCE, _named, read_document
-from ._output import emit, note, printable
+from ._output import emit, next_step, note, printable
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
 from ._store import home_of, refuse_home_target, require_output_dir
@@ -41,11 +47,18 @@ def org() -> None:
 @click.argument("source", type=SOURCE, metavar="FILE")
 @home_option
 def org_load(source: str, home: Path) -> None:
-    """Validate FILE (or -) and store it as the org's current data (nothing written on error)."""
+    """Validate FILE (or -) and store it as the org's current data (nothing written on error;
+    data identical to the current revision is a no-op that says so)."""
     doc, label = read_document(source)
     data = _named(label, OrgData.from_dict, doc)
     with control_store(home_of(home), write=True) as store:
-        revision = store.save_org(data, saved_at=now_text())
+        revision, created = store.save_org(data, saved_at=now_text())
+    if not created:
+        note(
+            f"org data unchanged: identical to revision {revision}; nothing saved, nothing to "
+            f"recompile"
+        )
+        return
     note(
         f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
         f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
@@ -118,13 +131,26 @@ def snapshot_compile(home: Path, json_: bool) -> None:
                 "validators": validator_results(result.validators),
             }
         )
-        return
-    emit(
-        printable(
+    else:
+        note(
             f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
             f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
         )
-    )
+    _empty_inputs(home_of(home))
+
+
+def _empty_inputs(h: Home) -> None:
+    """Say what to load when a compile had no policy revision or no org data to read."""
+    policy_rev, org_rev = source_revisions(h)
+    if not policy_rev:
+        next_step(
+            "no policy revision is saved, so the snapshot routes nothing", "rensei policy save FILE"
+        )
+    if not org_rev:
+        next_step(
+            "no org data is loaded, so the snapshot grants no pool (every claim is refused)",
+            "rensei org load FILE",
+        )
 
 
 @snapshot.command(name="show")

@@ -17,7 +17,7 @@ from ..core.routing.validation import validate_policies
 from ..shadow.whatif import compare_chain
 from ..store.audit import AuditLog
 from ._inputs import read_verified_policy_file, since_option
-from ._output import emit, note, printable
+from ._output import emit, next_step, note, printable
 from ._render import issue_line, render_summary
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
@@ -111,6 +111,15 @@ def policy_whatif(
         )
     elif not summary.contexts:
         emit(printable("no recorded contexts" + ("" if since is None else " in that period")))
+        if since is not None:
+            next_step("the chain may hold older ones", "rensei policy whatif FILE (no --since)")
+        else:
+            next_step(
+                "what-if replays the contexts the chain records",
+                "rensei explain CONTEXT --record",
+                "rensei explain-batch FILE --record",
+                "rensei shadow record SPAWNS.jsonl",
+            )
     else:
         emit(
             printable(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, FreshnessPolicy, age_of
+from ..core.timestamps import format_age
 from ..errors import RenseiRoutingError, SnapshotValidationError, StoreError
 
 if TYPE_CHECKING:  # imported where used: importing this module does not start waitress
@@ -79,8 +80,9 @@ def ahead_of_clock(
         return None
     return (
         f"snapshot {snapshot.ruleset_rev} was compiled at {snapshot.compiled_at}, "
-        f"{ahead.total_seconds():.0f}s ahead of this clock (allowed skew "
-        f"{max_skew.total_seconds():.0f}s): hosts with this clock refuse it; check the clocks "
+        f"{format_age(ahead // timedelta(milliseconds=1))} ahead of this clock (allowed skew "
+        f"{format_age(max_skew // timedelta(milliseconds=1))}): hosts with this clock refuse it; "
+        "check the clocks "
         "(the compiling one and this one), then `rensei snapshot compile`"
     )
 

@@ -1,5 +1,6 @@
 """RFC 3339 UTC timestamps (``...Z``, at most six fraction digits), as the audit chain's
-``recorded_at`` and a snapshot's ``compiledAt`` hold them: checking text and formatting a moment.
+``recorded_at`` and a snapshot's ``compiledAt`` hold them: checking text and formatting a moment;
+and the one human form of an age or a duration in text output (:func:`format_age`).
 
 Shared by the core's domains. Pure: never reads the clock (the caller passes the moment) and
 knows nothing of records or snapshots.
@@ -13,7 +14,7 @@ from typing import Final
 
 from ..errors import MalformedError
 
-__all__ = ["check_timestamp", "format_timestamp", "is_timestamp"]
+__all__ = ["check_timestamp", "format_age", "format_timestamp", "is_timestamp"]
 
 _TIMESTAMP: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z")
 
@@ -50,3 +51,17 @@ def format_timestamp(moment: datetime) -> str:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise MalformedError("recorded_at", "a naive datetime has no defined UTC instant")
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_age(age_ms: int) -> str:
+    """The one human form of an age or a duration in every text output (issue 22): ``45s``,
+    ``13m52s``, ``1h02m`` (whole seconds, rounded down; a negative value reads ``0s``). JSON
+    output keeps milliseconds (``snapshotAgeMs``, ``leaseMs``)."""
+    seconds = max(0, age_ms) // 1000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

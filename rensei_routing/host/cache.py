@@ -40,6 +40,7 @@ from ..core.snapshot.envelope import (
     verify_snapshot,
 )
 from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, Freshness, FreshnessPolicy
+from ..core.timestamps import format_age
 from ..errors import (
     ConfigurationError,
     DamagedCacheError,
@@ -539,10 +540,11 @@ def _refuse_future(snap: RulesetSnapshot, now: datetime) -> None:
     """Raises: FutureSnapshotError: ``compiledAt`` is later than ``now`` by over the skew."""
     ahead = compiled_moment(snap) - now
     if ahead > DEFAULT_MAX_SKEW:
+        one_ms = timedelta(milliseconds=1)
+        early, skew = (format_age(d // one_ms) for d in (ahead, DEFAULT_MAX_SKEW))
         raise FutureSnapshotError(
-            f"refusing {snap.ruleset_rev}: compiled {ahead.total_seconds():.1f}s in the future "
-            f"(allowed skew {DEFAULT_MAX_SKEW.total_seconds():.0f}s; is the control side's clock "
-            f"ahead?): the held copy is kept"
+            f"refusing {snap.ruleset_rev}: compiled {early} in the future (allowed skew {skew}; "
+            f"is the control side's clock ahead?): the held copy is kept"
         )
 
 

@@ -31,15 +31,18 @@ from ..control.snapshots import (
 from ..core.audit.chain import VerifyResult
 from ..core.audit.note import Checkpoint
 from ..core.redact import Redactor
+from ..core.routing.context import RouteContext
 from ..core.routing.policy import PolicySnapshot
+from ..core.routing.resolver import explain
 from ..core.routing.vocabulary import Vocabulary
 from ..core.shadow.report import ShadowReport
 from ..core.shadow.spawn import Spawn
 from ..core.shadow.whatif import WhatIfSummary
+from ..core.snapshot.freshness import StampedDecision
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
 from ..core.timestamps import format_timestamp
-from ..errors import HomeError, InputError, RenseiRoutingError
+from ..errors import HomeError, InputError, RenseiRoutingError, SnapshotError
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once
 from ..plugins.manager import SeamRegistry
@@ -258,6 +261,29 @@ def what_if(
             log, (loaded.snapshot, loaded.state), candidate, examples=1, vocabulary=vocabulary
         )
     return loaded.snapshot, summary
+
+
+def explain_cached(
+    home: Home, context: RouteContext, *, now: datetime, vocabulary: Vocabulary, redactor: Redactor
+) -> StampedDecision:
+    """``explain --snapshot``: ``context`` resolved against the host's cached snapshot (its
+    policy bundle), stamped with the snapshot's age at ``now``.
+
+    Raises:
+        SnapshotError: no cached snapshot, it does not verify, or it is past RefuseAfter.
+    """
+    cache = host_cache(home.path)
+    snap, fresh = cache.current(now=now, config=cache.config())
+    try:
+        policies = PolicySnapshot.from_dict(
+            snap.sections.get("policyBundle"), path="policyBundle", vocabulary=vocabulary
+        )
+    except InputError as e:
+        raise SnapshotError(f"cached snapshot {snap.ruleset_rev}: {e}") from e
+    decision = explain(
+        context, policies, snapshot_state=policies.state(), vocabulary=vocabulary, redactor=redactor
+    )
+    return StampedDecision(decision, fresh)
 
 
 def checkpoint_verify(home: Home, *, redactor: Redactor) -> tuple[Checkpoint, VerifyResult]:

@@ -1,7 +1,8 @@
 """What is registered: which plugins are built in (:data:`DEFAULT_PLUGINS`), each plugin's name,
 the distribution it came from and the hooks it implements (:func:`plugin_infos`, what ``rensei
-plugins list`` and the doctor show), and every hook name of the specification. Reads a manager;
-must not build one nor call a hook (that is :mod:`.manager`'s).
+plugins list`` and the doctor show), and every hook name of the specification. Reads a manager
+(importing its pending installed plugins, so every one is shown); must not build one nor call a
+hook (that is :mod:`.manager`'s).
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ def _own_version() -> str | None:
 
 
 def plugin_infos(pm: pluggy.PluginManager) -> tuple[PluginInfo, ...]:
-    """Every registered plugin, sorted by name."""
+    """Every registered plugin, sorted by name; a lazy manager's pending plugins are imported
+    first. Raises: PluginError (a pending plugin fails to load)."""
+    load_pending = getattr(pm, "load_pending", None)
+    if callable(load_pending):
+        load_pending()
     dists: Mapping[str, tuple[str, str]] = getattr(pm, "distributions", {})
     out = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda np: np[0]):

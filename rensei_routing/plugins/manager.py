@@ -13,10 +13,7 @@ spawn or an append: :func:`safe_classify` and :func:`notify_recorded`.
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import logging
-import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -39,8 +36,16 @@ from ..core.shadow.compare import Seam, Stage
 from ..core.snapshot.authz import Authorizer
 from ..core.snapshot.validators import SnapshotValidator
 from ..errors import InputError, PluginError, UnknownSeamError
-from . import hookspecs
-from .info import DEFAULT_PLUGINS, plugin_infos
+from .info import plugin_infos
+from .loading import (
+    LOAD_PLUGINS_ENV,
+    RenseiPluginManager,
+    allowed_plugin_names,
+    check_pending,
+    get_plugin_manager,
+    one_line,
+    register_plugin,
+)
 
 if TYPE_CHECKING:
     import click
@@ -71,9 +76,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())  # a library stays quiet unless the application configures
 
-#: Comma list of installed plugin (entry point) names to load; empty = none; unset = all.
-LOAD_PLUGINS_ENV: Final = "RENSEI_ROUTING_LOAD_PLUGINS"
-
 #: The mechanism of a spawn whose seam classifier raised or answered nonsense.
 UNCLASSIFIED: Final = "unclassified"
 _MAX_DETAIL: Final = 1024
@@ -82,103 +84,14 @@ _SEAM_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 T = TypeVar("T")
 
 
-class RenseiPluginManager(pluggy.PluginManager):
-    """A pluggy manager that also remembers which distribution each installed plugin came from."""
-
-    def __init__(self) -> None:
-        super().__init__(hookspecs.PROJECT)
-        #: plugin name -> (distribution name, version), for plugins loaded from entry points.
-        self.distributions: dict[str, tuple[str, str]] = {}
-
-
-# -- building the manager -----------------------------------------------------------------------
-
-
-def allowed_plugin_names() -> frozenset[str] | None:
-    """The installed plugins ``RENSEI_ROUTING_LOAD_PLUGINS`` allows (``None``: unset, all)."""
-    allowed = os.environ.get(LOAD_PLUGINS_ENV)
-    if allowed is None:
-        return None
-    return frozenset(filter(None, (n.strip() for n in allowed.split(","))))
-
-
-def _one_line(error: Exception) -> str:
-    """pluggy's multi-line messages as one line (the CLI prints one line per error)."""
-    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
-
-
-def register_plugin(pm: pluggy.PluginManager, plugin: object, name: str) -> None:
-    """Register ``plugin`` under ``name`` (call :func:`check_pending` when done registering).
-
-    Raises:
-        PluginError: a hook implementation has the wrong arguments, or the name or the plugin
-            object is already registered.
-    """
-    try:
-        pm.register(plugin, name=name)
-    except pluggy.PluginValidationError as e:
-        raise PluginError(f"plugin {name!r}: {_one_line(e)}") from e
-    except ValueError as e:
-        raise PluginError(f"plugin {name!r} cannot be registered: {_one_line(e)}") from e
-
-
-def check_pending(pm: pluggy.PluginManager) -> None:
-    """Raises: PluginError naming the plugin that implements a hook that does not exist."""
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as e:
-        name = pm.get_name(e.plugin) or repr(e.plugin)
-        raise PluginError(f"plugin {name!r}: {_one_line(e)}") from e
-
-
-def _load_entrypoints(pm: RenseiPluginManager, names: Collection[str] | None) -> None:
-    eps = importlib.metadata.entry_points(group=hookspecs.PROJECT)
-    for ep in sorted(eps, key=lambda e: e.name):
-        if names is not None and ep.name not in names:
-            continue
-        dist = ep.dist
-        where = f" ({dist.name} {dist.version})" if dist is not None else ""
-        if pm.has_plugin(ep.name):
-            other = " ".join(pm.distributions.get(ep.name, ("a built-in plugin",)))
-            raise PluginError(f"plugin {ep.name!r}{where}: {other} has the same name")
-        try:
-            plugin = ep.load()
-        except Exception as e:  # an installed plugin that cannot even be imported
-            raise PluginError(
-                f"plugin {ep.name!r}{where} failed to load: {type(e).__name__}: {_one_line(e)} "
-                f"(skip it with --no-plugins or {LOAD_PLUGINS_ENV})"
-            ) from e
-        register_plugin(pm, plugin, ep.name)
-        if dist is not None:
-            pm.distributions[ep.name] = (dist.name, dist.version)
-
-
-def get_plugin_manager(
-    *, load_entrypoints: bool = True, names: Collection[str] | None = None
-) -> RenseiPluginManager:
-    """A manager holding the built-in plugins and, unless ``load_entrypoints`` is false, the
-    installed ones: those in ``names`` if given, else those ``RENSEI_ROUTING_LOAD_PLUGINS``
-    allows (unset = all, empty = none). A name that matches no installed plugin loads nothing.
-
-    Raises:
-        PluginError: naming the plugin that cannot be imported or registered, or implements a
-            hook that does not exist (a misspelled name).
-    """
-    pm = RenseiPluginManager()
-    pm.add_hookspecs(hookspecs)
-    for name in DEFAULT_PLUGINS:
-        register_plugin(pm, importlib.import_module(name), name)
-    if load_entrypoints:
-        _load_entrypoints(pm, allowed_plugin_names() if names is None else names)
-    check_pending(pm)
-    return pm
-
-
 # -- calling hooks ------------------------------------------------------------------------------
 
 
 def _implementations(pm: pluggy.PluginManager, hook: str) -> list[tuple[str, Any]]:
-    """``(plugin name, hookimpl)`` of ``hook``, sorted by plugin name."""
+    """``(plugin name, hookimpl)`` of ``hook``, sorted by plugin name (pending plugins that
+    may implement it imported first). Raises: PluginError."""
+    if isinstance(pm, RenseiPluginManager):
+        pm.load_pending(hook)
     caller = getattr(pm.hook, hook)
     impls = [(pm.get_name(i.plugin) or repr(i.plugin), i) for i in caller.get_hookimpls()]
     for plugin, impl in impls:
@@ -195,7 +108,7 @@ def _call(plugin: str, hook: str, impl: Any, kwargs: Mapping[str, Any]) -> None:
         raise
     except Exception as e:
         raise PluginError(
-            f"plugin {plugin!r} failed in {hook}: {type(e).__name__}: {_one_line(e)}"
+            f"plugin {plugin!r} failed in {hook}: {type(e).__name__}: {one_line(e)}"
         ) from e
     if answer is not None:
         raise PluginError(
@@ -556,5 +469,9 @@ def notify_recorded(pm: pluggy.PluginManager, records: Iterable[AuditRecord]) ->
 
 
 def has_observers(pm: pluggy.PluginManager) -> bool:
-    """Whether any plugin implements ``decision_recorded`` (so records need reading back)."""
+    """Whether any plugin implements ``decision_recorded`` (so records need reading back).
+
+    Raises: PluginError (a pending plugin that may implement it fails to load)."""
+    if isinstance(pm, RenseiPluginManager):
+        pm.load_pending("decision_recorded")
     return bool(pm.hook.decision_recorded.get_hookimpls())

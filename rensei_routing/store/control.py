@@ -102,8 +102,10 @@ class ControlStore(Protocol):
         """Every policy revision, oldest first."""
         ...
 
-    def save_org(self, org: OrgData, *, saved_at: str) -> int:
-        """Store ``org`` as the next org-data revision; return it."""
+    def save_org(self, org: OrgData, *, saved_at: str) -> tuple[int, bool]:
+        """``(revision, created)``: ``org`` stored as the next org-data revision (``True``), or,
+        when its content is the current revision's, nothing written (no revision, no control
+        event, nothing to recompile) and that revision returned (``False``)."""
         ...
 
     def load_org(self) -> tuple[int, OrgData]:
@@ -295,16 +297,17 @@ class SqliteControlStore:
         with self._lock:
             return self._policies.history()
 
-    def save_org(self, org: OrgData, *, saved_at: str) -> int:
-        def run() -> int:
-            revision = self._org.save(org, saved_at=saved_at)
-            digest = self._conn.execute(
-                "SELECT content_hash FROM org_data WHERE revision = ?", (revision,)
-            ).get
-            self._event(saved_at, EVENT_ORG, revision, str(digest))
-            return revision
+    def save_org(self, org: OrgData, *, saved_at: str) -> tuple[int, bool]:
+        def run() -> tuple[int, bool]:
+            revision, created = self._org.put(org, saved_at=saved_at)
+            if created:
+                digest = self._conn.execute(
+                    "SELECT content_hash FROM org_data WHERE revision = ?", (revision,)
+                ).get
+                self._event(saved_at, EVENT_ORG, revision, str(digest))
+            return revision, created
 
-        result: int = self._write("cannot save org data", run)
+        result: tuple[int, bool] = self._write("cannot save org data", run)
         return result
 
     def load_org(self) -> tuple[int, OrgData]:

@@ -31,6 +31,7 @@ from typing import Final
 import apsw
 import apsw.bestpractice
 
+from ..core.timestamps import format_age
 from ..errors import BusyTimeoutError, DiskFullError, SchemaVersionError, StoreError
 from .codec import Codec, migrate_dictionaries
 from .locks import describe_holders
@@ -400,7 +401,7 @@ def store_error(what: str, error: Exception, db_path: Path | str, *, hint: str =
             f"{what}: {which} stayed locked longer than the busy timeout"
             f"{describe_holders(path)}; retry when that process is done, stop it if it hangs, "
             f"or raise busy_timeout under [store] in {home / CONFIG_FILE} (default "
-            f"{DEFAULT_BUSY_TIMEOUT_MS // 1000} s)"
+            f"{format_age(DEFAULT_BUSY_TIMEOUT_MS)})"
         )
     return StoreError(f"{what}: {error}{hint}")
 

@@ -57,7 +57,19 @@ class OrgStore:
         self._conn = conn
 
     def save(self, org: OrgData, *, saved_at: str) -> int:
-        """Store ``org`` as the next org-data revision; return it.
+        """Store ``org`` as the next org-data revision unless it is identical to the current
+        one (:meth:`put`); return the current revision either way.
+
+        Raises:
+            StoreError: the database could not be written (nothing is).
+        """
+        return self.put(org, saved_at=saved_at)[0]
+
+    def put(self, org: OrgData, *, saved_at: str) -> tuple[int, bool]:
+        """``(revision, created)``: ``org`` stored as the next revision (``True``), or, when its
+        content hash is the current revision's, nothing written and that revision returned
+        (``False``), so identical data never makes a revision nor a recompile (issue 22). The
+        comparison and the insert are one write transaction.
 
         Raises:
             StoreError: the database could not be written (nothing is).
@@ -65,8 +77,12 @@ class OrgStore:
         body, digest = encode_org(org)
         try:
             with self._conn:
-                last = self._conn.execute("SELECT max(revision) FROM org_data").get
-                revision = 1 if last is None else int(last) + 1
+                last = self._conn.execute(
+                    "SELECT revision, content_hash FROM org_data ORDER BY revision DESC LIMIT 1"
+                ).fetchone()
+                if last is not None and str(last[1]) == digest:
+                    return int(str(last[0])), False
+                revision = 1 if last is None else int(str(last[0])) + 1
                 self._conn.execute(
                     "INSERT INTO org_data(revision, content_hash, body, saved_at) "
                     "VALUES (?, ?, ?, ?)",
@@ -74,7 +90,7 @@ class OrgStore:
                 )
         except apsw.Error as e:
             raise StoreError(f"cannot save org data: {e}") from e
-        return revision
+        return revision, True
 
     def load(self) -> tuple[int, OrgData]:
         """The current org data and its revision; ``(0, OrgData())`` when none was loaded.
@@ -395,7 +411,7 @@ class SnapshotStore:
             raise StoreError(f"cannot read snapshots: {e}") from e
         if row is None:
             raise NotFoundError(
-                "no snapshot has been compiled"
+                "no snapshot has been compiled: run `rensei snapshot compile` first"
                 if revision is None
                 else f"no snapshot revision {revision}"
             )

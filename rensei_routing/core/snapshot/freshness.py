@@ -14,6 +14,7 @@ from ...errors import ConfigurationError, ExpiredError, FutureSnapshotError
 from .. import _parse as p
 from ..canonical import canonical_bytes, json_string
 from ..routing.decision import RouteDecision
+from ..timestamps import format_age
 
 __all__ = [
     "DEFAULT_DEGRADED_AFTER",
@@ -23,6 +24,7 @@ __all__ = [
     "FreshnessPolicy",
     "StampedDecision",
     "age_of",
+    "format_age",
 ]
 
 DEFAULT_DEGRADED_AFTER: Final = timedelta(minutes=5)
@@ -54,8 +56,8 @@ class FreshnessPolicy:
                 raise ConfigurationError(f"{name} must not be negative")
         if self.refuse_after < self.degraded_after:
             raise ConfigurationError(
-                f"RefuseAfter ({self.refuse_after}) is shorter than DegradedAfter "
-                f"({self.degraded_after})"
+                f"RefuseAfter ({format_age(_ms(self.refuse_after))}) is shorter than "
+                f"DegradedAfter ({format_age(_ms(self.degraded_after))})"
             )
 
     def judge(self, ruleset_rev: str, compiled_at: datetime, now: datetime) -> Freshness:
@@ -68,12 +70,17 @@ class FreshnessPolicy:
         age = now - compiled_at
         if age < -self.max_skew:
             raise FutureSnapshotError(
-                f"ruleset snapshot {ruleset_rev} was compiled {_ms(-age) / 1000:.1f}s in the "
-                f"future (allowed skew {_ms(self.max_skew) / 1000:.0f}s): refusing it"
+                f"ruleset snapshot {ruleset_rev} was compiled {format_age(_ms(-age))} in the "
+                f"future (allowed skew {format_age(_ms(self.max_skew))}): refusing it"
             )
         age = max(age, timedelta(0))
         if age > self.refuse_after:
-            raise ExpiredError(ruleset_rev, _ms(age), _ms(self.refuse_after))
+            raise ExpiredError(
+                ruleset_rev,
+                _ms(age),
+                _ms(self.refuse_after),
+                ages=(format_age(_ms(age)), format_age(_ms(self.refuse_after))),
+            )
         return Freshness(
             ruleset_rev=ruleset_rev, age_ms=_ms(age), degraded=age > self.degraded_after
         )
@@ -110,18 +117,6 @@ class Freshness:
 def age_of(compiled_at: datetime, now: datetime) -> timedelta:
     """``now - compiled_at``, never negative."""
     return max(now - compiled_at, timedelta(0))
-
-
-def format_age(age_ms: int) -> str:
-    """``3m12s``-style text for status lines (``45s``, ``1h02m``)."""
-    seconds = age_ms // 1000
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 class StampedDecision:

@@ -299,10 +299,16 @@ class PgControlStore:
 
     # -- org data ------------------------------------------------------------------------------
 
-    def save_org(self, org: OrgData, *, saved_at: str) -> int:
+    def save_org(self, org: OrgData, *, saved_at: str) -> tuple[int, bool]:
         body, digest = encode_org(org)
         with self._tx("cannot save org data") as conn:
             heads = self._heads(conn)
+            current = conn.execute(
+                "SELECT content_hash FROM control_org_data WHERE org_id = %s AND revision = %s",
+                (self.org_id, heads["org_rev"]),
+            ).fetchone()
+            if current is not None and str(current[0]) == digest:
+                return heads["org_rev"], False
             revision = heads["org_rev"] + 1
             conn.execute(
                 "INSERT INTO control_org_data(org_id, revision, content_hash, body, saved_at) "
@@ -311,7 +317,7 @@ class PgControlStore:
             )
             self._bump(conn, "org_rev", revision)
             self._event(conn, heads, saved_at, EVENT_ORG, revision, digest)
-        return revision
+        return revision, True
 
     def _org_row(self, conn: psycopg.Connection[Any]) -> tuple[int, OrgData]:
         row = conn.execute(
