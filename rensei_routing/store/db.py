@@ -34,6 +34,7 @@ import apsw.bestpractice
 from ..errors import BusyTimeoutError, DiskFullError, SchemaVersionError, StoreError
 from .codec import Codec, migrate_dictionaries
 from .locks import describe_holders
+from .shadow_index import MIGRATION as SHADOW_INDEX_MIGRATION
 
 __all__ = [
     "APPLICATION_ID",
@@ -139,6 +140,9 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     CREATE INDEX sessions_by_expiry ON sessions(state, expires_ms);
     CREATE INDEX sessions_by_project ON sessions(project, state);
     """,
+    # 5: the shadow index the console reads agreement figures from (issue 22; see
+    #    .shadow_index). A chain recorded before starts unindexed: `rensei shadow index`.
+    SHADOW_INDEX_MIGRATION,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
