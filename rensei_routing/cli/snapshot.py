@@ -138,9 +138,7 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
     """Show a stored snapshot, verified against the home's key."""
     h = home_of(home)
     with closing(h.connect()) as conn:
-        snap = SnapshotStore(conn, org_id=h.info().org).load(
-            revision, lookup=h.snapshot_lookup()
-        )
+        snap = SnapshotStore(conn, org_id=h.info().org).load(revision, lookup=h.snapshot_lookup())
     if json_:
         echo_json(snap.to_dict())
         return
@@ -256,5 +254,3 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bo
             f"{snap.content_hash[:16]}..., signed by trusted key {snap.header.signing_key_id}"
         )
     )
-
-

@@ -264,8 +264,7 @@ class SessionStore:
         """Every session, open ones first, then by start. Raises: StoreError."""
         try:
             cursor = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM sessions "
-                "ORDER BY state != 'open', started_ms, session_id"
+                f"SELECT {_COLUMNS} FROM sessions ORDER BY state != 'open', started_ms, session_id"
             )
             for row in cursor:
                 yield _row(row)

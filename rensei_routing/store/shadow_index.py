@@ -1,7 +1,7 @@
 """The shadow index: one row of counted fields per shadow record (``shadow_index``) and a count
 per hour and distinct fact (``shadow_cube``), kept beside the audit chain so the console reads
 agreement tables, time series and the records behind a bar without parsing the chain. Owns the
-two tables and ``shadow_index_state`` (schema step 5, :mod:`.db`); derives everything from the
+two tables and ``shadow_index_state`` (schema step 5 in :mod:`.db`); derives everything from the
 chain and never changes it.
 
 The index covers seqs ``0 .. next_seq - 1`` of the chain, contiguously. The shadow recorder
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -29,52 +30,26 @@ from ..core.shadow.compare import ShadowDecision, is_shadow_payload
 from ..core.shadow.facts import HOUR_US, ShadowFact, fact_of, micros_of
 from ..errors import InputError
 from .codec import FUNCTION
+from .db import store_error
+from .home import Home
 
 __all__ = [
     "CATCH_UP",
-    "MIGRATION",
     "CubeRow",
     "IndexedRecord",
     "catch_up",
+    "catch_up_all",
     "cube",
+    "daily",
     "extend",
     "index_rows",
     "next_seq",
+    "partial_hour",
+    "records",
+    "seq_bounds",
+    "totals",
+    "values",
 ]
-
-#: Schema step 5 (appended to :data:`.db.MIGRATIONS`).
-MIGRATION: Final = """
-    CREATE TABLE shadow_index(
-        seq INTEGER PRIMARY KEY,
-        at_us INTEGER NOT NULL,
-        repo TEXT NOT NULL,
-        role TEXT NOT NULL,
-        mechanism TEXT NOT NULL,
-        seam TEXT NOT NULL,
-        transport TEXT NOT NULL,
-        divergence TEXT NOT NULL,
-        outcome TEXT NOT NULL
-    ) STRICT;
-    CREATE TABLE shadow_cube(
-        hour INTEGER NOT NULL,
-        repo TEXT NOT NULL,
-        role TEXT NOT NULL,
-        mechanism TEXT NOT NULL,
-        seam TEXT NOT NULL,
-        transport TEXT NOT NULL,
-        divergence TEXT NOT NULL,
-        outcome TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        first_seq INTEGER NOT NULL,
-        last_seq INTEGER NOT NULL,
-        PRIMARY KEY (hour, repo, role, mechanism, seam, transport, divergence, outcome)
-    ) STRICT, WITHOUT ROWID;
-    CREATE TABLE shadow_index_state(
-        id INTEGER PRIMARY KEY CHECK (id = 1),
-        next_seq INTEGER NOT NULL
-    ) STRICT;
-    INSERT INTO shadow_index_state(id, next_seq) VALUES (1, 0);
-"""
 
 #: Records of other writers indexed by one recorder append before its own (bounding the time
 #: an append holds the write lock on a chain that was never indexed).
@@ -234,3 +209,110 @@ def records(
     )
     rows: list[Any] = conn.execute(sql, args).fetchall()
     return [IndexedRecord(int(r[0]), int(r[1]), ShadowFact(*r[2:9])) for r in rows]
+
+
+def _cube_where(
+    where: dict[str, str] | None, from_hour: int | None, to_hour: int | None = None
+) -> tuple[str, list[Any]]:
+    clauses, args = _where(where)
+    if from_hour is not None:
+        clauses.append("hour >= ?")
+        args.append(from_hour)
+    if to_hour is not None:
+        clauses.append("hour <= ?")
+        args.append(to_hour)
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+def totals(
+    conn: apsw.Connection, *, from_hour: int | None = None, where: dict[str, str] | None = None
+) -> list[tuple[ShadowFact, int]]:
+    """Records per distinct fact at or after ``from_hour`` (all hours summed)."""
+    sql, args = _cube_where(where, from_hour)
+    rows: list[Any] = conn.execute(
+        f"SELECT {_FACT}, sum(n) FROM shadow_cube{sql} GROUP BY {_FACT}", args
+    ).fetchall()
+    return [(ShadowFact(*r[:7]), int(r[7])) for r in rows]
+
+
+def daily(
+    conn: apsw.Connection,
+    *,
+    agreed: str,
+    from_hour: int | None = None,
+    where: dict[str, str] | None = None,
+) -> list[tuple[int, int, int]]:
+    """``(day since the epoch, records, records whose divergence is agreed)`` per UTC day."""
+    sql, args = _cube_where(where, from_hour)
+    rows: list[Any] = conn.execute(
+        f"SELECT hour / 24, sum(n), sum(CASE WHEN divergence = ? THEN n ELSE 0 END) "
+        f"FROM shadow_cube{sql} GROUP BY hour / 24 ORDER BY hour / 24",
+        [agreed, *args],
+    ).fetchall()
+    return [(int(d), int(n), int(a)) for d, n, a in rows]
+
+
+def seq_bounds(
+    conn: apsw.Connection,
+    *,
+    from_hour: int | None = None,
+    to_hour: int | None = None,
+    where: dict[str, str] | None = None,
+) -> tuple[int, int] | None:
+    """The lowest and highest seq of the records the cube counts for ``where`` in the hours
+    given, or ``None`` when it counts none."""
+    sql, args = _cube_where(where, from_hour, to_hour)
+    row = conn.execute(
+        f"SELECT min(first_seq), max(last_seq) FROM shadow_cube{sql}", args
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
+
+
+def partial_hour(
+    conn: apsw.Connection, *, since_us: int, where: dict[str, str] | None = None
+) -> list[tuple[ShadowFact, int]]:
+    """Records per fact at or after ``since_us`` within its own hour (read from the index rows
+    of that hour only: the cube's seq bounds limit the scan)."""
+    hour = since_us // HOUR_US
+    bounds = seq_bounds(conn, from_hour=hour, to_hour=hour, where=where)
+    if bounds is None:
+        return []
+    clauses, args = _where(where)
+    clauses.append("seq >= ? AND seq <= ? AND at_us >= ?")
+    args.extend([bounds[0], bounds[1], since_us])
+    rows: list[Any] = conn.execute(
+        f"SELECT {_FACT}, count(*) FROM shadow_index WHERE {' AND '.join(clauses)} "
+        f"GROUP BY {_FACT}",
+        args,
+    ).fetchall()
+    return [(ShadowFact(*r[:7]), int(r[7])) for r in rows]
+
+
+def values(conn: apsw.Connection, name: str) -> list[str]:
+    """The distinct values of one field the cube counts."""
+    if name not in ShadowFact._fields:
+        raise ValueError(f"unknown field {name!r}")
+    return [str(r[0]) for r in conn.execute(f"SELECT DISTINCT {name} FROM shadow_cube ORDER BY 1")]
+
+
+def catch_up_all(home: Home, *, chunk: int = 50_000) -> tuple[int, int]:
+    """Index every record not indexed yet, ``chunk`` per write transaction; returns the index's
+    end before and after.
+
+    Raises:
+        HomeError, StoreError: the home or its database cannot be used.
+    """
+    with closing(home.connect(write=True)) as conn:
+        start = next_seq(conn)
+        end = start
+        while True:
+            try:
+                with conn:
+                    moved = catch_up(conn, limit=chunk)
+            except apsw.Error as e:
+                raise store_error("cannot update the shadow index", e, home.db_path) from e
+            if moved == end:
+                return start, end
+            end = moved
