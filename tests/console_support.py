@@ -19,9 +19,11 @@ _ADDRESS = re.compile(r"console: (http://\S+/)")
 
 
 @contextmanager
-def running_ui(home: Path, log: Path, *args: str) -> Iterator[str]:
-    """``rensei ui`` on ``home`` (any free port unless ``args`` name one); yields its base URL
-    (no trailing slash). Its stderr goes to ``log``."""
+def running_ui(
+    home: Path, log: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """``rensei ui`` on ``home`` (any free port unless ``args`` name one) in ``env`` (default:
+    the tests' own); yields its base URL (no trailing slash). Its stderr goes to ``log``."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             [
@@ -38,7 +40,7 @@ def running_ui(home: Path, log: Path, *args: str) -> Iterator[str]:
             stdout=subprocess.DEVNULL,
             stderr=err,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
         )
     try:
         base = None
