@@ -29,6 +29,7 @@ from . import (
     bench_sessions,
     bench_shadow,
     bench_snapshot,
+    bench_ui,
     bench_validation,
     bench_verify,
 )
@@ -50,6 +51,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_replay,
     bench_batch,
     bench_interop,
+    bench_ui,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 
