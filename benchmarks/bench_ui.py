@@ -110,12 +110,13 @@ def run(cfg: Config) -> BenchResult:
             f"/audit?before={count // 2}",
             "/whatif",
         ]
+        statuses: list[str] = []
+
+        def start(status: str, headers: list[tuple[str, str]]) -> None:
+            statuses.append(status)
+
         for path in pages:
-            statuses: list[str] = []
-
-            def start(status: str, headers: list[tuple[str, str]]) -> None:
-                statuses.append(status)
-
+            statuses.clear()
             b"".join(app(_environ(path), start))  # warm-up
             times = []
             for _ in range(5):
