@@ -59,14 +59,11 @@ def _stamp(moment: dt.datetime) -> str:
 def _facts(
     conn: apsw.Connection, f: Filters, where: dict[str, str]
 ) -> list[tuple[ShadowFact, int]]:
-    """Records per fact under the filters: whole hours from the cube, the cut hour from the
-    index rows of that hour."""
+    """Records per fact under the filters (exact at the since cut: see
+    :func:`~rensei_routing.store.shadow_index.since`)."""
     if f.since_us is None:
         return shadow_index.totals(conn, where=where)
-    hour = f.since_us // HOUR_US
-    return shadow_index.totals(conn, from_hour=hour + 1, where=where) + shadow_index.partial_hour(
-        conn, since_us=f.since_us, where=where
-    )
+    return [(fact, n) for fact, n, _ in shadow_index.since(conn, since_us=f.since_us, where=where)]
 
 
 def coverage(conn: apsw.Connection) -> tuple[int, int]:
@@ -202,17 +199,14 @@ def _daily(conn: apsw.Connection, f: Filters) -> list[tuple[str, int, int]]:
     if f.since_us is None:
         rows = shadow_index.daily(conn, agreed=NONE, where=where)
     else:
-        hour = f.since_us // HOUR_US
-        rows = shadow_index.daily(conn, agreed=NONE, from_hour=hour + 1, where=where)
-        part = shadow_index.partial_hour(conn, since_us=f.since_us, where=where)
-        if part:
-            day = hour // 24
-            n = sum(k for _, k in part)
-            a = sum(k for fact, k in part if fact.divergence == NONE)
-            merged = {d: (n0, a0) for d, n0, a0 in rows}
-            n0, a0 = merged.get(day, (0, 0))
-            merged[day] = (n0 + n, a0 + a)
-            rows = sorted((d, x, y) for d, (x, y) in merged.items())
+        found = shadow_index.since(conn, since_us=f.since_us, where=where)
+        cut = [(fact, n) for fact, n, day in found if day >= 0]
+        day = f.since_us // HOUR_US // 24
+        rows = shadow_index.daily(conn, agreed=NONE, low=day + 1, where=where)
+        if cut:
+            n = sum(k for _, k in cut)
+            a = sum(k for fact, k in cut if fact.divergence == NONE)
+            rows = [(day, n, a), *rows]
     epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     return [((epoch + dt.timedelta(days=d)).date().isoformat(), n, a) for d, n, a in rows[-DAYS:]]
 
@@ -239,8 +233,11 @@ def divergences_page(c: Console, q: Query) -> bytes:
         indexed, total_records = coverage(conn)
         form = _filters_form(conn, f, "/divergences", {"by": by, "value": value, "kind": kind})
         count = sum(n for _, n in _facts(conn, f, where))
-        hour = None if f.since_us is None else f.since_us // HOUR_US
-        bounds = shadow_index.seq_bounds(conn, from_hour=hour, where=where)
+        if f.since_us is None:
+            bounds = shadow_index.seq_bounds(conn, where=where)
+        else:  # from the cut's day on (records before the cut are filtered by time)
+            day = f.since_us // HOUR_US // 24
+            bounds = shadow_index.seq_bounds(conn, level="day", low=day, where=where)
         found: list[shadow_index.IndexedRecord] = []
         if bounds is not None:
             high = bounds[1] + 1 if before is None else min(before, bounds[1] + 1)

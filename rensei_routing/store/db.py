@@ -167,6 +167,33 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
         last_seq INTEGER NOT NULL,
         PRIMARY KEY (hour, repo, role, mechanism, seam, transport, divergence, outcome)
     ) STRICT, WITHOUT ROWID;
+    CREATE TABLE shadow_days(
+        day INTEGER NOT NULL,
+        repo TEXT NOT NULL,
+        role TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        seam TEXT NOT NULL,
+        transport TEXT NOT NULL,
+        divergence TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (day, repo, role, mechanism, seam, transport, divergence, outcome)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE shadow_totals(
+        repo TEXT NOT NULL,
+        role TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        seam TEXT NOT NULL,
+        transport TEXT NOT NULL,
+        divergence TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (repo, role, mechanism, seam, transport, divergence, outcome)
+    ) STRICT, WITHOUT ROWID;
     CREATE TABLE shadow_index_state(
         id INTEGER PRIMARY KEY CHECK (id = 1),
         next_seq INTEGER NOT NULL

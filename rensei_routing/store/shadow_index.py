@@ -1,7 +1,9 @@
 """The shadow index: one row of counted fields per shadow record (``shadow_index``) and a count
-per hour and distinct fact (``shadow_cube``), kept beside the audit chain so the console reads
-agreement tables, time series and the records behind a bar without parsing the chain. Owns the
-two tables and ``shadow_index_state`` (schema step 5 in :mod:`.db`); derives everything from the
+per distinct fact by hour (``shadow_cube``), by UTC day (``shadow_days``) and of all time
+(``shadow_totals``), each with its lowest and highest seq, kept beside the audit chain so the
+console reads agreement tables, time series and the records behind a bar without parsing the
+chain. Owns the
+four tables and ``shadow_index_state`` (schema step 5 in :mod:`.db`); derives everything from the
 chain and never changes it.
 
 The index covers seqs ``0 .. next_seq - 1`` of the chain, contiguously. The shadow recorder
@@ -35,11 +37,10 @@ from .home import Home
 
 __all__ = [
     "CATCH_UP",
-    "CubeRow",
+    "LEVELS",
     "IndexedRecord",
     "catch_up",
     "catch_up_all",
-    "cube",
     "daily",
     "extend",
     "index_rows",
@@ -47,6 +48,7 @@ __all__ = [
     "partial_hour",
     "records",
     "seq_bounds",
+    "since",
     "totals",
     "values",
 ]
@@ -57,23 +59,26 @@ CATCH_UP: Final = 20_000
 
 _FACT: Final = "repo, role, mechanism, seam, transport, divergence, outcome"
 _INSERT: Final = f"INSERT INTO shadow_index(seq, at_us, {_FACT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_UPSERT: Final = (
-    f"INSERT INTO shadow_cube(hour, {_FACT}, n, first_seq, last_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT DO UPDATE SET n = n + excluded.n, "
-    "first_seq = min(first_seq, excluded.first_seq), last_seq = max(last_seq, excluded.last_seq)"
-)
+#: The three aggregate levels: table and time column (``None``: all time in one row per fact).
+LEVELS: Final = {
+    "hour": ("shadow_cube", "hour"),
+    "day": ("shadow_days", "day"),
+    "all": ("shadow_totals", None),
+}
 
 
-@dataclass(frozen=True, slots=True)
-class CubeRow:
-    """``n`` records of one fact in one hour, seqs within ``first_seq .. last_seq``."""
+def _upsert(level: str) -> str:
+    table, column = LEVELS[level]
+    time = f"{column}, " if column else ""
+    marks = ", ".join("?" * (11 if column else 10))
+    return (
+        f"INSERT INTO {table}({time}{_FACT}, n, first_seq, last_seq) VALUES ({marks}) "
+        "ON CONFLICT DO UPDATE SET n = n + excluded.n, first_seq = min(first_seq, "
+        "excluded.first_seq), last_seq = max(last_seq, excluded.last_seq)"
+    )
 
-    hour: int
-    fact: ShadowFact
-    n: int
-    first_seq: int
-    last_seq: int
+
+_UPSERTS: Final = {level: _upsert(level) for level in LEVELS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +111,24 @@ def index_rows(
         low, high = bounds.get(key, (seq, seq))
         bounds[key] = (min(low, seq), max(high, seq))
     conn.executemany(
-        _UPSERT,
+        _UPSERTS["hour"],
         [(hour, *fact, n, *bounds[(hour, fact)]) for (hour, fact), n in counts.items()],
     )
+    for level in ("day", "all"):
+        merged: dict[tuple[int | None, ShadowFact], list[int]] = {}
+        for (hour, fact), n in counts.items():
+            t = hour // 24 if level == "day" else None
+            low, high = bounds[(hour, fact)]
+            got = merged.get((t, fact))
+            if got is None:
+                merged[(t, fact)] = [n, low, high]
+            else:
+                got[0] += n
+                got[1], got[2] = min(got[1], low), max(got[2], high)
+        conn.executemany(
+            _UPSERTS[level],
+            [((t,) if t is not None else ()) + (*fact, *v) for (t, fact), v in merged.items()],
+        )
     conn.execute("UPDATE shadow_index_state SET next_seq = ? WHERE id = 1", (stop,))
 
 
@@ -157,23 +177,6 @@ def extend(
     )
 
 
-def cube(
-    conn: apsw.Connection, *, from_hour: int | None = None, where: dict[str, str] | None = None
-) -> list[CubeRow]:
-    """The cube's rows at or after ``from_hour``, restricted to the ``where`` field values."""
-    clauses, args = _where(where)
-    if from_hour is not None:
-        clauses.append("hour >= ?")
-        args.append(from_hour)
-    sql = f"SELECT hour, {_FACT}, n, first_seq, last_seq FROM shadow_cube"
-    if clauses:
-        sql += " WHERE " + " AND ".join(clauses)
-    return [
-        CubeRow(int(r[0]), ShadowFact(*r[1:8]), int(r[8]), int(r[9]), int(r[10]))
-        for r in conn.execute(sql, args)
-    ]
-
-
 def _where(where: dict[str, str] | None) -> tuple[list[str], list[Any]]:
     clauses: list[str] = []
     args: list[Any] = []
@@ -211,26 +214,37 @@ def records(
     return [IndexedRecord(int(r[0]), int(r[1]), ShadowFact(*r[2:9])) for r in rows]
 
 
-def _cube_where(
-    where: dict[str, str] | None, from_hour: int | None, to_hour: int | None = None
-) -> tuple[str, list[Any]]:
+def _level_where(
+    level: str, where: dict[str, str] | None, low: int | None, high: int | None
+) -> tuple[str, str, list[Any]]:
+    """``(table, WHERE clause, args)`` for ``where`` and the time units ``low .. high`` (hours
+    or days; both ``None`` for the all-time level)."""
+    table, column = LEVELS[level]
     clauses, args = _where(where)
-    if from_hour is not None:
-        clauses.append("hour >= ?")
-        args.append(from_hour)
-    if to_hour is not None:
-        clauses.append("hour <= ?")
-        args.append(to_hour)
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+    if low is not None:
+        assert column is not None
+        clauses.append(f"{column} >= ?")
+        args.append(low)
+    if high is not None:
+        assert column is not None
+        clauses.append(f"{column} <= ?")
+        args.append(high)
+    return table, (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
 
 def totals(
-    conn: apsw.Connection, *, from_hour: int | None = None, where: dict[str, str] | None = None
+    conn: apsw.Connection,
+    *,
+    level: str = "all",
+    low: int | None = None,
+    high: int | None = None,
+    where: dict[str, str] | None = None,
 ) -> list[tuple[ShadowFact, int]]:
-    """Records per distinct fact at or after ``from_hour`` (all hours summed)."""
-    sql, args = _cube_where(where, from_hour)
+    """Records per distinct fact in the hours (``level="hour"``) or days (``"day"``)
+    ``low .. high``, or of all time (``"all"``)."""
+    table, sql, args = _level_where(level, where, low, high)
     rows: list[Any] = conn.execute(
-        f"SELECT {_FACT}, sum(n) FROM shadow_cube{sql} GROUP BY {_FACT}", args
+        f"SELECT {_FACT}, sum(n) FROM {table}{sql} GROUP BY {_FACT}", args
     ).fetchall()
     return [(ShadowFact(*r[:7]), int(r[7])) for r in rows]
 
@@ -239,14 +253,15 @@ def daily(
     conn: apsw.Connection,
     *,
     agreed: str,
-    from_hour: int | None = None,
+    low: int | None = None,
     where: dict[str, str] | None = None,
 ) -> list[tuple[int, int, int]]:
-    """``(day since the epoch, records, records whose divergence is agreed)`` per UTC day."""
-    sql, args = _cube_where(where, from_hour)
+    """``(day since the epoch, records, records whose divergence is agreed)`` per UTC day from
+    day ``low`` on."""
+    table, sql, args = _level_where("day", where, low, None)
     rows: list[Any] = conn.execute(
-        f"SELECT hour / 24, sum(n), sum(CASE WHEN divergence = ? THEN n ELSE 0 END) "
-        f"FROM shadow_cube{sql} GROUP BY hour / 24 ORDER BY hour / 24",
+        f"SELECT day, sum(n), sum(CASE WHEN divergence = ? THEN n ELSE 0 END) "
+        f"FROM {table}{sql} GROUP BY day ORDER BY day",
         [agreed, *args],
     ).fetchall()
     return [(int(d), int(n), int(a)) for d, n, a in rows]
@@ -255,16 +270,15 @@ def daily(
 def seq_bounds(
     conn: apsw.Connection,
     *,
-    from_hour: int | None = None,
-    to_hour: int | None = None,
+    level: str = "all",
+    low: int | None = None,
+    high: int | None = None,
     where: dict[str, str] | None = None,
 ) -> tuple[int, int] | None:
-    """The lowest and highest seq of the records the cube counts for ``where`` in the hours
-    given, or ``None`` when it counts none."""
-    sql, args = _cube_where(where, from_hour, to_hour)
-    row = conn.execute(
-        f"SELECT min(first_seq), max(last_seq) FROM shadow_cube{sql}", args
-    ).fetchone()
+    """The lowest and highest seq of the records counted for ``where`` at ``level`` in the
+    time units ``low .. high``, or ``None`` when none are."""
+    table, sql, args = _level_where(level, where, low, high)
+    row = conn.execute(f"SELECT min(first_seq), max(last_seq) FROM {table}{sql}", args).fetchone()
     if row is None or row[0] is None:
         return None
     return int(row[0]), int(row[1])
@@ -276,7 +290,7 @@ def partial_hour(
     """Records per fact at or after ``since_us`` within its own hour (read from the index rows
     of that hour only: the cube's seq bounds limit the scan)."""
     hour = since_us // HOUR_US
-    bounds = seq_bounds(conn, from_hour=hour, to_hour=hour, where=where)
+    bounds = seq_bounds(conn, level="hour", low=hour, high=hour, where=where)
     if bounds is None:
         return []
     clauses, args = _where(where)
@@ -290,11 +304,27 @@ def partial_hour(
     return [(ShadowFact(*r[:7]), int(r[7])) for r in rows]
 
 
+def since(
+    conn: apsw.Connection, *, since_us: int, where: dict[str, str] | None = None
+) -> list[tuple[ShadowFact, int, int]]:
+    """``(fact, records, day)`` at or after ``since_us``, exactly: whole days after the cut's
+    day from the day table, whole hours after the cut's hour in that day from the hour table,
+    the cut's own hour from its index rows."""
+    hour = since_us // HOUR_US
+    day = hour // 24
+    out = [(f, n, -1) for f, n in totals(conn, level="day", low=day + 1, where=where)]
+    part = totals(conn, level="hour", low=hour + 1, high=day * 24 + 23, where=where)
+    part += partial_hour(conn, since_us=since_us, where=where)
+    return out + [(f, n, day) for f, n in part]
+
+
 def values(conn: apsw.Connection, name: str) -> list[str]:
-    """The distinct values of one field the cube counts."""
+    """The distinct values of one field the index counts."""
     if name not in ShadowFact._fields:
         raise ValueError(f"unknown field {name!r}")
-    return [str(r[0]) for r in conn.execute(f"SELECT DISTINCT {name} FROM shadow_cube ORDER BY 1")]
+    return [
+        str(r[0]) for r in conn.execute(f"SELECT DISTINCT {name} FROM shadow_totals ORDER BY 1")
+    ]
 
 
 def catch_up_all(home: Home, *, chunk: int = 50_000) -> tuple[int, int]:
