@@ -5,6 +5,7 @@ medium, and binding beyond loopback requires the home's serve token."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -47,6 +48,9 @@ def test_every_page_answers_and_nothing_but_get_is_served(tmp_path: Path) -> Non
             status, body = fetch(base + path)
             assert status == 200, (path, body[:300])
             assert b"<!doctype html>" in body
+            # air-gapped: nothing is loaded from anywhere but this server, no script at all
+            assert not re.search(rb'(src|href|action)="(https?:)?//', body), path
+            assert b"<script" not in body, path
         for method in ("POST", "PUT", "DELETE", "PATCH"):
             status, _ = fetch(base + "/shadow", method=method)
             assert status == 405
@@ -54,7 +58,8 @@ def test_every_page_answers_and_nothing_but_get_is_served(tmp_path: Path) -> Non
         assert fetch(base + "/shadow?since=soon")[0] == 400
         assert fetch(base + "/divergences?by=colour")[0] == 400
         css = fetch(base + "/static/console.css")
-        assert css[0] == 200 and b"font-family" not in css[1].split(b"body", 1)[0]
+        assert css[0] == 200 and b"//" not in css[1].replace(b"/*", b"").replace(b"*/", b"")
+        assert b"@import" not in css[1] and b"@font-face" not in css[1]
     assert _digest(home) == before  # the console wrote nothing
 
 
