@@ -30,6 +30,7 @@ from . import (
     bench_sessions,
     bench_shadow,
     bench_snapshot,
+    bench_ui,
     bench_validation,
     bench_verify,
 )
@@ -52,6 +53,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_batch,
     bench_interop,
     bench_fleet,
+    bench_ui,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

@@ -39,7 +39,7 @@ DOMAINS: dict[str, frozenset[str]] = {
     "shadow": frozenset({"routing", "audit"}),
 }
 #: Sides and services: never the CLI; the two sides never each other.
-SERVICES = ("control", "host", "shadow", "ops", "plugins", "fleet")
+SERVICES = ("control", "host", "shadow", "ops", "plugins", "fleet", "console")
 SIDES = {"control": "host", "host": "control"}
 #: The pytest plugin for plugin authors runs ``rensei`` commands: it sits above the CLI.
 DRIVES_THE_CLI = frozenset({"rensei_routing.plugins.testing"})
@@ -244,6 +244,7 @@ def test_the_rules_catch_what_they_forbid() -> None:
     assert _fleet("rensei_routing.fleet.report", "rensei_routing.control.server")
     assert _fleet("rensei_routing.fleet.ingest", "rensei_routing.cli._root")
     assert not _fleet("rensei_routing.fleet.ingest", "rensei_routing.store.notes")
+    assert _sides("rensei_routing.console.app", "rensei_routing.cli._root")
     assert _old_paths("rensei_routing.cli.host", "rensei_routing.core.authz")
     assert _commands("rensei_routing.cli.quickstart", "rensei_routing.cli.host")
     assert not _commands("rensei_routing.cli.quickstart", "rensei_routing.cli._render")

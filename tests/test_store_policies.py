@@ -56,7 +56,10 @@ def _file_state(home: Home) -> str:
         ]
         for table in tables:
             h.update(table.encode())
-            for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid'):
+            # every column, in order: WITHOUT ROWID tables (the shadow index's) have no rowid
+            width = len(conn.execute(f'PRAGMA table_info("{table}")').fetchall())
+            order = ", ".join(str(i) for i in range(1, width + 1))
+            for row in conn.execute(f'SELECT * FROM "{table}" ORDER BY {order}'):
                 h.update(repr(row).encode())
     finally:
         conn.close()

@@ -218,66 +218,19 @@ def issue_line(issue: ValidationIssue) -> str:
     return "\t".join(printable(c) for c in cells)
 
 
-_MARK: Final = {"matched": "+", "outranked": "~"}
 
 
 def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> str:
-    """A readable, self-contained explanation of one decision. Each line is made printable on
-    its own, so a value holding a newline, carriage return or escape sequence can neither drive
-    the terminal nor forge a line."""
-    from ..core.routing.policy import RUNG_NAMES
+    """A readable, self-contained explanation of one decision
+    (:func:`~rensei_routing.core.routing.explain_text.decision_lines`, which the console shows
+    too). Each line is made printable on its own, so a value holding a newline, carriage return
+    or escape sequence can neither drive the terminal nor forge a line."""
+    from ..core.routing.explain_text import decision_lines
 
-    lines = [f"{decision.outcome}: {decision.reason}"]
-    if decision.policy_id is not None:
-        rung = decision.precedence_level
-        lines.append(
-            f"  policy      {decision.policy_id} (rung {rung}: {RUNG_NAMES.get(rung or 0, '?')}, "
-            f"priority {decision.precedence_priority}) [{decision.policy_source}]"
-        )
-    else:
-        lines.append(f"  source      {decision.policy_source}")
-    if decision.outcome == "selected":
-        model = decision.effective_model or "(account default)"
-        lines.append(
-            f"  route       account {decision.account_id or '-'}, "
-            f"binding {decision.provider_binding or '-'}, model {model}"
-        )
-    ex = decision.explanation
-    if ex.conflicting_policy_ids:
-        lines.append(f"  conflict    tied policies: {', '.join(ex.conflicting_policy_ids)}")
-    lines.append(
-        f"  snapshot    revision {decision.policy_revision}, {decision.snapshot_state}, "
-        f"{decision.snapshot_hash}"
-    )
+    ruleset = None
     if stamp is not None and stamp.ruleset_rev is not None:
         flag = ", degraded" if stamp.degraded else ""
-        lines.append(
-            f"  ruleset     {stamp.ruleset_rev} (cached snapshot, age "
-            f"{format_age(stamp.age_ms or 0)}{flag})"
+        ruleset = (
+            f"{stamp.ruleset_rev} (cached snapshot, age {format_age(stamp.age_ms or 0)}{flag})"
         )
-    lines.append(f"  decision    {decision.decision_id}")
-    if ex.considered or ex.unlisted_policy_count or ex.unlisted_outranked_count:
-        lines.append("policies (best first):")
-        for c in ex.considered:
-            mark = _MARK.get(c.reason, "x")
-            lines.append(
-                f"  {mark} {c.policy_id:<28} rung {c.precedence_level} "
-                f"priority {c.priority:<5} {c.reason}"
-            )
-        if ex.unlisted_outranked_count:
-            lines.append(
-                f"  ({ex.unlisted_outranked_count} more matched but were outranked; "
-                "--trace full lists them)"
-            )
-        if ex.unlisted_policy_count:
-            lines.append(
-                f"  ({ex.unlisted_policy_count} more did not match; --trace full lists them)"
-            )
-    if ex.eligible_account_ids or ex.rejected_accounts:
-        lines.append("accounts:")
-        for i, account in enumerate(ex.eligible_account_ids):
-            chosen = " (chosen)" if account == decision.account_id and i == 0 else ""
-            lines.append(f"  + {account} eligible{chosen}")
-        for r in ex.rejected_accounts:
-            lines.append(f"  x {r.account_id}: {r.reason}")
-    return "\n".join(printable(line) for line in lines)
+    return "\n".join(printable(line) for line in decision_lines(decision, ruleset=ruleset))

@@ -84,6 +84,7 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         ("snapshot",),
         "Signed ruleset snapshots: compile, show, history, export, verify.",
     ),
+    "ui": (("ui",), "The local, read-only web console over this home."),
 }
 
 

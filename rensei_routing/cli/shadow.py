@@ -223,3 +223,24 @@ def _payloads(  # every parseable payload below ``stop`` at or after ``since``
             unreadable.append(record.seq)
             continue
         yield record, imported_payload(payload)  # an imported HydraFlow record counts as one
+
+
+# -- index --------------------------------------------------------------------------------------
+
+
+@shadow.command(name="index")
+@home_option
+@json_option
+def shadow_index_cmd(home: Path, json_: bool) -> None:
+    """Bring the shadow index (what `rensei ui` reads agreement figures from) up to the chain's
+    head: records appended before this version, or by writers other than the shadow recorder.
+    The recorder keeps it up to date as it appends; this never changes the chain."""
+    from ..store.shadow_index import catch_up_all
+
+    where = home_of(home)
+    where.info()
+    before, after = catch_up_all(where)
+    if json_:
+        echo_json({"indexed_from": before, "indexed_to": after})
+    else:
+        emit(printable(f"shadow index: seqs {before:,} to {after:,} indexed; up to date"))

@@ -156,9 +156,7 @@ class _Resolver:
     """One resolver stream (:func:`explain_iter`) per policy set, fed one context at a time, so
     its memos stay warm across the whole replay."""
 
-    def __init__(
-        self, found: _Found, vocabulary: Vocabulary, redactor: Redactor
-    ) -> None:
+    def __init__(self, found: _Found, vocabulary: Vocabulary, redactor: Redactor) -> None:
         assert found.snapshot is not None
         self._slot: list[RouteContext] = []
         self._stream = explain_iter(
@@ -363,4 +361,3 @@ def _replay_claim(
         summary.match(CLAIM)
     else:
         summary.mismatch(seq, CLAIM, field_name)
-

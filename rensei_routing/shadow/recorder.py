@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import closing
 from types import TracebackType
 from typing import Final
@@ -37,6 +37,7 @@ from ..core.shadow.compare import (
 from ..core.shadow.spawn import Spawn, spawn_route
 from ..errors import StoreError
 from ..plugins.manager import SeamRegistry, safe_classify
+from ..store import shadow_index
 from ..store.audit import AppendResult, AuditLog
 from ..store.db import close_quietly
 from ..store.home import Home
@@ -259,7 +260,8 @@ class ShadowRecorder:
             actual=actual,
             proposed=decision,
         )
-        self._audit().append(record, recorded_at=recorded_at)
+        encoded = encode_payload(record, self._redactor)
+        self._audit().append_stamped(_indexed(recorded_at, [record], [encoded]))
         return record
 
     def record_many(
@@ -288,8 +290,21 @@ class ShadowRecorder:
             else r.canonical()
             for r in records
         ]
-        result = self._audit().append_encoded(encoded, recorded_at=recorded_at)
+        result = self._audit().append_stamped(_indexed(recorded_at, records, encoded))
         return records, result
+
+
+def _indexed(
+    recorded_at: str, records: Sequence[ShadowDecision], encoded: Sequence[bytes]
+) -> Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]:
+    """The ``append_stamped`` builder of ``records`` (stored as ``encoded``): they join the
+    shadow index in the transaction that appends them (see :mod:`..store.shadow_index`)."""
+
+    def build(conn: apsw.Connection, first: int, head: str) -> Iterable[tuple[str, bytes]]:
+        shadow_index.extend(conn, first, recorded_at, records)
+        return iter([(recorded_at, e) for e in encoded])
+
+    return build
 
 
 def record_route_shadow(

@@ -176,6 +176,67 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
         content_hash TEXT NOT NULL
     ) STRICT;
     """,
+    # 8: the shadow index the console reads agreement figures from (issue 22; see
+    #    .shadow_index). A chain recorded before starts unindexed: `rensei shadow index`.
+    """
+    CREATE TABLE shadow_index(
+        seq INTEGER PRIMARY KEY,
+        at_us INTEGER NOT NULL,
+        repo TEXT NOT NULL,
+        role TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        seam TEXT NOT NULL,
+        transport TEXT NOT NULL,
+        divergence TEXT NOT NULL,
+        outcome TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE shadow_cube(
+        hour INTEGER NOT NULL,
+        repo TEXT NOT NULL,
+        role TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        seam TEXT NOT NULL,
+        transport TEXT NOT NULL,
+        divergence TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (hour, repo, role, mechanism, seam, transport, divergence, outcome)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE shadow_days(
+        day INTEGER NOT NULL,
+        repo TEXT NOT NULL,
+        role TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        seam TEXT NOT NULL,
+        transport TEXT NOT NULL,
+        divergence TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (day, repo, role, mechanism, seam, transport, divergence, outcome)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE shadow_totals(
+        repo TEXT NOT NULL,
+        role TEXT NOT NULL,
+        mechanism TEXT NOT NULL,
+        seam TEXT NOT NULL,
+        transport TEXT NOT NULL,
+        divergence TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        PRIMARY KEY (repo, role, mechanism, seam, transport, divergence, outcome)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE shadow_index_state(
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        next_seq INTEGER NOT NULL
+    ) STRICT;
+    INSERT INTO shadow_index_state(id, next_seq) VALUES (1, 0);
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

@@ -183,8 +183,7 @@ class ReplaySummary:
     def lines(self) -> list[str]:
         """The report: the verdict line, then one line per kind of unreplayable record."""
         head = (
-            f"replayed {self.replayed:,}, matched {self.matched:,}, "
-            f"mismatched {self.mismatched:,}"
+            f"replayed {self.replayed:,}, matched {self.matched:,}, mismatched {self.mismatched:,}"
         )
         if self.first_mismatch is not None:
             seq, name = self.first_mismatch

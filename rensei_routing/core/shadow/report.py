@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..routing.decision import HELD, REJECTED
-from .compare import DIRECT_HTTP, DIVERGENCES, ShadowDecision
+from .compare import DIRECT_HTTP, DIVERGENCES, NONE, ShadowDecision
+from .facts import ShadowFact
 
 __all__ = ["GROUPINGS", "ReportRow", "ShadowReport", "group_key"]
 
@@ -98,6 +99,14 @@ class _Tally:
         self.held += outcome == HELD
         self.rejected += outcome == REJECTED
 
+    def add_fact(self, fact: ShadowFact, n: int) -> None:
+        self.spawns += n
+        self.agreed += n if fact.divergence == NONE else 0
+        self.divergence[fact.divergence] = self.divergence.get(fact.divergence, 0) + n
+        self.direct_http += n if fact.transport == DIRECT_HTTP else 0
+        self.held += n if fact.outcome == HELD else 0
+        self.rejected += n if fact.outcome == REJECTED else 0
+
     def row(self, group: str) -> ReportRow:
         return ReportRow(
             group=group,
@@ -131,6 +140,16 @@ class ShadowReport:
             tally = self._groups[key] = _Tally()
         tally.add(record)
         self._total.add(record)
+
+    def add_fact(self, fact: ShadowFact, n: int = 1) -> None:
+        """Count ``n`` records of one :class:`~.facts.ShadowFact` (what :meth:`add` counts for
+        each record it came from: the console reads facts from the store's index)."""
+        key = ALL if self.by is None else str(getattr(fact, self.by))
+        tally = self._groups.get(key)
+        if tally is None:
+            tally = self._groups[key] = _Tally()
+        tally.add_fact(fact, n)
+        self._total.add_fact(fact, n)
 
     @property
     def total(self) -> ReportRow:

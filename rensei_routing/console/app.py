@@ -1,0 +1,149 @@
+"""The console's WSGI app: GET routes only (anything else is 405), the shipped static assets,
+the binding rule, and error pages. Owns what a request may do; the pages own what they show.
+
+Binding rule (docs/console.md): on a loopback address (127.0.0.0/8, ``::1``, ``localhost``)
+the console needs no token, like any local tool; beyond loopback every request must carry the
+home's serve token (``<home>/keys/serve.token``, the one ``rensei serve`` requires), as
+``Authorization: Bearer TOKEN`` or the cookie a browser gets from opening ``/?token=TOKEN``
+once (HttpOnly, SameSite=Strict; setting it writes nothing to the home).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from importlib.resources import files
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+from ..errors import RenseiRoutingError
+from .context import BadRequest, Console, NotFound, Query
+from .html import esc, page
+from .pages_chain import audit_page, decision_page
+from .pages_home import overview_page, policies_page
+from .pages_shadow import divergences_page, shadow_page
+from .pages_whatif import whatif_page
+
+__all__ = ["COOKIE", "is_loopback", "make_app"]
+
+log = logging.getLogger("rensei_routing.console")
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+Page = Callable[[Console, Query], bytes]
+
+#: The cookie holding the token beyond loopback.
+COOKIE: Final = "rensei_ui_token"
+_PAGES: Final[dict[str, Page]] = {
+    "/": overview_page,
+    "/shadow": shadow_page,
+    "/divergences": divergences_page,
+    "/whatif": whatif_page,
+    "/policies": policies_page,
+    "/audit": audit_page,
+}
+_DECISION: Final = re.compile(r"^/decision/([0-9]{1,18})$")
+_STATIC: Final = {"/static/console.css": ("console.css", "text/css; charset=utf-8")}
+_SECURITY: Final = [
+    # Nothing is loaded from anywhere but this server; no script runs; no framing.
+    ("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _query(environ: dict[str, Any]) -> Query:
+    parsed = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+    return {str(k): str(v[0]) for k, v in parsed.items() if v}
+
+
+def _cookie(environ: dict[str, Any]) -> str:
+    for part in environ.get("HTTP_COOKIE", "").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == COOKIE:
+            return str(value)
+    return ""
+
+
+def make_app(console: Console, *, token: str | None = None) -> WSGIApp:
+    """The console at ``console``; with ``token``, every request must carry it."""
+
+    def authorised(environ: dict[str, Any], q: Query) -> bool:
+        if token is None:
+            return True
+        given = environ.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ")
+        for candidate in (given, _cookie(environ), q.get("token", "")):
+            if candidate and hmac.compare_digest(candidate.encode(), token.encode()):
+                return True
+        return False
+
+    def app(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        began = time.perf_counter()
+        method = environ.get("REQUEST_METHOD", "GET")
+        path = environ.get("PATH_INFO", "") or "/"
+        status, headers, body = _respond(environ, method, path)
+        start(status, [*headers, *_SECURITY, ("Content-Length", str(len(body)))])
+        log.info(
+            "%s %s %s %.0fms",
+            method[:10],
+            path[:200].encode("unicode_escape").decode("ascii"),
+            status.split(" ", 1)[0],
+            (time.perf_counter() - began) * 1000,
+        )
+        return [b"" if method == "HEAD" else body]
+
+    def _respond(
+        environ: dict[str, Any], method: str, path: str
+    ) -> tuple[str, list[tuple[str, str]], bytes]:
+        html = [("Content-Type", "text/html; charset=utf-8")]
+        if method not in ("GET", "HEAD"):
+            body = page("Read-only", "", "<p>This console only reads: GET only.</p>")
+            return "405 Method Not Allowed", [*html, ("Allow", "GET, HEAD")], body
+        q = _query(environ)
+        if not authorised(environ, q):
+            body = page(
+                "Token required",
+                "",
+                "<p>This console listens beyond loopback: open it once as "
+                "<code>/?token=TOKEN</code> with the home's serve token.</p>",
+            )
+            return "401 Unauthorized", html, body
+        if token is not None and q.get("token"):
+            cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+            return "303 See Other", [("Location", path), ("Set-Cookie", cookie)], b""
+        if path in _STATIC:
+            name, kind = _STATIC[path]
+            data = files(__package__).joinpath("static", name).read_bytes()
+            return "200 OK", [("Content-Type", kind)], data
+        try:
+            handler = _PAGES.get(path)
+            if handler is not None:
+                return "200 OK", html, handler(console, q)
+            m = _DECISION.match(path)
+            if m:
+                return "200 OK", html, decision_page(console, q, int(m.group(1)))
+            raise NotFound(f"no page {path}")
+        except BadRequest as e:
+            return "400 Bad Request", html, page("Bad request", "", f'<p id="error">{esc(e)}</p>')
+        except NotFound as e:
+            return "404 Not Found", html, page("Not found", "", f'<p id="error">{esc(e)}</p>')
+        except RenseiRoutingError as e:
+            body = page("Cannot read the home", "", f'<p id="error">{esc(e)}</p>')
+            return "503 Service Unavailable", html, body
+
+    return app

@@ -1,0 +1,335 @@
+"""`rensei ui` in a real browser: headless Chromium (Debian's chromium and chromium-driver)
+driven by selenium against `rensei ui` started as a real process on a quickstart home. Each page
+is loaded; the numbers in its DOM are checked against the CLI's own figures (`shadow report`,
+`policy whatif`, the stored records), links are followed to where they say they lead, the
+browser's console must stay free of errors, and a tampered chain must show as broken (never as
+fine). A screenshot of each page is saved as an artifact: under $RENSEI_ARTIFACTS when set,
+else under pytest's temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+
+from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.home import Home
+
+from .console_support import running_ui, wait_for
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+SAMPLES = Path(__file__).resolve().parent.parent / "plugins" / "rensei-seams-hydraflow" / "samples"
+
+if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+    if os.environ.get("CI") == "true":  # .ci/run installs them: missing there is a failure
+        raise RuntimeError("chromium and chromium-driver are missing (see .ci/run)")
+    pytest.skip("Debian's chromium and chromium-driver are not installed", allow_module_level=True)
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+#: The tests' environment with installed plugins loaded (the suite's conftest turns them off):
+#: the quickstart replays HydraFlow's spawns through the reference seam plugin.
+PLUGINS_ON = {k: v for k, v in os.environ.items() if k != "RENSEI_ROUTING_LOAD_PLUGINS"}
+
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def _rensei(*args: str) -> Any:
+    out = subprocess.run(
+        [sys.executable, "-m", "rensei_routing.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=PLUGINS_ON,
+    )
+    assert out.returncode == 0, (args, out.stderr)
+    return json.loads(out.stdout) if "--json" in args else out.stdout
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = os.environ.get("RENSEI_ARTIFACTS")
+    path = Path(where) if where else tmp_path_factory.mktemp("console-screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("qs") / "home"
+    _rensei("quickstart", "--home", str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    options = webdriver.ChromeOptions()
+    for flag in FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="rensei-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    options.add_argument("--window-size=1280,1400")
+    options.binary_location = str(CHROMIUM)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield d
+    finally:
+        d.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ui(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    whatif = tmp_path_factory.mktemp("whatif")
+    shutil.copy(SAMPLES / "candidate-policies.json", whatif / "candidate.json")
+    log = tmp_path_factory.mktemp("log") / "ui.log"
+    with running_ui(home, log, "--whatif-dir", str(whatif), env=PLUGINS_ON) as base:
+        yield base
+
+
+def visit(driver: Any, url: str, shot: Path | None = None) -> None:
+    """Load ``url``; the browser's console must stay free of errors and warnings."""
+    driver.get(url)
+    if shot is not None:
+        driver.save_screenshot(str(shot))
+    logs = [e for e in driver.get_log("browser") if e.get("level") in ("SEVERE", "WARNING")]
+    assert logs == [], logs
+
+
+def text(driver: Any, css: str) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def cells(driver: Any, table_id: str) -> list[list[str]]:
+    rows = driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")
+    return [[td.text for td in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+
+
+def _num(s: str) -> int:
+    return int(s.replace(",", ""))
+
+
+def test_overview_shows_the_home_and_its_verified_chain(
+    driver: Any, ui: str, home: Path, artifacts: Path
+) -> None:
+    def verified() -> bool:
+        visit(driver, ui + "/")
+        return text(driver, "#chain-status") == "ok" and bool(driver.find_elements(By.ID, "doctor"))
+
+    wait_for(verified, "the overview to show a verified chain and doctor's checks")
+    visit(driver, ui + "/", artifacts / "overview.png")
+    with AuditLog.open(Home(home)) as log:
+        count = log.count()
+    assert text(driver, "#org") == "quickstart"
+    assert _num(text(driver, "#chain-records")) == count
+    assert f"{count:,} record(s) verified" in text(driver, "#chain-detail")
+    assert text(driver, "#policy-revision") == "1"
+    assert text(driver, "#snapshot-state") in ("fresh", "degraded")
+    doctor = {row[0]: row[1] for row in cells(driver, "doctor")}
+    assert doctor["audit chain"] == "ok" and doctor["schema"] == "ok"
+
+
+def test_shadow_figures_are_shadow_reports(
+    driver: Any, ui: str, home: Path, artifacts: Path
+) -> None:
+    visit(driver, ui + "/shadow", artifacts / "shadow.png")
+    total = _rensei("--home", str(home), "shadow", "report", "--json")["total"]
+    shown = {row[0]: row[1] for row in cells(driver, "totals")}
+    assert _num(shown["spawns"]) == total["spawns"]
+    assert _num(shown["agreed"]) == total["agreed"]
+    assert shown["agreement"] == f"{total['agreement_rate'] * 100:.1f}%"
+    for kind in ("provider", "model", "provider-and-model", "not-selected"):
+        assert _num(shown[kind]) == total["divergence"][kind]
+    assert shown["direct-HTTP share"] == f"{total['direct_http_share'] * 100:.1f}%"
+    assert _num(shown["held"]) == total["held"] and _num(shown["rejected"]) == total["rejected"]
+    for by in ("repo", "role", "mechanism", "seam", "transport"):
+        groups = _rensei("--home", str(home), "shadow", "report", "--by", by, "--json")["groups"]
+        rows = cells(driver, f"table-{by}")
+        assert [(r[0], _num(r[1]), _num(r[2])) for r in rows] == [
+            (g["group"], g["spawns"], g["agreed"]) for g in groups
+        ]
+        assert driver.find_elements(By.CSS_SELECTOR, f"#by-{by} svg rect")  # the chart
+    daily = cells(driver, "table-daily")
+    assert sum(_num(r[1]) for r in daily) == total["spawns"]
+
+
+def test_filters_narrow_the_figures(driver: Any, ui: str, home: Path) -> None:
+    groups = _rensei("--home", str(home), "shadow", "report", "--by", "repo", "--json")["groups"]
+    repo = groups[0]["group"]
+    visit(driver, ui + "/shadow")
+    driver.find_element(By.CSS_SELECTOR, f"#f-repo option[value='{repo}']").click()
+    driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    shown = {row[0]: row[1] for row in cells(driver, "totals")}
+    assert _num(shown["spawns"]) == groups[0]["spawns"]
+    visit(driver, ui + "/shadow?since=1m")  # quickstart recorded everything minutes ago or more
+    assert _num({r[0]: r[1] for r in cells(driver, "totals")}["spawns"]) in (
+        0,
+        _rensei("--home", str(home), "shadow", "report", "--since", "1m", "--json")["total"][
+            "spawns"
+        ],
+    )
+
+
+def test_a_bar_leads_to_its_records_and_a_record_to_its_decision(
+    driver: Any, ui: str, home: Path, artifacts: Path
+) -> None:
+    visit(driver, ui + "/shadow")
+    first = driver.find_elements(By.CSS_SELECTOR, "#table-repo tbody tr")[0]
+    repo = first.find_elements(By.TAG_NAME, "td")[0].text
+    agreed_link = first.find_elements(By.TAG_NAME, "td")[2].find_element(By.TAG_NAME, "a")
+    agreed = _num(agreed_link.text)
+    agreed_link.click()
+    driver.save_screenshot(str(artifacts / "divergences.png"))
+    assert _num(text(driver, "#match-count")) == agreed
+    rows = cells(driver, "records")
+    assert rows and len(rows) == min(agreed, 50)
+    fields = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#records thead th")]
+    for row in rows:
+        record = dict(zip(fields, row, strict=True))
+        assert record["repo"] == repo and record["divergence"] == "none"
+    seen = [_num(r[0]) for r in rows]
+    if agreed > 50:
+        driver.find_element(By.CSS_SELECTOR, "a.older").click()
+        older = [_num(r[0]) for r in cells(driver, "records")]
+        assert older and max(older) < min(seen)
+        driver.back()
+    seq = seen[0]
+    driver.find_element(By.LINK_TEXT, str(seq)).click()
+    assert driver.current_url.endswith(f"/decision/{seq}")
+    driver.save_screenshot(str(artifacts / "decision.png"))
+    assert not driver.get_log("browser")
+    with AuditLog.open(Home(home)) as log:
+        payload = log.get(seq).payload
+    assert text(driver, "#decision-id") == payload["proposed"]["decision_id"]
+    explanation = text(driver, "#explanation")
+    assert explanation.startswith(f"{payload['proposed']['outcome']}: ")
+    assert payload["proposed"]["decision_id"] in explanation
+    legacy = {r[0]: r[1] for r in cells(driver, "legacy")}
+    assert legacy["mechanism"].split(" ")[0] == payload["actual"]["mechanism"]
+    assert legacy["divergence"] == "none"
+
+
+def test_whatif_shows_the_move_matrix_of_policy_whatif(
+    driver: Any, ui: str, home: Path, artifacts: Path
+) -> None:
+    visit(driver, ui + "/whatif")
+    driver.find_element(By.LINK_TEXT, "candidate.json").click()
+
+    def done() -> bool:
+        visit(driver, driver.current_url)
+        return bool(driver.find_elements(By.ID, "counters"))
+
+    wait_for(done, "the what-if comparison")
+    driver.save_screenshot(str(artifacts / "whatif.png"))
+    cli = _rensei(
+        "--home", str(home), "policy", "whatif", str(SAMPLES / "candidate-policies.json"), "--json"
+    )
+    counters = {r[0]: _num(r[1]) for r in cells(driver, "counters")}
+    assert counters["changed"] == cli["changed"]
+    assert counters["moved provider"] == cli["moved_provider"]
+    matrix_total = sum(_num(c) for row in cells(driver, "matrix") for c in row[1:] if c != ".")
+    assert matrix_total == cli["contexts"]
+    example = driver.find_elements(By.CSS_SELECTOR, "#counters a")
+    if example:
+        target = example[0].get_attribute("href")
+        example[0].click()
+        assert driver.current_url == target and "/decision/" in target
+        assert text(driver, "#decision-id").startswith("sha256:")
+
+
+def test_policies_and_audit_pages(driver: Any, ui: str, home: Path, artifacts: Path) -> None:
+    visit(driver, ui + "/policies", artifacts / "policies.png")
+    history = _rensei("--home", str(home), "policy", "history", "--json")
+    assert len(cells(driver, "revisions")) == len(
+        history if isinstance(history, list) else history["revisions"]
+    )
+    assert "revision" in text(driver, "#diff-title")
+
+    def verified() -> bool:
+        visit(driver, ui + "/audit")
+        return text(driver, "#chain-status") == "ok"
+
+    wait_for(verified, "the audit page to show a verified chain")
+    driver.save_screenshot(str(artifacts / "audit.png"))
+    checkpoints = cells(driver, "checkpoints")
+    assert checkpoints and all(r[2].startswith("verified") for r in checkpoints)
+    with AuditLog.open(Home(home)) as log:
+        head = log.count()
+    first = driver.find_elements(By.CSS_SELECTOR, "details.record")[0]
+    assert first.get_attribute("id") == f"record-{head - 1}"
+    driver.find_element(By.CSS_SELECTOR, "a.older").click()
+    assert (
+        driver.find_elements(By.CSS_SELECTOR, "details.record")[0].get_attribute("id")
+        == f"record-{head - 26}"
+    )
+
+
+def test_pages_fit_a_narrow_screen(driver: Any, ui: str, artifacts: Path) -> None:
+    driver.set_window_size(390, 900)
+    try:
+        for path in ("/", "/shadow", "/audit", "/policies"):
+            visit(driver, ui + path)
+            overflow = driver.execute_script(
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 1, (path, overflow)
+        driver.save_screenshot(str(artifacts / "shadow-narrow.png"))
+    finally:
+        driver.set_window_size(1280, 1400)
+
+
+def test_a_tampered_chain_shows_as_broken(
+    driver: Any, home: Path, tmp_path: Path, artifacts: Path
+) -> None:
+    copy = tmp_path / "tampered"
+    _rensei("--home", str(home), "backup", str(copy))
+    conn = apsw.Connection(str(copy / "rensei.db"))
+    try:
+        row = conn.execute("SELECT seq, recorded_at FROM audit_records WHERE seq = 7").fetchone()
+        conn.execute(
+            "UPDATE audit_records SET recorded_at = ? WHERE seq = 7",
+            (str(row[1]).replace("Z", "1Z") if "." in str(row[1]) else "2020-01-01T00:00:00Z",),
+        )
+    finally:
+        conn.close()
+    states: list[str] = []
+    with running_ui(copy, tmp_path / "ui.log", env=PLUGINS_ON) as base:
+
+        def broken() -> bool:
+            visit(driver, base + "/")
+            states.append(text(driver, "#chain-status"))
+            return states[-1] == "fail"
+
+        wait_for(broken, "the overview to show the tampered chain as broken")
+        driver.save_screenshot(str(artifacts / "tampered-overview.png"))
+        assert "BROKEN" in text(driver, "#chain-detail")
+        assert "seq 7" in text(driver, "#chain-detail")
+        visit(driver, base + "/audit", artifacts / "tampered-audit.png")
+        assert text(driver, "#chain-status") == "fail"
+        assert all(not r[2].startswith("verified") for r in cells(driver, "checkpoints"))
+        visit(driver, base + "/shadow")
+        assert "BROKEN" in text(driver, "#chain-banner")
+    assert "ok" not in states  # never shown as fine, not even before the verdict
