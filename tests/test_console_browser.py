@@ -26,6 +26,10 @@ from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 
 from .console_support import running_ui, wait_for
+from .shadow_support import installed_seams
+
+#: Fixtures used by name (the fleet test records HydraFlow spawns in-process).
+_FIXTURES = (installed_seams,)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -333,3 +337,64 @@ def test_a_tampered_chain_shows_as_broken(
         visit(driver, base + "/shadow")
         assert "BROKEN" in text(driver, "#chain-banner")
     assert "ok" not in states  # never shown as fine, not even before the verdict
+
+
+@pytest.mark.usefixtures("installed_seams")
+def test_the_fleet_page_shows_the_fleet_report_and_a_fork(
+    driver: Any, home: Path, tmp_path: Path, pg_url: str, artifacts: Path
+) -> None:
+    """Issue 23's page in the console: two hosts ingested into a real PostgreSQL fleet
+    database, one of which then forks; the page shows `fleet report`'s figures (from the DOM)
+    and the fork as a problem, never as fine; without --fleet it says how to configure it."""
+    from click.testing import CliRunner
+
+    from rensei_routing.cli import cli
+
+    from .test_fleet import export, ingest, make_host, ok, record, trust
+
+    runner = CliRunner()
+    hosts = {
+        "host-a": make_host(runner, tmp_path, "a", 0, 12),
+        "host-b": make_host(runner, tmp_path, "b", 100, 8),
+    }
+    for host_id, h in hosts.items():
+        ok(trust(runner, pg_url, host_id, h))
+        ok(ingest(runner, pg_url, export(runner, h, tmp_path / "x" / host_id)))
+    reported = ok(runner.invoke(cli, ["fleet", "report", "--from", pg_url, "--json"]))
+    report = json.loads(reported.output)
+    with running_ui(home, tmp_path / "ui.log", "--fleet", pg_url, env=PLUGINS_ON) as base:
+        visit(driver, base + "/fleet", artifacts / "fleet.png")
+        assert text(driver, "#fleet-problems").startswith("2 host(s): none forked")
+        totals = dict((r[0], r[1]) for r in cells(driver, "fleet-totals"))
+        assert _num(totals["spawns"]) == report["total"]["spawns"] == 20
+        assert _num(totals["agreed"]) == report["total"]["agreed"]
+        shown = {r[0]: (_num(r[1]), r[7]) for r in cells(driver, "fleet-hosts")}
+        assert shown == {"host-a": (12, "ok"), "host-b": (8, "ok")}
+        for dim in ("host", "repo", "role", "mechanism", "seam"):
+            rows = {r[0]: (_num(r[1]), _num(r[2])) for r in cells(driver, f"fleet-{dim}")}
+            expected = {g["group"]: (g["spawns"], g["agreed"]) for g in report["groups"][dim]}
+            assert rows == expected, dim
+        # host-a forks: a twin of its home records another history from seq 12 on.
+        twin = tmp_path / "a-twin"
+        shutil.copytree(hosts["host-a"], twin)
+        record(runner, hosts["host-a"], 600, 3)
+        record(runner, twin, 700, 5)
+        ok(ingest(runner, pg_url, export(runner, hosts["host-a"], tmp_path / "y" / "a")))
+        forked = export(runner, twin, tmp_path / "z" / "a")
+        assert runner.invoke(cli, ["fleet", "ingest", "--to", pg_url, str(forked)]).exit_code == 1
+        visit(driver, base + "/fleet", artifacts / "fleet-forked.png")
+        banner = driver.find_element(By.CSS_SELECTOR, "#fleet-problems")
+        assert "fail" in banner.get_attribute("class")
+        assert "host host-a FORKED at seq 12" in banner.text
+        assert {r[0]: r[7] for r in cells(driver, "fleet-hosts")}["host-a"] == "forked"
+        assert [(r[1], r[2], r[3]) for r in cells(driver, "fleet-alarms")] == [
+            ("host-a", "fork", "12")
+        ]
+    with running_ui(home, tmp_path / "ui2.log", env={**PLUGINS_ON, "RENSEI_FLEET_URL": ""}) as base:
+        visit(driver, base + "/fleet")
+        assert "--fleet" in text(driver, "#fleet-none")
+    unreachable = "postgresql://rensei@127.0.0.1:9/nothing"
+    with running_ui(home, tmp_path / "ui3.log", "--fleet", unreachable, env=PLUGINS_ON) as base:
+        visit(driver, base + "/fleet")
+        error = driver.find_element(By.CSS_SELECTOR, "#fleet-error")
+        assert "fail" in error.get_attribute("class") and "127.0.0.1:9" in error.text

@@ -40,13 +40,29 @@ from ._store import home_of
     default=None,
     help="Directory of candidate policy files (*.json) the what-if page offers.",
 )
+@click.option(
+    "--fleet",
+    "fleet_url",
+    envvar="RENSEI_FLEET_URL",
+    default=None,
+    metavar="URL",
+    help="A fleet evidence database (postgresql://..., as `rensei fleet ingest --to` fills it) "
+    "for the fleet page; read through a read-only session. Default: $RENSEI_FLEET_URL.",
+)
 @home_option
-def ui(bind: str, port: int, open_: bool, whatif_dir: Path | None, home: Path) -> None:
+def ui(
+    bind: str,
+    port: int,
+    open_: bool,
+    whatif_dir: Path | None,
+    fleet_url: str | None,
+    home: Path,
+) -> None:
     """Serve the read-only console (overview, shadow, divergences, decisions, what-if,
-    policies, audit) until SIGTERM. Every page opens the store read-only, so it runs beside
-    writers and on read-only media. On a loopback address no token is needed; beyond loopback
-    every request must carry the home's serve token (<home>/keys/serve.token), as a bearer
-    header or by opening /?token=TOKEN once."""
+    policies, audit, and the fleet report with --fleet) until SIGTERM. Every page opens the
+    store read-only, so it runs beside writers and on read-only media. On a loopback address
+    no token is needed; beyond loopback every request must carry the home's serve token
+    (<home>/keys/serve.token), as a bearer header or by opening /?token=TOKEN once."""
     from ..console.app import is_loopback, make_app
     from ..console.context import Console
     from ..console.state import Doctor, Verifier, WhatIfJobs
@@ -75,6 +91,7 @@ def ui(bind: str, port: int, open_: bool, whatif_dir: Path | None, home: Path) -
         doctor=Doctor(h, now),
         whatif=WhatIfJobs(h, now, vocabulary),
         vocabulary=vocabulary,
+        fleet_url=fleet_url or None,
     )
     logging.basicConfig(
         stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"

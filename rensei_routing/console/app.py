@@ -24,6 +24,7 @@ from ..errors import RenseiRoutingError
 from .context import BadRequest, Console, NotFound, Query
 from .html import esc, page
 from .pages_chain import audit_page, decision_page
+from .pages_fleet import fleet_page
 from .pages_home import overview_page, policies_page
 from .pages_shadow import divergences_page, shadow_page
 from .pages_whatif import whatif_page
@@ -45,6 +46,7 @@ _PAGES: Final[dict[str, Page]] = {
     "/whatif": whatif_page,
     "/policies": policies_page,
     "/audit": audit_page,
+    "/fleet": fleet_page,
 }
 _DECISION: Final = re.compile(r"^/decision/([0-9]{1,18})$")
 _STATIC: Final = {"/static/console.css": ("console.css", "text/css; charset=utf-8")}

@@ -27,7 +27,8 @@ _ROW: Final = 26
 
 def bars(rows: Sequence[tuple[str, Sequence[tuple[str, int, str]]]], *, title: str) -> str:
     """One stacked bar per ``(label, segments)``; a segment is ``(kind, count, href)``. Bars are
-    scaled to their own total (shares), so groups of any size compare."""
+    scaled to their own total (shares), so groups of any size compare. A segment with an empty
+    ``href`` is drawn without a link (its records are not in this home)."""
     height = _ROW * len(rows) + 30
     out = [
         f'<svg class="chart" viewBox="0 0 {_W} {height}" role="img" '
@@ -47,11 +48,12 @@ def bars(rows: Sequence[tuple[str, Sequence[tuple[str, int, str]]]], *, title: s
                 continue
             w = width * n / total
             colour = COLOURS.get(kind, "#1565c0")
-            out.append(
-                f'<a href="{esc(href)}"><rect x="{x:.1f}" y="{y}" width="{max(w, 1):.1f}" '
+            rect = (
+                f'<rect x="{x:.1f}" y="{y}" width="{max(w, 1):.1f}" '
                 f'height="20" fill="{colour}"><title>{esc(label)}: {esc(kind)} {n:,} '
-                f"({n / total * 100:.1f}%)</title></rect></a>"
+                f"({n / total * 100:.1f}%)</title></rect>"
             )
+            out.append(f'<a href="{esc(href)}">{rect}</a>' if href else rect)
             x += w
     y = len(rows) * _ROW + 20
     x = 4

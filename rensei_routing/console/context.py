@@ -48,6 +48,8 @@ class Console:
     doctor: Doctor
     whatif: WhatIfJobs
     vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    #: The fleet evidence database the fleet page reports on (``rensei ui --fleet URL``).
+    fleet_url: str | None = None
 
     @contextmanager
     def read(self) -> Iterator[apsw.Connection]:

@@ -20,6 +20,7 @@ NAV: Final = (
     ("/whatif", "What-if"),
     ("/policies", "Policies"),
     ("/audit", "Audit"),
+    ("/fleet", "Fleet"),
 )
 
 

@@ -171,9 +171,11 @@ def _psycopg() -> Any:
     return psycopg
 
 
-def connect(url: str) -> psycopg.Connection[Any]:
+def connect(url: str, *, read_only: bool = False) -> psycopg.Connection[Any]:
     """An autocommit connection to the fleet database at ``url`` (``postgresql://...``), its
-    schema ensured (every multi-statement change runs in ``conn.transaction()``).
+    schema ensured (every multi-statement change runs in ``conn.transaction()``); with
+    ``read_only`` (the console), the schema is not touched and every transaction of the session
+    is read-only (``default_transaction_read_only``), so nothing can be written through it.
 
     Raises:
         InputError: ``url`` is not a PostgreSQL URL.
@@ -190,7 +192,13 @@ def connect(url: str) -> psycopg.Connection[Any]:
             f"cannot connect to the fleet database {display_url(url)}: {_first_line(e)}"
         ) from e
     try:
-        ensure_schema(conn, url)
+        if read_only:
+            conn.execute("SET default_transaction_read_only = on")
+        else:
+            ensure_schema(conn, url)
+    except psycopg.Error as e:
+        conn.close()
+        raise store_error(f"cannot use the fleet database {display_url(url)}", e) from e
     except BaseException:
         conn.close()
         raise
