@@ -57,7 +57,7 @@ def test_past_refuse_after_the_refusal_names_the_command_that_renews_it(
     assert code == 0 and json.loads(out)["degraded"] is True
     code, out, err = _explain_at(runner, host, 1801)
     assert code == 1 and out == ""
-    assert "past RefuseAfter (1800s)" in err and "renew it with `rensei host sync`" in err
+    assert "past RefuseAfter (30m00s)" in err and "renew it with `rensei host sync`" in err
     assert len([line for line in err.splitlines() if line.startswith("Error:")]) == 1
 
 

@@ -283,7 +283,13 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bo
 @click.option(
     "--after", "after", type=click.IntRange(min=0), default=0, help="Only records after SEQ."
 )
-@click.option("--limit", type=click.IntRange(min=1, max=100_000), default=1000, show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1, max=100_000),
+    default=1000,
+    show_default=True,
+    help="At most this many records.",
+)
 @home_option
 @json_option
 def snapshot_events(after: int, limit: int, home: Path, json_: bool) -> None:
