@@ -58,7 +58,11 @@ def test_quickstart_runs_the_main_job_and_twice(tmp_path: Path, runner: CliRunne
     status = runner.invoke(cli, ["host", "status", "--json", "--home", str(home)])
     doc = json.loads(status.stdout)
     assert doc["snapshot"]["rulesetRev"] == "quickstart@1"
-    assert doc["lastFetch"]["ok"] is True and doc["source"]["endpoint"].startswith("http://127.")
+    assert doc["lastFetch"]["ok"] is True
+    # ... whose endpoint is stopped: no dead source is left for `host run` to poll
+    assert doc["source"]["endpoint"] is None and doc["source"]["configured"] is False
+    text = runner.invoke(cli, ["host", "status", "--home", str(home)])
+    assert "http://127." not in text.output and "rensei host sync" in text.output
     # the suggested explain works
     line = next(x for x in out.splitlines() if "explain --snapshot" in x)
     context = line.split("--snapshot ", 1)[1].strip("'")

@@ -202,7 +202,8 @@ def compile_serve_sync(
     vocabulary: Vocabulary,
 ) -> Served:
     """``snapshot compile``, ``serve`` on a free loopback port, ``host trust`` of the home's own
-    key and ``host sync`` from that endpoint; the server is stopped before returning."""
+    key and ``host sync`` from that endpoint; the server is stopped before returning, and the
+    host's configured source cleared (the endpoint no longer answers)."""
     compiled = compile_snapshot(
         home,
         compiled_at=format_timestamp(clock()),
@@ -230,6 +231,9 @@ def compile_serve_sync(
         synced = poll_once(cache, config, now=clock())
     finally:
         server.stop()
+    # The endpoint is gone once quickstart returns: leave no dead source behind for `host run`
+    # or `host status` to name (they say to `host sync` from a live one instead).
+    cache.save_config(HostConfig(**{**config.to_dict(), "endpoint": None, "token_file": None}))
     return Served(compiled.ruleset_rev, endpoint, synced, cache)
 
 
