@@ -515,6 +515,53 @@ def test_at_its_connection_limit_the_server_sheds_the_oldest_slow_client() -> No
         server.stop()
 
 
+def _closed_by_server(s: socket.socket) -> bool:
+    """Whether the server closed ``s`` (EOF or reset on a non-blocking read)."""
+    s.setblocking(False)
+    try:
+        return s.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        s.setblocking(True)
+
+
+def test_shedding_picks_the_oldest_connection_not_the_latest_first_byte() -> None:
+    """The oldest waiting connection is shed first, by when it connected: a slow client that
+    connected early and sent its first byte late is older than a client that connected later
+    and has not yet been read (the order a loaded CI machine produced, shedding a host's fresh
+    connection instead of the slow client)."""
+    server = RunningServer(_app(b"ok"), host="127.0.0.1", port=0, limits=Limits(connection_limit=6))
+    socks: list[socket.socket] = []
+    try:
+
+        def connect() -> socket.socket:
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            socks.append(s)
+            time.sleep(0.3)  # accepted by the loop before the next one
+            return s
+
+        slow = connect()  # connects first ...
+        fresh = connect()  # ... the host connects after it ...
+        slow.sendall(b"G")  # ... and the slow client's first byte comes later still
+        time.sleep(0.3)
+        for _ in range(8):  # more connections until the server is at its limit and sheds
+            connect()
+            if _closed_by_server(slow) or _closed_by_server(fresh):
+                break
+        assert _closed_by_server(slow), "the oldest slow client was not shed"
+        assert not _closed_by_server(fresh), "the newer connection was shed before the oldest"
+        fresh.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        fresh.settimeout(10)
+        assert fresh.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in socks:
+            s.close()
+        server.stop()
+
+
 def test_a_request_must_arrive_within_the_deadline() -> None:
     server = RunningServer(
         _app(b"ok"), host="127.0.0.1", port=0, limits=Limits(request_timeout_s=1.0)

@@ -128,9 +128,12 @@ class _Server(_TcpWSGIServer):  # type: ignore[misc]  # untyped base
         excess = len(self._map) - self.adj.connection_limit + 1 - closing
         if excess <= 0:
             return
+        # Oldest by when the connection was made, not by its request's first byte: a slow
+        # client that connected early and trickles its first byte in late is older than a
+        # host's connection accepted since and not yet read.
         waiting = sorted(
             (c for c in channels if c.waiting() and not c.will_close),
-            key=lambda c: c.request_started,
+            key=lambda c: c.creation_time,
         )
         for channel in waiting[:excess]:
             channel.will_close = True
