@@ -45,7 +45,7 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
-from . import chainwalk, rotation, segments
+from . import autocheckpoint, chainwalk, rotation, segments
 from .codec import FUNCTION, Codec
 from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
@@ -94,9 +94,14 @@ class AuditLog:
     A failed write closes the writer connection, so the next operation opens a fresh one.
     ``rotate_at_records``: seal the live segment once it holds that many records, after the
     write transaction that reached it (see :mod:`.rotation`); ``None``: never automatically.
+    ``checkpoint_every``: sign a checkpoint of the head, after the write transaction, once that
+    many records lie past the latest one (see :mod:`.autocheckpoint`; needs ``private_key``);
+    ``None``: never automatically. Its last failure, if any: :attr:`auto_checkpoint_error`.
     """
 
     __slots__ = (
+        "_checkpoint_every",
+        "_checkpointed",
         "_key",
         "_options",
         "_path",
@@ -108,6 +113,7 @@ class AuditLog:
         "_sealed",
         "_writer",
         "_writer_codec",
+        "auto_checkpoint_error",
         "origin",
     )
 
@@ -122,6 +128,7 @@ class AuditLog:
         options: ConnectOptions | None = None,
         protected: Sequence[Path] = (),
         rotate_at_records: int | None = None,
+        checkpoint_every: int | None = None,
     ) -> None:
         self._path = Path(path)
         self._options = ConnectOptions() if options is None else options
@@ -134,6 +141,9 @@ class AuditLog:
         self._writer_codec: Codec | None = None
         self._reader: apsw.Connection | None = None
         self._rotate_at = rotate_at_records
+        self._checkpoint_every = checkpoint_every
+        self._checkpointed = 0  # a lower bound of the latest checkpoint's size
+        self.auto_checkpoint_error: str | None = None
         self._sealed = segments.Sealed(self._path, self._options)
 
     @classmethod
@@ -157,6 +167,7 @@ class AuditLog:
             options=home.connect_options(),
             protected=(home.path,),
             rotate_at_records=rotation.rotate_at_records(home),
+            checkpoint_every=autocheckpoint.checkpoint_every(home),
         )
 
     # -- connections --------------------------------------------------------------------------
@@ -313,7 +324,10 @@ class AuditLog:
                         kept.extend(rows)
         except apsw.Error as e:
             raise self._write_failed("cannot append to the audit log", e) from e
-        if self._rotate_at is not None and count:  # after the commit, never inside it
+        # After the commit, never inside it: a checkpoint of the head, then the rotation.
+        if self._checkpoint_every is not None and count and self._key is not None:
+            autocheckpoint.checkpoint_if_due(self, first + count, self._checkpoint_every)
+        if self._rotate_at is not None and count:
             rotation.rotate_if_due(self, first + count, self._rotate_at)
         return AppendResult(first_seq=first, count=count, head_hash=prev), kept
 
