@@ -23,6 +23,8 @@ from rensei_routing.core.audit.chain import (
     STRICT_PAYLOADS,
     Checkpoint,
     note_key_hash,
+    payload_hash,
+    record_hash,
     verify_chain,
 )
 from rensei_routing.errors import HomeError
@@ -254,3 +256,42 @@ def test_concurrent_writers_store_one_checkpoint_per_head_and_the_chain_verifies
         result = log.verify()
     assert result.ok and result.records_checked == 336
     assert result.checkpoints_checked == len(stored)
+
+
+def test_its_own_batches_are_spared_only_while_their_head_is_the_one_it_wrote(
+    tmp_path: Path,
+) -> None:
+    """The appending process need not parse its own canonical batches again, but a batch of
+    its own rewritten after the append (non-strict bytes, every hash recomputed after it, as
+    an attacker without the key can) no longer ends at the head it wrote: nothing is signed."""
+    home = _home(tmp_path, 30)
+    with AuditLog.open(home) as log:
+        log.append_many([{"i": i} for i in range(20)], recorded_at=T)  # its own, 0..19
+        assert log._vouched and log._vouched[0][:2] == (0, 19)
+        with closing(connect(home.db_path, write=True)) as conn, conn:
+            rows = conn.execute(
+                "SELECT seq, recorded_at, prev_hash FROM audit_records ORDER BY seq"
+            ).fetchall()
+            prev = str(rows[5][2])
+            for seq, at, _ in rows[5:]:
+                data = b'{"i":5,"i":6}' if seq == 5 else f'{{"i":{seq}}}'.encode()
+                p_hash = payload_hash(data)
+                r_hash = record_hash(seq, prev, at, p_hash)
+                conn.execute(
+                    "UPDATE audit_records SET payload = ?, payload_hash = ?, prev_hash = ?, "
+                    "record_hash = ? WHERE seq = ?",
+                    (data, p_hash, prev, r_hash, seq),
+                )
+                prev = r_hash
+        # the decision right after that batch (as with a threshold of 20): refused
+        assert autocheckpoint.checkpoint_if_due(log, 20, 20) is None
+        assert log.auto_checkpoint_error is not None and "record 19" in log.auto_checkpoint_error
+        assert _stored(home) == []
+        log._checkpoint_every, log.auto_checkpoint_error = 30, None
+        log.append_many([{"i": i} for i in range(20)], recorded_at=T)  # 40: due, refused
+        assert log.auto_checkpoint_error is not None and "seq" in log.auto_checkpoint_error
+        assert log.count() == 40
+        result = log.verify()
+        assert not result.ok and result.first_broken_seq == 5
+        assert result.reason == "unparseable-record"
+    assert _stored(home) == []

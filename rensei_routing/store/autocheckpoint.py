@@ -17,6 +17,17 @@ weakens no verification: ``verify()`` still checks every record's hashes and lin
 checkpoint against the log, and a record altered below a checkpoint is still a hash mismatch
 at its own seq.
 
+The records **this process appended** through ``append``/``append_many``/``append_within``
+since the base are not read again: their bytes are the canonical encoder's (strict by
+construction) and this process computed their hashes, so the log keeps each such batch's
+``(first seq, last seq, the head it followed, its head)``, and the walk takes a batch when it
+reaches it at the head it followed and the stored record at its last seq carries its head. The
+head signed then names exactly the chain this process verified or wrote. (A batch rewritten
+after the append, hashes recomputed, no longer ends at its head: nothing is signed. One
+altered without recomputing them is not looked at here, but ``verify()`` names it at its own
+seq, as it would below any checkpoint.) Records other processes appended are walked and
+parsed. ``append_encoded``/``append_stamped`` (bytes the caller vouches for) are walked too.
+
 Concurrency: one process at a time, under the segments' lock (``wait=False``: a writer that
 finds it held skips, the holder or the next writer past the threshold checkpoints), and the
 row is inserted only if no checkpoint of that size is stored yet, so two writers deciding at
@@ -38,10 +49,12 @@ from ..core.audit.chain import (
     ROW_COLUMNS,
     STRICT_PAYLOADS,
     Checkpoint,
+    VerifyResult,
     note_key_hash,
     parse_checkpoint,
-    verify_chain,
+    walk_range,
 )
+from ..core.audit.verdict import Reason
 from ..errors import AuditError, CheckpointFormatError, HomeError, RenseiRoutingError
 from .codec import FUNCTION
 from .home import Home
@@ -59,6 +72,8 @@ _SELECT: Final = (
     f"SELECT {', '.join(ROW_COLUMNS[:-1])}, {FUNCTION}(payload) AS payload FROM audit_records "
     "WHERE seq >= ? ORDER BY seq"
 )
+_RANGE: Final = _SELECT.replace("ORDER BY", "AND seq < ? ORDER BY")
+_HASH_AT: Final = "SELECT record_hash FROM audit_records WHERE seq = ?"
 _LATEST: Final = (
     "SELECT max(s) FROM (SELECT max(size) AS s FROM audit_checkpoints "
     "UNION ALL SELECT max(last_seq) + 1 FROM audit_segments)"
@@ -110,6 +125,8 @@ def checkpoint_if_due(log: AuditLog, next_seq: int, every: int) -> Checkpoint | 
         conn = log._read_conn()
         with conn:
             log._checkpointed = max(log._checkpointed, latest_size(conn))
+        # Batches wholly below the latest checkpoint can spare nothing any more.
+        log._vouched = [v for v in log._vouched if v[1] >= log._checkpointed]
         if next_seq - log._checkpointed < every:
             return None
         lock = SegmentLock(log._path)
@@ -159,11 +176,7 @@ def _checkpoint(log: AuditLog, every: int) -> Checkpoint | None:
         if top is None or int(top) + 1 - size < every:
             log._checkpointed = max(log._checkpointed, size)
             return None
-        cursor = conn.execute(_SELECT, (size,))
-        try:
-            result = verify_chain(cursor, start_seq=size, start_hash=head)
-        finally:
-            cursor.close(True)
+        result = _walk(conn, size, head, log._vouched)
     if not result.ok or result.records_checked != int(top) + 1:
         raise AuditError(
             f"the records past seq {size} do not verify: seq {result.first_broken_seq}: "
@@ -181,4 +194,52 @@ def _checkpoint(log: AuditLog, every: int) -> Checkpoint | None:
     except apsw.Error as e:
         raise log._write_failed("cannot store the automatic checkpoint", e) from e
     log._checkpointed = max(log._checkpointed, cp.size)
+    log._vouched = [v for v in log._vouched if v[1] >= cp.size]
     return cp
+
+
+def _walk(
+    conn: apsw.Connection, start: int, head: str, vouched: list[tuple[int, int, str, str]]
+) -> VerifyResult:
+    """The records from ``start`` (linked to ``head``) in the caller's read snapshot, as
+    ``verify()`` walks them, every payload parsed, except this process's own batches
+    ``vouched`` (first, last, the head they followed, their head), which are taken when the
+    walk reaches them at the head they followed and the stored record at ``last`` carries
+    their head (see the module docstring)."""
+    expected, prev = start, head
+    for first, last, before, after in sorted(v for v in vouched if v[0] >= start):
+        if first > expected:
+            result = _stretch(conn, expected, first, prev)
+            if not result.ok:
+                return result
+            expected, prev = result.records_checked, result.head_hash
+        if first != expected or prev != before:
+            why = f"record {first - 1} is not the head batch {first} followed"
+            return _refused(expected, "prev-hash-mismatch", why)
+        stored = conn.execute(_HASH_AT, (last,)).get
+        if stored != after:
+            why = f"record {last} is not the head this process wrote"
+            return _refused(last, "truncated-below-checkpoint", why)
+        expected, prev = last + 1, after
+    return _stretch(conn, expected, None, prev)
+
+
+def _stretch(conn: apsw.Connection, lo: int, hi: int | None, prev: str) -> VerifyResult:
+    """The rows ``lo <= seq < hi`` (all from ``lo`` when ``hi`` is ``None``), walked strictly
+    from ``prev``; a stretch that ends short of ``hi`` is a failure."""
+    sql, args = (_SELECT, (lo,)) if hi is None else (_RANGE, (lo, hi))
+    cursor = conn.execute(sql, args)
+    try:
+        result = walk_range(cursor, {}, expected=lo, prev=prev, parsed_below=0)
+    finally:
+        cursor.close(True)
+    if result.ok and hi is not None and result.records_checked != hi:
+        seq = result.records_checked
+        return _refused(seq, "seq-gap", f"the log has no record {seq}")
+    return result
+
+
+def _refused(seq: int, reason: Reason, detail: str) -> VerifyResult:
+    return VerifyResult(
+        ok=False, records_checked=seq, first_broken_seq=seq, reason=reason, detail=detail
+    )
