@@ -295,3 +295,39 @@ def test_its_own_batches_are_spared_only_while_their_head_is_the_one_it_wrote(
         assert not result.ok and result.first_broken_seq == 5
         assert result.reason == "unparseable-record"
     assert _stored(home) == []
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "unknown dictionary"])
+def test_verify_reads_damaged_frames_as_the_sql_function_reads_them(
+    tmp_path: Path, damage: str
+) -> None:
+    """The walk inflates stored payloads in Python (store/parallel.py), not through
+    ``rensei_payload()``: a damaged stored frame gets the very verdict it gets when the rows
+    are read through the SQL function."""
+    home = _home(tmp_path, 0)
+    with AuditLog.open(home) as log:
+        log.append_many([{"i": i, "pad": "abc" * 40} for i in range(30)], recorded_at=T)
+    with closing(connect(home.db_path, write=True)) as conn:
+        stored = bytes(conn.execute("SELECT payload FROM audit_records WHERE seq = 12").get)
+        assert stored.startswith(b"\x28\xb5\x2f\xfd")  # a zstd frame
+        changed: Any = {
+            "truncated": stored[:-3],
+            "flipped": stored[:-2] + bytes([stored[-2] ^ 0xFF]) + stored[-1:],
+            "unknown dictionary": stored[:6] + bytes([stored[6] ^ 0x55]) + stored[7:],
+        }[damage]
+        conn.execute("UPDATE audit_records SET payload = ? WHERE seq = 12", (changed,))
+    origin = f"rensei-routing/{home.info().org}/audit"
+    with AuditLog.open(home) as log:
+        got = log.verify(workers=1)
+        with closing(connect(home.db_path)) as conn:
+            rows = conn.execute(
+                "SELECT seq, recorded_at, prev_hash, payload_hash, record_hash, "
+                "rensei_payload(payload) FROM audit_records ORDER BY seq"
+            ).fetchall()
+    single = verify_chain(rows, origin=origin)
+    assert not got.ok and got.first_broken_seq == 12
+    assert (got.first_broken_seq, got.reason, got.detail) == (
+        single.first_broken_seq,
+        single.reason,
+        single.detail,
+    )
