@@ -45,7 +45,7 @@ from ..errors import (
     NotFoundError,
     StoreError,
 )
-from . import chainwalk, rotation, segments
+from . import autocheckpoint, chainwalk, rotation, segments
 from .codec import FUNCTION, Codec
 from .db import close_quietly, connect, store_error
 from .home import ConnectOptions, Home
@@ -94,9 +94,14 @@ class AuditLog:
     A failed write closes the writer connection, so the next operation opens a fresh one.
     ``rotate_at_records``: seal the live segment once it holds that many records, after the
     write transaction that reached it (see :mod:`.rotation`); ``None``: never automatically.
+    ``checkpoint_every``: sign a checkpoint of the head, after the write transaction, once that
+    many records lie past the latest one (see :mod:`.autocheckpoint`; needs ``private_key``);
+    ``None``: never automatically. Its last failure, if any: :attr:`auto_checkpoint_error`.
     """
 
     __slots__ = (
+        "_checkpoint_every",
+        "_checkpointed",
         "_key",
         "_options",
         "_path",
@@ -106,8 +111,10 @@ class AuditLog:
         "_redactor",
         "_rotate_at",
         "_sealed",
+        "_vouched",
         "_writer",
         "_writer_codec",
+        "auto_checkpoint_error",
         "origin",
     )
 
@@ -122,6 +129,7 @@ class AuditLog:
         options: ConnectOptions | None = None,
         protected: Sequence[Path] = (),
         rotate_at_records: int | None = None,
+        checkpoint_every: int | None = None,
     ) -> None:
         self._path = Path(path)
         self._options = ConnectOptions() if options is None else options
@@ -134,6 +142,12 @@ class AuditLog:
         self._writer_codec: Codec | None = None
         self._reader: apsw.Connection | None = None
         self._rotate_at = rotate_at_records
+        self._checkpoint_every = checkpoint_every
+        self._checkpointed = 0  # a lower bound of the latest checkpoint's size
+        #: (first seq, last seq, the head it followed, its head) of each batch this process
+        #: encoded canonically since then (see :mod:`.autocheckpoint`).
+        self._vouched: list[tuple[int, int, str, str]] = []
+        self.auto_checkpoint_error: str | None = None
         self._sealed = segments.Sealed(self._path, self._options)
 
     @classmethod
@@ -157,6 +171,7 @@ class AuditLog:
             options=home.connect_options(),
             protected=(home.path,),
             rotate_at_records=rotation.rotate_at_records(home),
+            checkpoint_every=autocheckpoint.checkpoint_every(home),
         )
 
     # -- connections --------------------------------------------------------------------------
@@ -222,7 +237,7 @@ class AuditLog:
             CanonicalEncodingError: the payload is not a canonical JSON value.
             StoreError: the database write failed (nothing was written).
         """
-        rows = self._append((encode_payload(payload, self._redactor),), recorded_at)[1]
+        rows = self._append((encode_payload(payload, self._redactor),), recorded_at, own=True)[1]
         return AuditRecord.from_row(rows[0])
 
     def append_many(self, payloads: Iterable[Any], *, recorded_at: str) -> AppendResult:
@@ -233,7 +248,7 @@ class AuditLog:
             CanonicalEncodingError: a payload is not a canonical JSON value (nothing written).
             StoreError: the database write failed (nothing was written).
         """
-        return self._append(encode_payloads(payloads, self._redactor), recorded_at)[0]
+        return self._append(encode_payloads(payloads, self._redactor), recorded_at, own=True)[0]
 
     def append_within(
         self, change: Callable[[apsw.Connection], Iterable[Any]], *, recorded_at: str
@@ -247,7 +262,7 @@ class AuditLog:
         Raises:
             MalformedError, CanonicalEncodingError, StoreError: nothing was written.
         """
-        return self._append((), recorded_at, within=change)[0]
+        return self._append((), recorded_at, within=change, own=True)[0]
 
     def append_encoded(self, encoded: Iterable[bytes], *, recorded_at: str) -> AppendResult:
         """Append payloads already in their stored form (``encode_payload`` with this log's
@@ -281,10 +296,12 @@ class AuditLog:
         keep: bool = True,
         within: Callable[[apsw.Connection], Iterable[Any]] | None = None,
         stamped: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]] | None = None,
+        own: bool = False,
     ) -> tuple[AppendResult, list[tuple[int, str, str, str, str, bytes]]]:
         """Link and insert ``encoded`` (or what ``within(conn)`` returns, run first inside the
         transaction, or the pairs ``stamped`` yields) after the head in one transaction, a
-        chunk at a time; the rows are returned only with ``keep``."""
+        chunk at a time; the rows are returned only with ``keep``. ``own``: the bytes are this
+        log's canonical encoding (the automatic checkpoint need not parse them again)."""
         if stamped is None:
             check_timestamp(recorded_at)
         conn = self._write_conn()
@@ -299,6 +316,7 @@ class AuditLog:
                         return AppendResult(first_seq=0, count=0, head_hash=""), kept
                 head = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
                 first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
+                before = prev
                 pairs = (
                     ((recorded_at, d) for d in encoded)
                     if stamped is None
@@ -313,7 +331,12 @@ class AuditLog:
                         kept.extend(rows)
         except apsw.Error as e:
             raise self._write_failed("cannot append to the audit log", e) from e
-        if self._rotate_at is not None and count:  # after the commit, never inside it
+        # After the commit, never inside it: a checkpoint of the head, then the rotation.
+        if self._checkpoint_every is not None and count and self._key is not None:
+            if own:
+                self._vouched.append((first, first + count - 1, before, prev))
+            autocheckpoint.checkpoint_if_due(self, first + count, self._checkpoint_every)
+        if self._rotate_at is not None and count:
             rotation.rotate_if_due(self, first + count, self._rotate_at)
         return AppendResult(first_seq=first, count=count, head_hash=prev), kept
 
