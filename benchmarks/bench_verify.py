@@ -297,6 +297,9 @@ def run(cfg: Config) -> BenchResult:
                 (lib, lib1, f"default path, last {tail:,} past its automatic checkpoint"),
             ):
                 rate, rate1 = size / m["seconds"], size / m1["seconds"]
+                # The bars are on 1,000,000 records written by the default path; the
+                # other rows (smaller logs, checkpoint_every = 0) are information, no target.
+                bar = size >= 1_000_000 and case.startswith("default path")
                 res.figures.append(
                     Figure(
                         case=f"{size:,} records, {case}, all cores",
@@ -305,8 +308,8 @@ def run(cfg: Config) -> BenchResult:
                         baseline=base_rate,
                         baseline_label="one-process scan + unzstd + SHA-256",
                         ratio=rate / base_rate,
-                        target=f">= {TARGET_RATIO}x",
-                        passed=rate / base_rate >= TARGET_RATIO,
+                        target=f">= {TARGET_RATIO}x" if bar else "",
+                        passed=rate / base_rate >= TARGET_RATIO if bar else None,
                         note=f"{WORKERS} workers",
                     )
                 )
@@ -318,8 +321,8 @@ def run(cfg: Config) -> BenchResult:
                         baseline=rate1,
                         baseline_label="verify(workers=1)",
                         ratio=rate / rate1,
-                        target=f">= {TARGET_SPEEDUP}x",
-                        passed=rate / rate1 >= TARGET_SPEEDUP,
+                        target=f">= {TARGET_SPEEDUP}x" if bar else "",
+                        passed=rate / rate1 >= TARGET_SPEEDUP if bar else None,
                     )
                 )
             res.figures.append(
