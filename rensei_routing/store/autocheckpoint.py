@@ -38,7 +38,6 @@ message in ``AuditLog.auto_checkpoint_error``, and the next writer past the thre
 
 from __future__ import annotations
 
-import tomllib
 from typing import TYPE_CHECKING, Final
 
 import apsw
@@ -55,10 +54,10 @@ from ..core.audit.chain import (
     walk_range,
 )
 from ..core.audit.verdict import Reason
-from ..errors import AuditError, CheckpointFormatError, HomeError, RenseiRoutingError
+from ..errors import AuditError, CheckpointFormatError, RenseiRoutingError
 from .codec import FUNCTION
 from .home import Home
-from .rotation import _key, sign
+from .rotation import _key, audit_record_count, sign
 from .segments import SegmentLock, read_catalog
 
 if TYPE_CHECKING:
@@ -87,25 +86,9 @@ def checkpoint_every(home: Home) -> int | None:
     Raises:
         HomeError: the file is unreadable, not TOML, or the value is not a whole number >= 0.
     """
-    try:
-        with open(home.config_path, "rb") as f:
-            config = tomllib.load(f)
-    except FileNotFoundError:
-        return DEFAULT_CHECKPOINT_EVERY
-    except OSError as e:
-        raise HomeError(f"cannot read {home.config_path}: {e.strerror}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise HomeError(f"{home.config_path} is not valid TOML: {e}") from e
-    audit = config.get("audit", {})
-    value = audit.get("checkpoint_every") if isinstance(audit, dict) else None
-    if value is None:
-        return DEFAULT_CHECKPOINT_EVERY
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
-        raise HomeError(
-            f"{home.config_path}: [audit] checkpoint_every must be a whole number of records "
-            f"(0: never checkpoint automatically), not {value!r}"
-        )
-    return value or None
+    return audit_record_count(
+        home, "checkpoint_every", DEFAULT_CHECKPOINT_EVERY, off="0: never checkpoint automatically"
+    )
 
 
 def latest_size(conn: apsw.Connection) -> int:

@@ -102,23 +102,35 @@ def rotate_at_records(home: Home) -> int | None:
     Raises:
         HomeError: the file is unreadable, not TOML, or the value is not a whole number >= 0.
     """
+    return audit_record_count(
+        home, "rotate_at_records", DEFAULT_ROTATE_AT, off="0: never rotate automatically"
+    )
+
+
+def audit_record_count(home: Home, name: str, default: int, *, off: str) -> int | None:
+    """A record count ``[audit] <name>`` in the home's ``config.toml``: ``default`` when the
+    file or the key is absent, ``None`` for 0 (``off`` says what 0 means, in the error).
+
+    Raises:
+        HomeError: the file is unreadable, not TOML, or the value is not a whole number >= 0.
+    """
     try:
         with open(home.config_path, "rb") as f:
             config = tomllib.load(f)
     except FileNotFoundError:
-        return DEFAULT_ROTATE_AT
+        return default
     except OSError as e:
         raise HomeError(f"cannot read {home.config_path}: {e.strerror}") from e
     except tomllib.TOMLDecodeError as e:
         raise HomeError(f"{home.config_path} is not valid TOML: {e}") from e
     audit = config.get("audit", {})
-    value = audit.get("rotate_at_records") if isinstance(audit, dict) else None
+    value = audit.get(name) if isinstance(audit, dict) else None
     if value is None:
-        return DEFAULT_ROTATE_AT
+        return default
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
         raise HomeError(
-            f"{home.config_path}: [audit] rotate_at_records must be a whole number of records "
-            f"(0: never rotate automatically), not {value!r}"
+            f"{home.config_path}: [audit] {name} must be a whole number of records "
+            f"({off}), not {value!r}"
         )
     return value or None
 
