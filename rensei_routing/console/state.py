@@ -10,6 +10,7 @@ thread verifies again whenever the chain's head moves.
 
 from __future__ import annotations
 
+import abc
 import threading
 from collections.abc import Callable
 from contextlib import closing
@@ -52,7 +53,7 @@ def _head(home: Home) -> tuple[int, str]:
         return log.head()
 
 
-class _Watch:
+class _Watch(abc.ABC):
     """A daemon thread calling ``step`` now and then until :meth:`stop`."""
 
     def __init__(self, name: str, every_s: float) -> None:
@@ -70,8 +71,9 @@ class _Watch:
             self._wake.wait(self._every)
             self._wake.clear()
 
-    def step(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def step(self) -> None:
+        """One round of the watch's work (each subclass's own)."""
 
     def stop(self) -> None:
         self._stop.set()
