@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import apsw
 import pytest
@@ -43,6 +44,8 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 #: The tests' environment with installed plugins loaded (the suite's conftest turns them off):
 #: the quickstart replays HydraFlow's spawns through the reference seam plugin.
@@ -123,6 +126,18 @@ def visit(driver: Any, url: str, shot: Path | None = None) -> None:
     assert logs == [], logs
 
 
+def follow(driver: Any, element: Any) -> None:
+    """Click ``element`` (a link or a submit button) and wait until the page it navigates to
+    has replaced the current one and loaded, so nothing is read from the page being replaced
+    (a stale element)."""
+    before = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 60).until(staleness_of(before))
+    wait_for(
+        lambda: driver.execute_script("return document.readyState") == "complete", "a page load"
+    )
+
+
 def text(driver: Any, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
@@ -185,7 +200,8 @@ def test_filters_narrow_the_figures(driver: Any, ui: str, home: Path) -> None:
     repo = groups[0]["group"]
     visit(driver, ui + "/shadow")
     driver.find_element(By.CSS_SELECTOR, f"#f-repo option[value='{repo}']").click()
-    driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "form.filters button"))
+    assert f"repo={quote_plus(repo)}" in driver.current_url
     shown = {row[0]: row[1] for row in cells(driver, "totals")}
     assert _num(shown["spawns"]) == groups[0]["spawns"]
     visit(driver, ui + "/shadow?since=1m")  # quickstart recorded everything minutes ago or more
@@ -205,7 +221,7 @@ def test_a_bar_leads_to_its_records_and_a_record_to_its_decision(
     repo = first.find_elements(By.TAG_NAME, "td")[0].text
     agreed_link = first.find_elements(By.TAG_NAME, "td")[2].find_element(By.TAG_NAME, "a")
     agreed = _num(agreed_link.text)
-    agreed_link.click()
+    follow(driver, agreed_link)
     driver.save_screenshot(str(artifacts / "divergences.png"))
     assert _num(text(driver, "#match-count")) == agreed
     rows = cells(driver, "records")
@@ -216,12 +232,12 @@ def test_a_bar_leads_to_its_records_and_a_record_to_its_decision(
         assert record["repo"] == repo and record["divergence"] == "none"
     seen = [_num(r[0]) for r in rows]
     if agreed > 50:
-        driver.find_element(By.CSS_SELECTOR, "a.older").click()
+        follow(driver, driver.find_element(By.CSS_SELECTOR, "a.older"))
         older = [_num(r[0]) for r in cells(driver, "records")]
         assert older and max(older) < min(seen)
         driver.back()
     seq = seen[0]
-    driver.find_element(By.LINK_TEXT, str(seq)).click()
+    follow(driver, driver.find_element(By.LINK_TEXT, str(seq)))
     assert driver.current_url.endswith(f"/decision/{seq}")
     driver.save_screenshot(str(artifacts / "decision.png"))
     assert not driver.get_log("browser")
@@ -240,7 +256,7 @@ def test_whatif_shows_the_move_matrix_of_policy_whatif(
     driver: Any, ui: str, home: Path, artifacts: Path
 ) -> None:
     visit(driver, ui + "/whatif")
-    driver.find_element(By.LINK_TEXT, "candidate.json").click()
+    follow(driver, driver.find_element(By.LINK_TEXT, "candidate.json"))
 
     def done() -> bool:
         visit(driver, driver.current_url)
@@ -259,7 +275,7 @@ def test_whatif_shows_the_move_matrix_of_policy_whatif(
     example = driver.find_elements(By.CSS_SELECTOR, "#counters a")
     if example:
         target = example[0].get_attribute("href")
-        example[0].click()
+        follow(driver, example[0])
         assert driver.current_url == target and "/decision/" in target
         assert text(driver, "#decision-id").startswith("sha256:")
 
@@ -284,7 +300,7 @@ def test_policies_and_audit_pages(driver: Any, ui: str, home: Path, artifacts: P
         head = log.count()
     first = driver.find_elements(By.CSS_SELECTOR, "details.record")[0]
     assert first.get_attribute("id") == f"record-{head - 1}"
-    driver.find_element(By.CSS_SELECTOR, "a.older").click()
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "a.older"))
     assert (
         driver.find_elements(By.CSS_SELECTOR, "details.record")[0].get_attribute("id")
         == f"record-{head - 26}"
