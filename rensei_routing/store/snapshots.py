@@ -129,6 +129,33 @@ def decode_org(revision: int, digest: str, body: bytes) -> tuple[int, OrgData]:
         raise StoreError(f"org data revision {revision} is unreadable: {e}") from e
 
 
+def resealed(
+    held: RulesetSnapshot,
+    *,
+    compiled_at: str,
+    signing_key_id: str,
+    sign: Callable[[bytes], bytes],
+) -> RulesetSnapshot:
+    """``held`` signed again at ``compiled_at``: the same org, revision, sections and
+    validators (a re-seal makes no new revision), both backends' one rule.
+
+    Raises:
+        SnapshotError: ``compiled_at`` is not later than the held snapshot's.
+    """
+    fresh = seal(
+        org_id=held.org_id,
+        revision=held.revision,
+        compiled_at=compiled_at,
+        sections=held.sections,
+        signing_key_id=signing_key_id,
+        sign=sign,
+        validators=held.validators,
+    )
+    if not check_succession(held, fresh):
+        raise SnapshotError(f"compiledAt {compiled_at} is not later than {held.compiled_at}")
+    return fresh
+
+
 def validated_sections(
     *,
     policies: PolicySnapshot,
@@ -370,19 +397,9 @@ class SnapshotStore:
         try:
             with self._conn:
                 held = self.load(lookup=lookup)
-                fresh = seal(
-                    org_id=held.org_id,
-                    revision=held.revision,
-                    compiled_at=compiled_at,
-                    sections=held.sections,
-                    signing_key_id=signing_key_id,
-                    sign=sign,
-                    validators=held.validators,
+                fresh = resealed(
+                    held, compiled_at=compiled_at, signing_key_id=signing_key_id, sign=sign
                 )
-                if not check_succession(held, fresh):
-                    raise SnapshotError(
-                        f"compiledAt {compiled_at} is not later than {held.compiled_at}"
-                    )
                 self._conn.execute(
                     "UPDATE ruleset_snapshots SET compiled_at = ?, envelope = ? WHERE revision = ?",
                     (compiled_at, fresh.to_bytes(), held.revision),

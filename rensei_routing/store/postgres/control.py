@@ -30,7 +30,6 @@ from ...core.routing.validation import validate
 from ...core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ...core.snapshot.envelope import (
     RulesetSnapshot,
-    check_succession,
     compiled_moment,
     seal,
     verify_snapshot,
@@ -62,6 +61,7 @@ from ..snapshots import (
     decode_org,
     encode_org,
     moved_error,
+    resealed,
     validated_sections,
 )
 from .connection import CHANNEL, COMPILE_LOCK, connect, describe, driver, pg_error
@@ -433,19 +433,9 @@ class PgControlStore:
             held = _verified(self._envelope(conn, None), lookup)
             if older_than is not None and compiled_moment(held) >= older_than:
                 return None
-            fresh = seal(
-                org_id=held.org_id,
-                revision=held.revision,
-                compiled_at=compiled_at,
-                sections=held.sections,
-                signing_key_id=signing_key_id,
-                sign=sign,
-                validators=held.validators,
+            fresh = resealed(
+                held, compiled_at=compiled_at, signing_key_id=signing_key_id, sign=sign
             )
-            if not check_succession(held, fresh):
-                raise SnapshotError(
-                    f"compiledAt {compiled_at} is not later than {held.compiled_at}"
-                )
             conn.execute(
                 "UPDATE control_snapshots SET compiled_at = %s, envelope = %s "
                 "WHERE org_id = %s AND revision = %s",
