@@ -388,7 +388,7 @@ def test_segments_checked_in_worker_processes_reach_the_one_walks_verdict(
     from rensei_routing.store import parallel
 
     monkeypatch.setattr(parallel, "PARALLEL_MIN_RECORDS", 1)  # ranges in workers at any size
-    monkeypatch.setattr(parallel, "RANGES_PER_WORKER", 3)
+    monkeypatch.setattr(parallel, "MIN_RANGE_RECORDS", 2)
     home = _home(tmp_path)
     _three_segments(home)
     if damage is not None:  # in the sealed segment 10-14, or in the live table

@@ -5,6 +5,7 @@ ranges, several at once, below and above checkpoints, rehashed by an attacker.""
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 
 import apsw
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rensei_routing.core.audit.chain import GENESIS_HASH, payload_hash, record_hash
 from rensei_routing.core.audit.ranges import check_range, join
@@ -23,9 +26,12 @@ from rensei_routing.store.home import Home
 T0 = "2025-03-01T12:00:00.000000Z"
 N = 240
 WORKERS = 2
-#: With 4 ranges per worker: 8 ranges of 30 seqs, boundaries at 0, 30, 60, ...
-STEP = 30
-BOUNDARY_SEQS = tuple(s for b in range(0, N, STEP) for s in (b - 1, b, b + 1) if 0 <= s < N)
+#: The smallest range here: a small log still cut into many ranges (16 of 10-30 seqs).
+SMALLEST = 10
+#: Where the ranges of a log with no checkpoint, or one checkpointed at its head, begin (the
+#: cut is the same for both: every record costs alike).
+BOUNDARIES = tuple(lo for lo, _ in parallel.cut(0, N, WORKERS, 0, smallest=SMALLEST))
+BOUNDARY_SEQS = tuple(s for b in BOUNDARIES for s in (b - 1, b, b + 1) if 0 <= s < N)
 
 
 def _payload(i: int) -> dict[str, object]:
@@ -36,7 +42,7 @@ def _payload(i: int) -> dict[str, object]:
 def many_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cut even a small log into ranges (the parent decides the ranges; workers only read)."""
     monkeypatch.setattr(parallel, "PARALLEL_MIN_RECORDS", 1)
-    monkeypatch.setattr(parallel, "RANGES_PER_WORKER", 4)
+    monkeypatch.setattr(parallel, "MIN_RANGE_RECORDS", SMALLEST)
 
 
 @pytest.fixture
@@ -152,7 +158,9 @@ def test_progress_is_reported_up_to_the_whole_log(home: Home, many_ranges: None)
     assert seen and seen[-1] == N and seen == sorted(seen)
 
 
-@pytest.mark.parametrize("seq", [0, 29, 30, 31, 59, 60, 150, N - 1])
+@pytest.mark.parametrize(
+    "seq", [0, BOUNDARIES[1] - 1, BOUNDARIES[1], BOUNDARIES[1] + 1, BOUNDARIES[2], 150, N - 1]
+)
 @pytest.mark.parametrize(
     "kind", ["payload", "record_hash", "prev_hash", "delete", "recorded_at", "dup_key"]
 )
@@ -266,18 +274,24 @@ def test_cli_audit_verify_workers(home: Home, many_ranges: None) -> None:
 
 
 @pytest.mark.parametrize("kind", ["none", "dup_key", "rehash"])
-def test_the_parent_checks_ranges_until_a_worker_is_ready(
+def test_the_parent_checks_ranges_beside_its_one_worker(
     home: Home, many_ranges: None, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """While the workers start, the parent checks ranges itself: here no worker message is
-    read until the parent has checked three ranges, and the verdict is still the one walk's
-    (the break at seq 130 lies in the parent's first range: two ranges per worker are queued
-    first, in order, 8 ranges of 30 seqs here)."""
+    """Two processes check ranges, the parent and one worker process: the parent checks ranges
+    while the worker starts (here no worker message is read until the parent has checked three)
+    and goes on checking after it, and the verdict is still the one walk's (the break at seq
+    130 lies in a range the parent or the worker checked)."""
     if kind != "none":
         _tamper(home, kind, 130)
     checked: list[int] = []
     three = threading.Event()
     real_check, real_read = parallel._Local.check, parallel._Pool._read
+    started: list[list[str]] = []
+    real_popen = parallel.subprocess.Popen
+
+    def popen(args: list[str], **kw: Any) -> Any:
+        started.append(args)
+        return real_popen(args, **kw)
 
     def check(self: Any, task: Any, report: Any) -> Any:
         checked.append(task[0])
@@ -289,7 +303,54 @@ def test_the_parent_checks_ranges_until_a_worker_is_ready(
         three.wait(timeout=60)
         real_read(self, k, proc)
 
+    monkeypatch.setattr(parallel.subprocess, "Popen", popen)
     monkeypatch.setattr(parallel._Local, "check", check)
     monkeypatch.setattr(parallel._Pool, "_read", read)
     _assert_same(home, kind)
+    assert len(started) == 1  # workers=2: this process and one worker process
     assert len(checked) >= 3 and checked == sorted(checked)
+    assert checked[0] == 2  # ranges 0 and 1 were queued for the worker first
+
+
+def _cost(r: tuple[int, int], below: int, start: int) -> float:
+    """A range's cost as ``cut`` counts it: a record parsed strictly (at or above ``below``;
+    ``below`` 0: every record, all alike) weighs ``PARSE_WEIGHT``."""
+    weight = parallel.PARSE_WEIGHT if below > 0 else 1.0
+    at = below if below > 0 else start
+    return max(0, min(r[1], at) - r[0]) + weight * max(0, r[1] - max(r[0], at))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=st.integers(0, 10**6),
+    length=st.integers(0, 2 * 10**6),
+    processes=st.integers(1, 16),
+    below=st.integers(0, 3 * 10**6),
+    smallest=st.integers(1, 5_000),
+)
+def test_the_cut_tiles_the_log_large_ranges_first(
+    start: int, length: int, processes: int, below: int, smallest: int
+) -> None:
+    """``cut``: consecutive ranges covering exactly ``[start, end)``, none empty, each no
+    costlier than the one before (to rounding) and none but the last below the smallest."""
+    end = start + length
+    ranges = parallel.cut(start, end, processes, below, smallest=smallest)
+    if length == 0:
+        assert ranges == []
+        return
+    assert ranges[0][0] == start and ranges[-1][1] == end
+    assert all(a < b for a, b in ranges)
+    assert all(x[1] == y[0] for x, y in itertools.pairwise(ranges))
+    costs = [_cost(r, below, start) for r in ranges]
+    assert all(x + parallel.PARSE_WEIGHT + 1 >= y for x, y in itertools.pairwise(costs))
+    assert all(c + 1 >= smallest for c in costs[:-1])
+
+
+def test_the_strictly_parsed_tail_is_cut_finer() -> None:
+    """At 1,000,000 records on 2 cores with the default path's last 10,000 parsed: few large
+    ranges first, and the parsed tail in ranges of fewer records than the smallest."""
+    tail = parallel.cut(0, 1_000_000, 2, 990_000)
+    assert len(tail) < 64 and tail[0][1] - tail[0][0] > 100_000
+    parsed = [b - a for a, b in tail if a >= 990_000]
+    assert parsed and max(parsed) < parallel.MIN_RANGE_RECORDS
+    assert all(b - a >= parallel.MIN_RANGE_RECORDS for a, b in tail[:-1] if b <= 990_000)

@@ -1,6 +1,7 @@
-"""Verification of the audit chain on every core: the chain is cut into seq ranges, each checked
-in a worker process with its own read-only connection (links, hashes and the strict parse of
-its rows), and the seams are joined in order by :func:`rensei_routing.core.audit.ranges.join`,
+"""Verification of the audit chain on every core: the chain is cut into seq ranges (guided:
+large first, small last, :func:`cut`), each checked with its own read-only connection (links,
+hashes and the strict parse of its rows) by this process or one of ``workers - 1`` worker
+processes, and the seams are joined in order by :func:`rensei_routing.core.audit.ranges.join`,
 so the first broken seq, its reason and its detail are exactly those of the one-process walk.
 Owns the worker pool; the rules are the core's (:mod:`..core.audit.chain`, ``.ranges``).
 
@@ -19,6 +20,7 @@ and for a connection on a custom VFS (registered in this process only).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
@@ -30,7 +32,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import apsw
 
@@ -47,11 +49,16 @@ from ..core.audit.verdict import GENESIS_HASH
 from ..errors import StoreError
 from .codec import Codec
 from .db import close_quietly, connect
-from .home import ConnectOptions
+
+if TYPE_CHECKING:  # not imported by a worker process: its start-up is part of every verify
+    from .home import ConnectOptions
 
 __all__ = [
+    "GUIDED_FACTOR",
+    "MIN_RANGE_RECORDS",
     "PARALLEL_MIN_RECORDS",
-    "RANGES_PER_WORKER",
+    "PARSE_WEIGHT",
+    "cut",
     "default_workers",
     "verify_in_workers",
     "walk",
@@ -62,12 +69,20 @@ __all__ = [
 #: two workers costs ~0.5 s on a busy 2-core machine, what one process needs for ~50-100k small
 #: records (docs/performance.md, issue 21).
 PARALLEL_MIN_RECORDS: Final = 250_000
-#: Ranges per worker: enough that a slow worker (a shared machine) does not hold the others up,
-#: and that the last ranges, when one worker may still hold two while the others are done, are
-#: a small part of the walk (at 8, two ranges were an eighth of it, done on one core); few
-#: enough that opening a range (one indexed seek, one seam row) costs nothing measurable.
-RANGES_PER_WORKER: Final = 32
-#: Ranges handed to each worker ahead of its outcomes.
+#: The ranges are "guided" (cut by :func:`cut`): each costs the work still to cut divided by
+#: this many times the processes, so the first ranges are large (few seams, few messages) and
+#: the last are small (when one process is done, the others hold little: at most
+#: :data:`_IN_FLIGHT` small ranges each).
+GUIDED_FACTOR: Final = 4
+#: The smallest range, in records spared the parse (~10 ms of one core): below it, opening a
+#: range (one read transaction, one indexed seek, two messages) stops being negligible.
+MIN_RANGE_RECORDS: Final = 2_000
+#: What a record parsed strictly costs in records spared the parse (its checkpoint's signer
+#: proved it strict JSON): ~12 us against ~4.7 us (docs/performance.md), so the tail past the
+#: latest checkpoint is cut into ranges of fewer records.
+PARSE_WEIGHT: Final = 2.5
+#: Ranges handed to each worker ahead of its outcomes: the next is already in its pipe while
+#: the parent checks a range of its own or reads the last outcome.
 _IN_FLIGHT: Final = 2
 #: How often (seconds) the parent reports the workers' progress while it waits.
 _POLL: Final = 0.2
@@ -91,6 +106,38 @@ def default_workers() -> int:
 def wanted(workers: int, records: int, vfs: str | None) -> bool:
     """Whether a log of about ``records`` records is checked in ``workers`` processes."""
     return workers > 1 and records >= PARALLEL_MIN_RECORDS and vfs is None
+
+
+def cut(
+    start: int, end: int, processes: int, parsed_below: int, *, smallest: int | None = None
+) -> list[tuple[int, int]]:
+    """The ranges ``[lo, hi)`` that tile ``[start, end)``, in seq order, for ``processes``
+    processes checking them: guided, each costing the cost still uncut over
+    :data:`GUIDED_FACTOR` times ``processes`` and at least ``smallest`` (default
+    :data:`MIN_RANGE_RECORDS`), where a record at or above ``parsed_below`` (parsed strictly)
+    costs :data:`PARSE_WEIGHT` and one below it costs 1 (``parsed_below`` 0: every record
+    parsed, all alike). Pure; handed out in this order, the large ranges go first and the
+    small ones last, so the processes finish close together."""
+    least = float(MIN_RANGE_RECORDS if smallest is None else smallest)
+    heavy = end if parsed_below <= start else min(max(parsed_below, start), end)
+    weight = PARSE_WEIGHT if parsed_below > 0 else 1.0
+
+    def cost(lo: int) -> float:  # of [lo, end)
+        return max(0, heavy - lo) + weight * (end - max(lo, heavy))
+
+    out: list[tuple[int, int]] = []
+    lo = start
+    while lo < end:
+        want = max(least, cost(lo) / (GUIDED_FACTOR * max(1, processes)))
+        cheap = max(0, heavy - lo)
+        if want <= cheap:
+            hi = lo + math.ceil(want)
+        else:
+            hi = max(lo, heavy) + math.ceil((want - cheap) / weight)
+        hi = min(end, max(hi, lo + 1))
+        out.append((lo, hi))
+        lo = hi
+    return out
 
 
 def _send(out: IO[bytes], message: Any) -> None:
@@ -277,15 +324,12 @@ def _run(
     progress: Callable[[int], None] | None,
     start: tuple[int, str] = (0, GENESIS_HASH),
 ) -> VerifyResult:
-    """One walk over ``[start seq, top]`` in ranges; see :func:`verify_in_workers`."""
-    end = top + 1
-    ranges = max(1, min(workers * RANGES_PER_WORKER, end - start[0]))
-    step = max(1, math.ceil((end - start[0]) / ranges))
-    tasks = [
-        (i, lo, min(lo + step, end), marks, parsed_below)
-        for i, lo in enumerate(range(start[0], end, step))
-    ]
-    pool = _Pool(path, busy_timeout_ms, min(workers, len(tasks)))
+    """One walk over ``[start seq, top]`` in ranges; see :func:`verify_in_workers`. This
+    process checks ranges beside ``workers - 1`` worker processes (it would otherwise only
+    wait, and one interpreter fewer starts)."""
+    cuts = cut(start[0], top + 1, workers, parsed_below)
+    tasks = [(i, lo, hi, marks, parsed_below) for i, (lo, hi) in enumerate(cuts)]
+    pool = _Pool(path, busy_timeout_ms, max(0, min(workers, len(tasks)) - 1))
     # The workers count records checked; a single walk reports the next seq (from the start).
     counted = None if progress is None else (lambda n: progress(start[0] + n))
     try:
@@ -305,10 +349,8 @@ def _run(
 
 
 class _Local:
-    """The parent's own checking of ranges while no worker is ready yet (a worker starts an
-    interpreter and imports the package first: ~0.3-0.5 s on a busy 2-core machine, which the
-    parent spends on ranges instead of waiting), on a read-only connection of its own, opened
-    on first use and closed by :meth:`close`."""
+    """The parent's own checking of ranges, beside its workers: on a read-only connection of
+    its own, opened on first use and closed by :meth:`close`."""
 
     def __init__(self, path: Path, busy_timeout_ms: int) -> None:
         self._path = path
@@ -374,22 +416,24 @@ class _Pool:
         self,
         tasks: list[_Task],
         progress: Callable[[int], None] | None,
-        local: _Local | None = None,
+        local: _Local,
     ) -> Iterator[RangeOutcome]:
-        """The ranges' outcomes in seq order; ranges are handed to whichever worker is free,
-        and ``progress`` gets the records checked so far (in any range) while waiting. Until
-        the first worker says it is ready, ``local`` (the parent) checks ranges itself."""
-        pending = iter(tasks)
-        # Two ranges in flight per worker: the next is already in its pipe while the parent
-        # (perhaps descheduled on a busy machine) reads the outcome of the last.
+        """The ranges' outcomes in seq order. Ranges are handed out in order: to each worker
+        :data:`_IN_FLIGHT` ahead, the next to a worker as it sends an outcome, and the next to
+        ``local`` (this process) whenever no worker message is waiting; ``progress`` gets the
+        records checked so far (in any range)."""
+        pending = collections.deque(tasks)
         for _ in range(_IN_FLIGHT):
             for k in range(len(self._procs)):
-                if (task := next(pending, None)) is not None:
-                    self._give(k, task)
+                if pending:
+                    self._give(k, pending.popleft())
         done: dict[int, RangeOutcome] = {}
         counts = [0] * len(tasks)
         shown = wanted_index = 0
-        ready = local is None
+
+        def mine(message: Any) -> None:
+            counts[message[1]] = message[2]  # a progress message of this process's range
+
         try:
             while wanted_index < len(tasks):
                 if wanted_index in done:
@@ -397,17 +441,8 @@ class _Pool:
                     wanted_index += 1
                     continue
                 k = -1
-                if not ready and self._messages.empty():
-                    task = next(pending, None)
-                    if task is None:
-                        ready = True
-                        continue
-                    assert local is not None
-
-                    def mine(message: Any) -> None:
-                        counts[message[1]] = message[2]  # a progress message
-
-                    message = local.check(task, mine)
+                if pending and self._messages.empty():
+                    message = local.check(pending.popleft(), mine)
                 else:
                     try:
                         k, message = self._messages.get(timeout=_POLL)
@@ -419,21 +454,18 @@ class _Pool:
                 status, index, value = message
                 if status == "error":
                     raise StoreError(f"cannot read the audit log: {value}")
-                if status == "ready":
-                    ready = True
-                elif status == "progress":
+                if status == "progress":
                     counts[index] = value
-                else:
+                elif status == "ok":
                     done[index] = value
                     counts[index] = tasks[index][2] - tasks[index][1]
-                    if k >= 0 and (task := next(pending, None)) is not None:
-                        self._give(k, task)
+                    if k >= 0 and pending:
+                        self._give(k, pending.popleft())
                 if progress is not None and (total := sum(counts)) > shown:
                     shown = total
                     progress(total)
         finally:
-            if local is not None:
-                local.close()
+            local.close()
 
     def close(self) -> None:
         """End every worker (they may be mid-range when the verdict is already known)."""
