@@ -9,6 +9,7 @@ benchmark runner's memory instead of its own. Elsewhere ``ru_maxrss`` is the fal
     python -m benchmarks._worker verify DB ORIGIN [WORKERS]   # AuditLog.verify(workers=...)
     python -m benchmarks._worker scan DB ORIGIN     # baseline: raw scan + decompress + SHA-256
     python -m benchmarks._worker validate N         # validate N globals that all conflict
+    python -m benchmarks._worker replay HOME        # audit replay of the home's whole chain
 
 Prints one JSON object on stdout.
 """
@@ -153,9 +154,35 @@ def _validate(n: int) -> dict[str, Any]:
     }
 
 
+def _replay(home_path: Path) -> dict[str, Any]:
+    """``audit replay`` of the home's whole chain (``replay_chain``, as the CLI calls it)."""
+    from rensei_routing.ops.replay import Sources, replay_chain
+    from rensei_routing.store.home import Home
+
+    home = Home(home_path)
+    with AuditLog.open(home) as log:
+        log.head()  # open the connections outside the timed call
+        peak = _Peak()
+        peak.start()
+        start = time.perf_counter()
+        summary = replay_chain(log, Sources(home))
+        seconds = time.perf_counter() - start
+        memory = peak.stop()
+    return {
+        "seconds": seconds,
+        "replayed": summary.replayed,
+        "matched": summary.matched,
+        "ok": bool(summary.ok),
+        **memory,
+    }
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "validate":
         print(json.dumps(_validate(int(argv[1]))))
+        return 0
+    if len(argv) == 2 and argv[0] == "replay":
+        print(json.dumps(_replay(Path(argv[1]))))
         return 0
     if len(argv) not in (3, 4) or argv[0] not in ("verify", "scan"):
         print(__doc__, file=sys.stderr)

@@ -152,24 +152,51 @@ def _check_builder(res: BenchResult, tmp: Path, payloads: Sequence[Any]) -> None
     res.check(same, f"fast log builder writes what append_many writes ({sum(batches)} rows)")
 
 
-def _measure(mode: str, path: Path, *extra: str) -> dict[str, Any]:
-    """Run one measurement in a fresh process: ``scan`` and ``verify`` (no public key: no
-    checkpoint counts) in ``benchmarks._worker``, ``pinned`` in this module."""
+def _command(mode: str, path: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
     module = "benchmarks.bench_verify" if mode == "pinned" else "benchmarks._worker"
-    done = subprocess.run(
-        [sys.executable, "-m", module, mode, str(path), ORIGIN, *extra],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {mode} failed ({done.returncode}): {done.stderr.strip()}")
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
+    return [sys.executable, "-m", module, mode, str(path), ORIGIN, *extra], env
+
+
+def _measure(mode: str, path: Path, *extra: str) -> dict[str, Any]:
+    """Run one measurement in a fresh process: ``scan`` and ``verify`` (no public key: no
+    checkpoint counts) in ``benchmarks._worker``, ``pinned`` in this module."""
+    return _together(1, mode, path, *extra)[0]
+
+
+def _together(count: int, mode: str, path: Path, *extra: str) -> list[dict[str, Any]]:
+    """``count`` copies of one measurement (see :func:`_measure`) run at once."""
+    args, env = _command(mode, path, *extra)
+    procs = [
+        subprocess.Popen(
+            args,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(count)
+    ]
+    outs: list[dict[str, Any]] = []
+    for proc in procs:
+        stdout, stderr = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"worker {mode} failed ({proc.returncode}): {stderr.strip()}")
+        outs.append(json.loads(stdout))
+    return outs
+
+
+def _side_by_side(path: Path, public_key: str) -> dict[str, Any]:
+    """The machine's own ceiling for the split: :data:`WORKERS` one-process verifies at once,
+    as the time one of them takes at their summed speed (``WORKERS / sum(1 / t)``): split
+    perfectly with nothing else to pay, the verify on every core would take this time over
+    ``WORKERS``. On this machine each copy runs 0-12 % slower beside the others than alone
+    (cores sharing caches or a host), which no split can win back."""
+    outs = _together(WORKERS, "pinned", path, public_key, "1")
+    seconds = len(outs) / sum(1 / m["seconds"] for m in outs)
+    return {"seconds": seconds, "each_seconds": [m["seconds"] for m in outs]}
 
 
 def _verify_pinned(
@@ -295,11 +322,12 @@ def run(cfg: Config) -> BenchResult:
                 conn.pragma("wal_checkpoint(TRUNCATE)")
             stored = os.path.getsize(path)
             progress(f"{NAME}: {size:,} records ({stored / 2**20:,.0f} MiB), scan and verify")
-            base, lib, lib1 = _fastest(
+            base, lib, lib1, pair = _fastest(
                 _rounds(cfg),
                 lambda: _measure("scan", path),
                 lambda: _measure("pinned", path, key.public_key.to_text()),
                 lambda: _measure("pinned", path, key.public_key.to_text(), "1"),
+                lambda: _side_by_side(path, key.public_key.to_text()),
             )
             strict = _measure("verify", path)
             strict1 = _measure("verify", path, "1")
@@ -353,6 +381,26 @@ def run(cfg: Config) -> BenchResult:
                         passed=rate / rate1 >= TARGET_SPEEDUP if bar else None,
                     )
                 )
+            ceiling = WORKERS * lib1["seconds"] / pair["seconds"]
+            speedup = lib1["seconds"] / lib["seconds"]
+            rounds = [
+                a / b for a, b in zip(lib1["rounds_seconds"], lib["rounds_seconds"], strict=True)
+            ]
+            res.figures.append(
+                Figure(
+                    case=f"{size:,} records, default path: the machine's ceiling for {WORKERS} "
+                    "processes (one-process verifies side by side)",
+                    value=ceiling,
+                    unit="x",
+                    note=f"{WORKERS} x verify(workers=1) alone / at once (fastest of "
+                    f"{_rounds(cfg)}; each at once: "
+                    + ", ".join(f"{t:.2f} s" for t in pair["each_seconds"])
+                    + f"); all cores reached {speedup:.2f}x = {speedup / ceiling:.0%} of it; "
+                    "all cores vs one process round by round: "
+                    + ", ".join(f"{r:.2f}x" for r in rounds)
+                    + " (informational)",
+                )
+            )
             res.figures.append(
                 Figure(
                     case=f"{size:,} records, automatic checkpoints up to {pinned:,}",
@@ -391,6 +439,7 @@ def run(cfg: Config) -> BenchResult:
                 "verify_one_process": lib1,
                 "verify_no_checkpoint_one_process": strict1,
                 "scan": base,
+                "side_by_side": pair,
                 "checkpoint_seconds": cp_seconds,
                 "checkpoint_parsed": parsed,
                 "db_bytes": stored,
