@@ -159,7 +159,8 @@ def test_progress_is_reported_up_to_the_whole_log(home: Home, many_ranges: None)
 
 
 @pytest.mark.parametrize(
-    "seq", [0, BOUNDARIES[1] - 1, BOUNDARIES[1], BOUNDARIES[1] + 1, BOUNDARIES[2], 150, N - 1]
+    "seq",
+    [0, *(BOUNDARIES[1] + d for d in (-1, 0, 1)), BOUNDARIES[2] - 1, BOUNDARIES[2], 150, N - 1],
 )
 @pytest.mark.parametrize(
     "kind", ["payload", "record_hash", "prev_hash", "delete", "recorded_at", "dup_key"]
