@@ -11,10 +11,6 @@ and must stay flat from 100k to 1M (``--large``): the replay streams the log.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
 from contextlib import closing
 from pathlib import Path
@@ -25,17 +21,13 @@ from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore
 
-from .harness import REPO_ROOT, BenchResult, Config, Figure, Growth, progress, timed
+from .harness import BenchResult, Config, Figure, Growth, flat_memory, progress, run_module, timed
 from .workload import build_contexts, policy_set
 
 NAME = "audit-replay"
 TITLE = "audit replay vs explain_batch over the same contexts"
 
 TARGET = 0.5
-#: Memory counts as flat when the peak at the largest size is at most this many times the peak
-#: at the smallest plus this slack (as in chain-verify).
-FLAT_FACTOR = 1.25
-FLAT_SLACK_MIB = 8.0
 DISTINCT = 20_000
 RECORDED_AT = "2026-12-01T00:00:00.000000Z"
 
@@ -96,23 +88,8 @@ def run(cfg: Config) -> BenchResult:
                 passed=ratio >= TARGET,
             )
         )
-    (small, small_peak), (large, large_peak) = peaks[0], peaks[-1]
     if len(peaks) > 1:
-        limit = small_peak * FLAT_FACTOR + FLAT_SLACK_MIB
-        res.figures.append(
-            Figure(
-                case=f"replay peak RSS {small} -> {large} records",
-                value=large_peak,
-                unit="MiB",
-                baseline=small_peak,
-                baseline_label=f"at {small}",
-                ratio=large_peak / small_peak if small_peak else None,
-                ratio_kind="growth",
-                target="flat",
-                passed=large_peak <= limit,
-                note=f"flat = at most {FLAT_FACTOR}x the smaller peak + {FLAT_SLACK_MIB:.0f} MiB",
-            )
-        )
+        res.figures.append(flat_memory("replay peak RSS", peaks))
     res.growth.append(Growth(what="peak RSS of the replaying process", unit="MiB", points=peaks))
     return res
 
@@ -121,17 +98,4 @@ def _replay_in_a_process(home: Path) -> dict[str, Any]:
     """``audit replay`` timed in a fresh process (``benchmarks._worker replay``), so its peak
     memory is its own, not the benchmark's (which holds the contexts and the baseline's
     decisions)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks._worker", "replay", str(home)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"replay worker failed ({done.returncode}): {done.stderr.strip()}")
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
+    return run_module("benchmarks._worker", "replay", str(home))

@@ -10,17 +10,12 @@ Targets (issue 14 item 3): 10,000 such policies in under 2 s and under 200 MB.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from rensei_routing import canonical_bytes
 
 from ._worker import conflicting_globals
-from .harness import BenchResult, Config, Figure, Growth, progress, timed
+from .harness import BenchResult, Config, Figure, Growth, progress, run_module, timed
 
 NAME = "policy-validation"
 TITLE = "validate (all pairs conflicting) vs canonicalise + SHA-256"
@@ -28,24 +23,10 @@ TITLE = "validate (all pairs conflicting) vs canonicalise + SHA-256"
 TARGET_SIZE = 10_000
 TARGET_SECONDS = 2.0
 TARGET_MIB = 200.0
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _measure(n: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks._worker", "validate", str(n)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"worker validate failed ({done.returncode}): {done.stderr.strip()}")
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
+    return run_module("benchmarks._worker", "validate", str(n))
 
 
 def run(cfg: Config) -> BenchResult:

@@ -62,7 +62,18 @@ from rensei_routing.store.codec import Codec
 from rensei_routing.store.db import connect
 from rensei_routing.store.parallel import default_workers
 
-from .harness import REPO_ROOT, BenchResult, Config, Figure, Growth, progress
+from .harness import (
+    FLAT_FACTOR,
+    FLAT_SLACK_MIB,
+    REPO_ROOT,
+    BenchResult,
+    Config,
+    Figure,
+    Growth,
+    flat_memory,
+    progress,
+    subprocess_env,
+)
 from .workload import decision_dicts, decision_payloads
 
 NAME = "chain-verify"
@@ -73,10 +84,6 @@ TARGET_RATIO = 1.0
 #: ... and the workers run at least this many times our own one-process walk.
 TARGET_SPEEDUP = 1.8
 WORKERS = default_workers()
-#: Memory counts as flat when the peak at the largest size is at most this many times the peak
-#: at the smallest plus this slack (page cache and allocator noise).
-FLAT_FACTOR = 1.25
-FLAT_SLACK_MIB = 8.0
 ORIGIN = "rensei-routing/bench/audit"
 #: ``plain``: build the log of plain decision-shaped dicts (15 fields, ~465 canonical bytes,
 #: issue 21) instead of whole ``RouteDecision.to_dict()`` payloads (~1.9 KB).
@@ -152,11 +159,9 @@ def _check_builder(res: BenchResult, tmp: Path, payloads: Sequence[Any]) -> None
     res.check(same, f"fast log builder writes what append_many writes ({sum(batches)} rows)")
 
 
-def _command(mode: str, path: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
+def _command(mode: str, path: Path, *extra: str) -> list[str]:
     module = "benchmarks.bench_verify" if mode == "pinned" else "benchmarks._worker"
-    return [sys.executable, "-m", module, mode, str(path), ORIGIN, *extra], env
+    return [sys.executable, "-m", module, mode, str(path), ORIGIN, *extra]
 
 
 def _measure(mode: str, path: Path, *extra: str) -> dict[str, Any]:
@@ -167,7 +172,7 @@ def _measure(mode: str, path: Path, *extra: str) -> dict[str, Any]:
 
 def _together(count: int, mode: str, path: Path, *extra: str) -> list[dict[str, Any]]:
     """``count`` copies of one measurement (see :func:`_measure`) run at once."""
-    args, env = _command(mode, path, *extra)
+    args, env = _command(mode, path, *extra), subprocess_env()
     procs = [
         subprocess.Popen(
             args,
@@ -444,22 +449,7 @@ def run(cfg: Config) -> BenchResult:
                 "checkpoint_parsed": parsed,
                 "db_bytes": stored,
             }
-    (small, small_peak), (large, large_peak) = peaks[0], peaks[-1]
-    limit = small_peak * FLAT_FACTOR + FLAT_SLACK_MIB
-    res.figures.append(
-        Figure(
-            case=f"peak RSS {small:,} -> {large:,} records",
-            value=large_peak,
-            unit="MiB",
-            baseline=small_peak,
-            baseline_label=f"at {small:,}",
-            ratio=large_peak / small_peak if small_peak else None,
-            ratio_kind="growth",
-            target="flat",
-            passed=large_peak <= limit,
-            note=f"flat = at most {FLAT_FACTOR}x the smaller peak + {FLAT_SLACK_MIB:.0f} MiB",
-        )
-    )
+    res.figures.append(flat_memory("peak RSS", [(f"{n:,}", m) for n, m in peaks]))
     for what, column in (
         ("verify() time per record, checkpointed", 1),
         ("verify() time per record, no checkpoint", 2),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import json
 import os
 import platform
 import subprocess
@@ -30,9 +31,12 @@ __all__ = [
     "Config",
     "Figure",
     "Growth",
+    "flat_memory",
     "format_table",
     "machine_info",
     "progress",
+    "run_module",
+    "subprocess_env",
     "timed",
 ]
 
@@ -110,6 +114,59 @@ class BenchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def subprocess_env() -> dict[str, str]:
+    """This environment with the repository first on ``PYTHONPATH``, for a measuring process
+    (``python -m benchmarks._worker ...``) started from anywhere."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
+    return env
+
+
+def run_module(module: str, *args: str) -> dict[str, Any]:
+    """``python -m module args...`` in a fresh process, and the one JSON object it prints.
+
+    Raises:
+        RuntimeError: the process failed.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{module} {' '.join(args[:1])} failed ({done.returncode}): {done.stderr.strip()}"
+        )
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
+
+
+#: Memory counts as flat when the peak at the largest size is at most this many times the peak
+#: at the smallest plus this slack (page cache and allocator noise).
+FLAT_FACTOR = 1.25
+FLAT_SLACK_MIB = 8.0
+
+
+def flat_memory(what: str, peaks: Sequence[tuple[str, float]]) -> Figure:
+    """The target figure "peak memory is flat" from ``(size, peak MiB)`` at growing sizes."""
+    (small, small_peak), (large, large_peak) = peaks[0], peaks[-1]
+    return Figure(
+        case=f"{what} {small} -> {large} records",
+        value=large_peak,
+        unit="MiB",
+        baseline=small_peak,
+        baseline_label=f"at {small}",
+        ratio=large_peak / small_peak if small_peak else None,
+        ratio_kind="growth",
+        target="flat",
+        passed=large_peak <= small_peak * FLAT_FACTOR + FLAT_SLACK_MIB,
+        note=f"flat = at most {FLAT_FACTOR}x the smaller peak + {FLAT_SLACK_MIB:.0f} MiB",
+    )
 
 
 def progress(message: str) -> None:
