@@ -21,8 +21,9 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import zstandard
 
@@ -30,6 +31,8 @@ from rensei_routing.core.audit.chain import ROW_COLUMNS
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.codec import ZSTD_MAGIC
 from rensei_routing.store.db import connect
+
+T = TypeVar("T")
 
 _SELECT = f"SELECT {', '.join(ROW_COLUMNS)} FROM audit_records ORDER BY seq"
 
@@ -75,17 +78,22 @@ def children_peak_kib() -> int:
     return int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
+def measured(call: Callable[[], T]) -> tuple[T, dict[str, Any]]:
+    """``call()``'s result, and its wall time (``seconds``) with this process's peak memory
+    during it (:class:`_Peak`)."""
+    peak = _Peak()
+    peak.start()
+    start = time.perf_counter()
+    out = call()
+    seconds = time.perf_counter() - start
+    return out, {"seconds": seconds, **peak.stop()}
+
+
 def _verify(path: Path, origin: str, workers: int | None = None) -> dict[str, Any]:
     with AuditLog(path, origin=origin) as log:
         log.head()  # open both connections outside the timed call (reads one row)
-        peak = _Peak()
-        peak.start()
-        start = time.perf_counter()
-        result = log.verify(workers=workers)
-        seconds = time.perf_counter() - start
-        memory = peak.stop()
+        result, memory = measured(lambda: log.verify(workers=workers))
     return {
-        "seconds": seconds,
         "records": result.records_checked,
         "ok": bool(result),
         "detail": result.reason,
@@ -139,14 +147,8 @@ def _validate(n: int) -> dict[str, Any]:
     from rensei_routing.core.routing.validation import validate
 
     policies = conflicting_globals(n)
-    peak = _Peak()
-    peak.start()
-    start = time.perf_counter()
-    report = validate(policies)
-    seconds = time.perf_counter() - start
-    memory = peak.stop()
+    report, memory = measured(lambda: validate(policies))
     return {
-        "seconds": seconds,
         "listed": len(report.issues),
         "omitted": report.omitted,
         "ok": not report and report.total == n * (n - 1) // 2,
@@ -162,14 +164,8 @@ def _replay(home_path: Path) -> dict[str, Any]:
     home = Home(home_path)
     with AuditLog.open(home) as log:
         log.head()  # open the connections outside the timed call
-        peak = _Peak()
-        peak.start()
-        start = time.perf_counter()
-        summary = replay_chain(log, Sources(home))
-        seconds = time.perf_counter() - start
-        memory = peak.stop()
+        summary, memory = measured(lambda: replay_chain(log, Sources(home)))
     return {
-        "seconds": seconds,
         "replayed": summary.replayed,
         "matched": summary.matched,
         "ok": bool(summary.ok),

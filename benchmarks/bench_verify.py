@@ -209,19 +209,13 @@ def _verify_pinned(
 ) -> dict[str, Any]:
     """Subprocess side of the checkpointed rows: ``verify()`` with the public key, so the stored
     checkpoints are checked and spare the parse below them (timed as ``_worker`` times)."""
-    from ._worker import _Peak, children_peak_kib
+    from ._worker import children_peak_kib, measured
 
     public = signing.PublicKey.from_text(public_key)
     with AuditLog(path, origin=origin, public_key=public) as log:
         log.head()  # open both connections outside the timed call (reads one row)
-        peak = _Peak()
-        peak.start()
-        start = time.perf_counter()
-        result = log.verify(workers=workers)
-        seconds = time.perf_counter() - start
-        memory = peak.stop()
+        result, memory = measured(lambda: log.verify(workers=workers))
     return {
-        "seconds": seconds,
         "records": result.records_checked,
         "checkpoints": result.checkpoints_checked,
         "ok": bool(result),
