@@ -29,7 +29,14 @@ from ..errors import (
 )
 from .db import store_error
 
-__all__ = ["PolicyStore", "RevisionInfo", "SnapshotLoad", "decode_revision", "encode_policies"]
+__all__ = [
+    "PolicyStore",
+    "RevisionInfo",
+    "SnapshotLoad",
+    "decode_revision",
+    "encode_policies",
+    "revision_info",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,9 +75,26 @@ def _as_bytes(value: object) -> bytes:
     not the column type, decides whether it is intact)."""
     if isinstance(value, bytes):
         return value
+    if isinstance(value, (bytearray, memoryview)):  # PostgreSQL's bytea, by driver
+        return bytes(value)
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass")
     return b"" if value is None else str(value).encode("utf-8")
+
+
+def revision_info(revision: Any, content_hash: Any, body: Any, saved_at: Any) -> RevisionInfo:
+    """One stored policy revision row (either control backend's) as a :class:`RevisionInfo`;
+    a body that is not a JSON list has no policy count."""
+    try:
+        count: int | None = len(json.loads(_as_bytes(body).decode("utf-8")))
+    except (ValueError, TypeError, RecursionError):
+        count = None
+    return RevisionInfo(
+        revision=int(revision),
+        content_hash=str(content_hash),
+        policy_count=count,
+        saved_at=str(saved_at),
+    )
 
 
 def _encode(policies: Iterable[RoutingPolicy]) -> bytes:
@@ -241,25 +265,11 @@ class PolicyStore:
         Raises:
             StoreError: the database could not be read.
         """
-        out = []
         try:
             rows = self._conn.execute(
                 "SELECT revision, content_hash, body, saved_at FROM policy_revisions "
                 "ORDER BY revision"
             )
-            for revision, content_hash, body, saved_at in rows:
-                try:
-                    count: int | None = len(json.loads(_as_bytes(body).decode("utf-8")))
-                except (ValueError, TypeError, RecursionError):
-                    count = None
-                out.append(
-                    RevisionInfo(
-                        revision=int(revision),
-                        content_hash=str(content_hash),
-                        policy_count=count,
-                        saved_at=str(saved_at),
-                    )
-                )
+            return [revision_info(*row) for row in rows]
         except apsw.Error as e:
             raise store_error("cannot read policy history", e, self._conn.filename) from e
-        return out

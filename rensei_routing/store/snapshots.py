@@ -34,7 +34,7 @@ __all__ = [
     "SnapshotStore",
     "decode_org",
     "encode_org",
-    "moved_error",
+    "seal_next",
     "validated_sections",
 ]
 
@@ -179,18 +179,42 @@ def validated_sections(
     return dict(sections), results
 
 
-def moved_error(
-    revision: int, built_from: tuple[int, int] | None, policy_revision: int, org_revision: int
-) -> SnapshotError | None:
-    """The refusal when a compile's inputs are older than the latest snapshot's, else ``None``
-    (a revoked grant never comes back in a later revision)."""
-    if built_from is None or (policy_revision >= built_from[0] and org_revision >= built_from[1]):
-        return None
-    return SnapshotError(
-        f"the data moved: revision {revision - 1} was built from policy "
-        f"revision {built_from[0]} and org data revision {built_from[1]}, "
-        f"newer than this compile's ({policy_revision}, {org_revision}); "
-        "nothing published (compile again)"
+def seal_next(
+    *,
+    org_id: str,
+    revision: int,
+    built_from: tuple[int, int] | None,
+    policy_revision: int,
+    org_revision: int,
+    compiled_at: str,
+    sections: dict[str, Any],
+    results: Sequence[ValidatorResult],
+    signing_key_id: str,
+    sign: Callable[[bytes], bytes],
+) -> RulesetSnapshot:
+    """Snapshot ``revision`` sealed from validated ``sections`` (both control backends publish
+    what this returns), refused when the compile's inputs (``policy_revision``,
+    ``org_revision``) are older than those the latest snapshot was ``built_from``: a revoked
+    grant never comes back in a later revision.
+
+    Raises:
+        SnapshotError: the inputs are older (nothing may be published; compile again).
+    """
+    if built_from is not None and (policy_revision < built_from[0] or org_revision < built_from[1]):
+        raise SnapshotError(
+            f"the data moved: revision {revision - 1} was built from policy "
+            f"revision {built_from[0]} and org data revision {built_from[1]}, "
+            f"newer than this compile's ({policy_revision}, {org_revision}); "
+            "nothing published (compile again)"
+        )
+    return seal(
+        org_id=org_id,
+        revision=revision,
+        compiled_at=compiled_at,
+        sections=sections,
+        signing_key_id=signing_key_id,
+        sign=sign,
+        validators=tuple(r.name for r in results),
     )
 
 
@@ -304,17 +328,17 @@ class SnapshotStore:
             with self._conn:
                 last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
                 revision = max(0 if last is None else int(last), self.start_after()) + 1
-                moved = moved_error(revision, self.compiled_from(), policies.revision, org_revision)
-                if moved is not None:
-                    raise moved
-                snap = seal(
+                snap = seal_next(
                     org_id=self.org_id,
                     revision=revision,
+                    built_from=self.compiled_from(),
+                    policy_revision=policies.revision,
+                    org_revision=org_revision,
                     compiled_at=compiled_at,
                     sections=sections,
+                    results=results,
                     signing_key_id=signing_key_id,
                     sign=sign,
-                    validators=tuple(r.name for r in results),
                 )
                 self._conn.execute(
                     "INSERT INTO ruleset_snapshots(revision, ruleset_rev, content_hash, "

@@ -31,7 +31,6 @@ from ...core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ...core.snapshot.envelope import (
     RulesetSnapshot,
     compiled_moment,
-    seal,
     verify_snapshot,
 )
 from ...core.snapshot.org import OrgData
@@ -53,15 +52,15 @@ from ..control import (
     Lookup,
     Sign,
 )
-from ..policies import RevisionInfo, SnapshotLoad, decode_revision, encode_policies
+from ..policies import RevisionInfo, SnapshotLoad, decode_revision, encode_policies, revision_info
 from ..snapshots import (
     MAX_SNAPSHOT_REVISION,
     CompileResult,
     SnapshotInfo,
     decode_org,
     encode_org,
-    moved_error,
     resealed,
+    seal_next,
     validated_sections,
 )
 from .connection import CHANNEL, COMPILE_LOCK, connect, describe, driver, pg_error
@@ -273,7 +272,6 @@ class PgControlStore:
         return decode_revision(*row, vocabulary=self._vocabulary)
 
     def policy_history(self) -> list[RevisionInfo]:
-        import json
 
         with self._tx("cannot read policy history") as conn:
             rows = conn.execute(
@@ -281,21 +279,7 @@ class PgControlStore:
                 "WHERE org_id = %s ORDER BY revision",
                 (self.org_id,),
             ).fetchall()
-        out = []
-        for revision, content_hash, body, saved_at in rows:
-            try:
-                count: int | None = len(json.loads(bytes(body).decode("utf-8")))
-            except (ValueError, TypeError, RecursionError):
-                count = None
-            out.append(
-                RevisionInfo(
-                    revision=int(revision),
-                    content_hash=str(content_hash),
-                    policy_count=count,
-                    saved_at=str(saved_at),
-                )
-            )
-        return out
+        return [revision_info(*row) for row in rows]
 
     # -- org data ------------------------------------------------------------------------------
 
@@ -388,17 +372,17 @@ class PgControlStore:
                 vocabulary=self._vocabulary,
             )
             revision = max(heads["snapshot_rev"], heads["start_after"]) + 1
-            moved = moved_error(revision, built_from, loaded.snapshot.revision, org_revision)
-            if moved is not None:
-                raise moved
-            snap = seal(
+            snap = seal_next(
                 org_id=self.org_id,
                 revision=revision,
+                built_from=built_from,
+                policy_revision=loaded.snapshot.revision,
+                org_revision=org_revision,
                 compiled_at=compiled_at,
                 sections=sections,
+                results=results,
                 signing_key_id=signing_key_id,
                 sign=sign,
-                validators=tuple(r.name for r in results),
             )
             conn.execute(
                 "INSERT INTO control_snapshots(org_id, revision, ruleset_rev, content_hash, "
