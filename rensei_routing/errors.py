@@ -283,7 +283,8 @@ class VerificationError(SignatureError):
 
 
 class FleetError(RenseiRoutingError):
-    """The fleet evidence store (PostgreSQL) refused or failed an ingest, a trust or a report."""
+    """The fleet evidence store (PostgreSQL) refused or failed an ingest, a trust, a repair or a
+    report."""
 
 
 class FleetStoreError(FleetError):
@@ -305,3 +306,9 @@ class FleetIngestRefusedError(FleetError):
 class FleetForkError(FleetIngestRefusedError):
     """A host's export disagrees with the chain ingested from it before, at ``seq``: an alarm
     row names the host and the seq; nothing of the export was loaded."""
+
+
+class FleetRepairError(FleetError):
+    """A repair of a host's held copy was refused (the host is not trusted, the seq lies past
+    the records held or inside a fork's disputed records, or the copy lacks the record before
+    it); nothing was changed."""

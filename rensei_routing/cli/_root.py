@@ -50,7 +50,8 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "fleet": (
         ("fleet",),
-        "Fleet evidence in PostgreSQL: trust hosts' keys, ingest their audit exports, report.",
+        "Fleet evidence in PostgreSQL: trust hosts' keys, ingest their audit exports, report, "
+        "repair.",
     ),
     "host": (
         ("host", "sessions"),

@@ -1,6 +1,7 @@
 """``rensei fleet ...``: trust hosts' keys, ingest hosts' audit exports into the fleet's
-PostgreSQL database, report agreement and hosts' state across the fleet. Parses and prints; the
-rules are :mod:`rensei_routing.fleet`'s. Every refusal is one ``Error:`` line and exit 1.
+PostgreSQL database, report agreement and hosts' state across the fleet, repair a host's held
+copy after a fork. Parses and prints; the rules are :mod:`rensei_routing.fleet`'s. Every
+refusal is one ``Error:`` line and exit 1.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _connected(url: str) -> Iterator[Any]:
 
 @cli.group(name="fleet")
 def fleet() -> None:
-    """Fleet evidence in PostgreSQL: trust hosts' keys, ingest their audit exports, report."""
+    """Fleet evidence in PostgreSQL: trust hosts' keys, ingest their audit exports, report,
+    repair."""
 
 
 @fleet.command(name="trust")
@@ -211,3 +213,43 @@ def _report_lines(report: Any) -> list[str]:
         if hosts:
             lines.append(f"{label}: {', '.join(h.host_id for h in hosts)}")
     return lines
+
+
+@fleet.command(name="repair")
+@click.argument("host_id", metavar="HOST_ID")
+@click.option(
+    "--at",
+    "at",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="SEQ",
+    help="Truncate at this seq (default: the seq of the host's fork).",
+)
+@_url_option("--to")
+@json_option
+def fleet_repair(host_id: str, at: int | None, url: str, json_: bool) -> None:
+    """Truncate HOST_ID's held copy at SEQ after a fork was investigated, in one transaction:
+    its records from SEQ on are deleted with their counts in the report, its size and head set
+    to SEQ and the record before it, its fork mark cleared (the alarm stays, beside a repair
+    row); then ingest its genuine export again. SEQ must not keep a disputed record: the fork's
+    seq or below, or the records held (keeping the held copy). Refused, changing nothing: a host
+    not trusted, a SEQ past the records held or inside the disputed ones."""
+    from ..fleet.repair import repair_host
+
+    with _connected(url) as conn:
+        result = repair_host(conn, host_id, at)
+    if json_:
+        echo_json(result.to_dict())
+        return
+    cleared = (
+        f"; its fork at seq {result.fork_cleared} cleared"
+        if result.fork_cleared is not None
+        else ""
+    )
+    emit(
+        printable(
+            f"repaired: host {result.host_id}: truncated at seq {result.at}, removed "
+            f"{result.removed:,} record(s); holds {result.held:,}, head {result.head_hash}"
+            f"{cleared}"
+        )
+    )

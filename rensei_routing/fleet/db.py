@@ -16,9 +16,16 @@ ingests create them once; ``fleet_schema`` holds the version):
   is kept out of line (``STORAGE EXTERNAL``), so a report reads narrow rows.
 * ``fleet_agreement``: the shadow report's counts per host, repo, role, mechanism and seam,
   added to by each ingest from the records it loaded (in its transaction), so the report sums
-  a few rows per group instead of scanning every record.
+  a few rows per group instead of scanning every record. Records leave it with the records: a
+  trigger on ``fleet_records`` subtracts the records any ``DELETE`` removes (and a
+  ``TRUNCATE`` empties it), in the deleting statement's transaction, so its figures are those
+  of the records held however records are removed (``rensei fleet repair``, or SQL).
 * ``fleet_ingests``: one row per file ingested (what it added). ``fleet_alarms``: one row per
-  refused fork (host, seq, file, detail).
+  refused fork (kind ``fork``: host, seq, file, detail) and per repair (kind ``repair``).
+
+Version 2 added the trigger; a version-1 database is upgraded on first use (in the same
+transaction and lock): the trigger is created and ``fleet_agreement`` rebuilt from the records
+held, which also corrects counts left behind by a repair done in SQL before it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core.shadow.compare import DIVERGENCES
+from ..core.shadow.report import NO_VALUE
 from ..errors import FleetStoreError, InputError
 
 if TYPE_CHECKING:
@@ -35,15 +43,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGREEMENT_COUNTS",
+    "AGREEMENT_KEYS",
     "INSTALL_HINT",
     "SCHEMA_VERSION",
+    "agreement_groups",
     "connect",
     "display_url",
     "ensure_schema",
 ]
 
 INSTALL_HINT: Final = "pip install 'rensei-routing[postgres]'"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _CONNECT_TIMEOUT_S: Final = 10
 #: A fixed advisory-lock key: the schema is created by one session at a time.
 _SCHEMA_LOCK: Final = 0x7265_6E73_6569_0001
@@ -63,8 +73,70 @@ AGREEMENT_COUNTS: Final = (
 )
 
 
+#: The key columns of ``fleet_agreement``, and all its count columns.
+AGREEMENT_KEYS: Final = ("host_id", "repo", "role", "mechanism", "seam")
+_COUNTS: Final = ("spawns", "agreed", *AGREEMENT_COUNTS)
+
+
+def agreement_groups(source: str, where: str = "TRUE") -> str:
+    """A ``SELECT`` of ``fleet_agreement`` rows (its columns, in order) counting the native
+    shadow records of ``source`` (``fleet_records`` or a trigger's transition table) that
+    satisfy ``where``: the one definition of what a row of counts holds."""
+    return (
+        f"SELECT host_id, COALESCE(repo, '{NO_VALUE}') AS repo, "
+        f"COALESCE(NULLIF(role, ''), '{NO_VALUE}') AS role, "
+        f"COALESCE(mechanism, '{NO_VALUE}') AS mechanism, COALESCE(seam, '{NO_VALUE}') AS seam, "
+        "count(*) AS spawns, count(*) FILTER (WHERE agreed) AS agreed, "
+        + ", ".join(
+            f"count(*) FILTER (WHERE divergence = '{k}') AS divergence_{k.replace('-', '_')}"
+            for k in DIVERGENCES
+        )
+        + ", count(*) FILTER (WHERE transport = 'direct-http') AS direct_http, "
+        "count(*) FILTER (WHERE outcome = 'held') AS held, "
+        "count(*) FILTER (WHERE outcome = 'rejected') AS rejected "
+        f"FROM {source} WHERE record_type = 'shadow-decision' AND ({where}) "
+        "GROUP BY 1, 2, 3, 4, 5"
+    )
+
+
 def _shadow_fact(expr: str) -> str:
     return f"CASE WHEN {_SHADOW} THEN {expr} END"
+
+
+#: Records removed from ``fleet_records`` leave ``fleet_agreement`` in the same statement.
+_FORGET: Final = (
+    """CREATE FUNCTION fleet_agreement_forget() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        UPDATE fleet_agreement AS a SET """
+    + ", ".join(f"{c} = a.{c} - g.{c}" for c in _COUNTS)
+    + f" FROM ({agreement_groups('gone')}) AS g WHERE "
+    + " AND ".join(f"a.{k} = g.{k}" for k in AGREEMENT_KEYS)
+    + """;
+        DELETE FROM fleet_agreement AS a
+        WHERE a.spawns <= 0 AND a.host_id IN (SELECT DISTINCT host_id FROM gone);
+        RETURN NULL;
+    END
+    $body$""",
+    """CREATE TRIGGER fleet_records_forget AFTER DELETE ON fleet_records
+        REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+        EXECUTE FUNCTION fleet_agreement_forget()""",
+    """CREATE FUNCTION fleet_agreement_clear() RETURNS trigger LANGUAGE plpgsql AS $body$
+    BEGIN
+        DELETE FROM fleet_agreement;
+        RETURN NULL;
+    END
+    $body$""",
+    """CREATE TRIGGER fleet_records_clear AFTER TRUNCATE ON fleet_records
+        FOR EACH STATEMENT EXECUTE FUNCTION fleet_agreement_clear()""",
+)
+#: Version 1 -> 2: the trigger, and the counts rebuilt from the records held.
+_UPGRADE_FROM_1: Final = (
+    *_FORGET,
+    "DELETE FROM fleet_agreement",
+    f"INSERT INTO fleet_agreement ({', '.join(AGREEMENT_KEYS)}, {', '.join(_COUNTS)}) "
+    + agreement_groups("fleet_records"),
+    "UPDATE fleet_schema SET version = 2",
+)
 
 
 _SCHEMA: Final = (
@@ -143,6 +215,7 @@ _SCHEMA: Final = (
         detail text NOT NULL,
         at timestamptz NOT NULL DEFAULT now()
     )""",
+    *_FORGET,
 )
 
 _SCHEME = re.compile(r"postgres(ql)?://", re.I)
@@ -207,7 +280,7 @@ def connect(url: str, *, read_only: bool = False) -> psycopg.Connection[Any]:
 
 def ensure_schema(conn: psycopg.Connection[Any], url: str = "") -> None:
     """Create the fleet tables when the database has none (one transaction, under an advisory
-    lock); refuse a database holding another version.
+    lock); upgrade a version-1 database (the same transaction); refuse any other version.
 
     Raises:
         FleetStoreError: a statement failed, or the schema version is not ours.
@@ -220,6 +293,10 @@ def ensure_schema(conn: psycopg.Connection[Any], url: str = "") -> None:
             if exists and exists[0]:
                 row = conn.execute("SELECT max(version) FROM fleet_schema").fetchone()
                 version = None if row is None else row[0]
+                if version == 1:
+                    for statement in _UPGRADE_FROM_1:
+                        conn.execute(statement)
+                    return
                 if version != SCHEMA_VERSION:
                     raise FleetStoreError(
                         f"the fleet database {display_url(url)} has schema version {version}; "

@@ -7,8 +7,10 @@ group, spawns (shadow records), agreed, the count of each divergence kind, direc
 held and rejected proposals, grouped by host, repo, role, mechanism and seam (a record without
 a repo or role counts under ``(none)``). Each ingest adds the records it loaded to
 ``fleet_agreement`` (counts per host, repo, role, mechanism and seam, in the ingest's own
-transaction: :func:`accumulate`), so the report is one ``GROUPING SETS`` query over those
-rows, whatever the number of records. Only native shadow records count; imported HydraFlow
+transaction: :func:`accumulate`), records removed leave them in the removing statement (a
+trigger: :mod:`.db`; ``rensei fleet repair``: :mod:`.repair`), so the report is one
+``GROUPING SETS`` query over those rows, whatever the number of records, and its figures are
+those of the records held. Only native shadow records count; imported HydraFlow
 records and other records are counted apart.
 
 Per host: records held, head hash and the head's ``recorded_at``, the last ingest, the lag (the
@@ -26,8 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from ..core.shadow.compare import DIVERGENCES
-from ..core.shadow.report import ALL, NO_VALUE, ReportRow
-from .db import AGREEMENT_COUNTS, store_error
+from ..core.shadow.report import ALL, ReportRow
+from .db import AGREEMENT_COUNTS, AGREEMENT_KEYS, agreement_groups, store_error
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,20 +38,13 @@ __all__ = ["DIMENSIONS", "FleetReport", "HostState", "accumulate", "fleet_report
 
 #: The groupings of the agreement figures, in the order they are shown.
 DIMENSIONS: Final = ("host", "repo", "role", "mechanism", "seam")
-_KEYS: Final = ("host_id", "repo", "role", "mechanism", "seam")
+_KEYS: Final = AGREEMENT_KEYS
 _COUNTS: Final = ("spawns", "agreed", *AGREEMENT_COUNTS)
 #: One ingest's records added to the per-group counts (in the ingest's transaction).
 _ACCUMULATE: Final = (
     f"INSERT INTO fleet_agreement AS a ({', '.join(_KEYS)}, {', '.join(_COUNTS)}) "
-    f"SELECT host_id, COALESCE(repo, '{NO_VALUE}'), COALESCE(NULLIF(role, ''), '{NO_VALUE}'), "
-    f"COALESCE(mechanism, '{NO_VALUE}'), COALESCE(seam, '{NO_VALUE}'), "
-    "count(*), count(*) FILTER (WHERE agreed), "
-    + ", ".join(f"count(*) FILTER (WHERE divergence = '{k}')" for k in DIVERGENCES)
-    + ", count(*) FILTER (WHERE transport = 'direct-http'), "
-    "count(*) FILTER (WHERE outcome = 'held'), count(*) FILTER (WHERE outcome = 'rejected') "
-    "FROM fleet_records WHERE host_id = %(h)s AND seq >= %(s)s "
-    "AND record_type = 'shadow-decision' GROUP BY 1, 2, 3, 4, 5 "
-    f"ON CONFLICT ({', '.join(_KEYS)}) DO UPDATE SET "
+    + agreement_groups("fleet_records", "host_id = %(h)s AND seq >= %(s)s")
+    + f" ON CONFLICT ({', '.join(_KEYS)}) DO UPDATE SET "
     + ", ".join(f"{c} = a.{c} + EXCLUDED.{c}" for c in _COUNTS)
 )
 _AGREEMENT: Final = (
