@@ -177,6 +177,7 @@ SECTIONS: Mapping[str, Any] = {
             {"id": "pool-d", "status": "quarantined-by-some-new-rule"},
             {"id": "pool-e", "status": "active"},
             {"id": "pool-f"},
+            {"id": "pool-g", "status": "active"},
         ],
         "hosts": [],
     },
@@ -198,11 +199,14 @@ SECTIONS: Mapping[str, Any] = {
         ("pool-a", "anything", True, "granted"),
         ("pool-b", "proj-x", True, "granted"),
         ("pool-b", "proj-y", False, "pool-not-granted"),
-        ("pool-b", None, False, "pool-not-granted"),
+        # no project named: the daemon's three pool rules alone (SEMANTICS.md)
+        ("pool-b", None, True, "granted"),
         ("pool-c", None, False, "pool-not-active"),
         ("pool-d", None, False, "pool-not-active"),  # unknown statuses refuse
         ("pool-f", None, False, "pool-not-active"),  # no status at all refuses
-        ("pool-e", None, False, "pool-not-granted"),  # named by a profile with no grant
+        ("pool-e", None, True, "granted"),  # named by a profile, even one with no grant
+        ("pool-e", "proj-x", False, "pool-not-granted"),  # a named project needs a grant
+        ("pool-g", None, False, "pool-not-granted"),  # named by no profile
         ("pool-z", None, False, "pool-not-in-inventory"),
     ],
 )

@@ -636,7 +636,66 @@ def test_a_pool_outside_allowed_project_ids_is_refused(runner: CliRunner, tmp_pa
     gate = ClaimGate(sections)
     assert gate.check("k8s-gpu", "acme-evals").reason == "granted"
     assert gate.check("k8s-gpu", "other").reason == "project-not-allowed"
-    assert gate.check("k8s-gpu", None).reason == "pool-not-granted"
+    assert gate.check("k8s-gpu", None).reason == "granted"  # the daemon's pool rules alone
+
+
+def test_a_claim_naming_no_project_is_decided_as_the_daemon_decides_it(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """SEMANTICS.md: a claim that names no project is decided by the three pool rules alone
+    (in the inventory, active, named by a capacity profile), exactly as the daemon decides it;
+    a claim that names a project keeps the grant check. The same snapshot, both sides."""
+    org = _org_doc()
+    local = next(p for p in org["poolHostInventory"]["pools"] if p["id"] == "local-a")
+    org["poolHostInventory"]["pools"] += [{**local, "id": "spare"}, {**local, "id": "orphan"}]
+    # "spare": named by a profile no grant covers; "orphan": named by no profile
+    org["capacityProfiles"]["profiles"].append(
+        {"id": "reserve", "name": "Reserve", "poolIds": ["spare"], "revision": 1}
+    )
+    org_file = tmp_path / "org.json"
+    org_file.write_text(json.dumps(org))
+    control, host = tmp_path / "control", tmp_path / "host"
+    _ok(runner, "init", "--org", ORG, "--home", str(control))
+    _ok(runner, "policy", "save", str(EXAMPLES / "policies.json"), "--home", str(control))
+    _ok(runner, "org", "load", str(org_file), "--home", str(control))
+    _ok(runner, "snapshot", "compile", "--home", str(control))
+    snap = tmp_path / "snap.json"
+    _ok(runner, "snapshot", "export", str(snap), "--home", str(control))
+    _ok(runner, "init", "--home", str(host))
+    _ok(runner, "host", "trust", str(control / "keys" / "host.pub"), "--home", str(host))
+    _ok(runner, "host", "sync", "--from", str(snap), "--home", str(host))
+    kid = signing.load_public_key(control / "keys" / "host.pub").key_id
+    sections = daemon.verify(snap.read_bytes(), trusted={kid: _raw_key(control)})["sections"]
+    cached = HostCache(host / "host").snapshot_path.read_bytes()
+    pools = [p["id"] for p in sections["poolHostInventory"]["pools"]] + ["nowhere"]
+    verdicts = {}
+    for pool in pools:
+        theirs, _ = daemon.claim_permitted(sections, pool)
+        assert ClaimGate(sections).check(pool, None).admitted is theirs, pool
+        done = _run(runner, "host", "claim", "--pool", pool, "--json", "--home", str(host))
+        assert done.exit_code == (0 if theirs else 1), (pool, done.output)
+        assert json.loads(done.stdout)["admitted"] is theirs, pool
+        verdicts[pool] = theirs
+    assert verdicts == {
+        "local-a": True,
+        "docker-b": True,
+        "k8s-gpu": True,  # granted to acme-evals only, allowedProjectIds [acme-evals]
+        "local-old": False,  # draining
+        "spare": True,
+        "orphan": False,
+        "nowhere": False,
+    }
+    # A claim that names a project keeps the grant and allowedProjectIds checks.
+    for pool, project, reason in [
+        ("k8s-gpu", "other", "pool-not-granted"),
+        ("spare", "acme-evals", "pool-not-granted"),
+        ("k8s-gpu", "acme-evals", "granted"),
+    ]:
+        args = ("host", "claim", "--pool", pool, "--project", project, "--json")
+        done = _run(runner, *args, "--home", str(host))
+        assert done.exit_code == (0 if reason == "granted" else 1), done.output
+        assert json.loads(done.stdout)["reason"] == reason
+    assert HostCache(host / "host").snapshot_path.read_bytes() == cached
 
 
 def test_org_load_keeps_unknown_fields_and_names_a_mistyped_one(

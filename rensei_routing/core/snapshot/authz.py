@@ -282,7 +282,8 @@ class AuthorizationDecision:
 
 def grant_check(gate: ClaimGate, request: AuthorizationRequest) -> AuthorizationResult:
     """The built-in authorizer: the claim's pool (``context.pool`` or a ``Pool`` resource) is
-    in the inventory, active, and granted to its project (or to every project); when the
+    in the inventory, active, and named by a capacity profile, and when the request names a
+    project, granted to it (or to every project) (:meth:`~.postures.ClaimGate.check`); when the
     context names the claiming ``host`` or the ``harness`` to run, the daemon's local-reality
     check too (:func:`~.postures.check_placement`: ``host-not-ready``, ``harness-unknown``). A
     request naming no pool is denied (``no-pool``): nothing to check is never an allow."""

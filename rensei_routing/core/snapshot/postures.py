@@ -348,13 +348,15 @@ class ClaimGate:
     """Permission re-check of a claim against one snapshot's sections, indexed once.
 
     A claim for a pool is admitted only if the pool is in ``poolHostInventory.pools`` with
-    status ``active``, some capacity profile whose ``poolIds`` name the pool has a grant
-    (``profileId``) to the claim's project (``projectId``) or to every project (``projectId``
-    null, absent or ``"*"``), and the pool's ``allowedProjectIds`` (when non-empty) include the
-    claim's project, checked in that order. Inventory, status and "named by a profile" are the
-    Rensei daemon's own check (reasons ``pool-not-in-inventory``, ``pool-not-active``,
-    ``pool-not-granted``); the grant and ``allowedProjectIds`` (``project-not-allowed``) are
-    ours on top. Revoking the grant takes effect for a claim against a cached snapshot exactly
+    status ``active`` and some capacity profile's ``poolIds`` name it: the Rensei daemon's own
+    three pool rules (reasons ``pool-not-in-inventory``, ``pool-not-active``,
+    ``pool-not-granted``), checked in that order. A claim that names no project is decided by
+    those three alone, exactly as the daemon decides it (SEMANTICS.md, claim permission). A
+    claim that names a project must also have, on top, a grant (``profileId``) of a profile
+    naming the pool to that project (``projectId``) or to every project (``projectId`` null,
+    absent or ``"*"``): else ``pool-not-granted``; and the pool's ``allowedProjectIds`` (when
+    non-empty) must include the project: else ``project-not-allowed``. Revoking a grant (or
+    naming the pool in no profile) takes effect for a claim against a cached snapshot exactly
     as for a live one. Malformed entries are skipped, never read as a grant. Old-shape rows
     (``pools``, ``profile``/``project``) are read too, so a snapshot cached before the daemon
     shapes keeps deciding the same.
@@ -417,24 +419,24 @@ class ClaimGate:
                 pool_id=pool_id,
                 detail="no capacity profile names this pool",
             )
+        if project is None:  # no project named: the daemon's three pool rules alone
+            return ClaimResult(admitted=True, reason="granted", pool_id=pool_id)
         projects = self._granted[pool_id]
-        if "*" in projects or (project is not None and project in projects):
+        if "*" in projects or project in projects:
             allowed = self._allowed.get(pool_id)
-            if allowed is not None and (project is None or project not in allowed):
+            if allowed is not None and project not in allowed:
                 return ClaimResult(
                     admitted=False,
                     reason="project-not-allowed",
                     pool_id=pool_id,
-                    detail="the pool's allowedProjectIds do not include "
-                    + ("an unnamed project" if project is None else f"project {project!r}"),
+                    detail=f"the pool's allowedProjectIds do not include project {project!r}",
                 )
             return ClaimResult(admitted=True, reason="granted", pool_id=pool_id)
         return ClaimResult(
             admitted=False,
             reason="pool-not-granted",
             pool_id=pool_id,
-            detail="no capacity profile naming this pool is granted"
-            + ("" if project is None else f" to project {project!r}"),
+            detail=f"no capacity profile naming this pool is granted to project {project!r}",
         )
 
 
