@@ -41,7 +41,9 @@ def _sections(*, granted: tuple[str, ...] = ("pool-a", "pool-b")) -> dict[str, A
             "hosts": [],
         },
         "capacityProfiles": {
-            "profiles": [{"id": f"p-{p}", "pools": [p]} for p in ("pool-a", "pool-b")],
+            # a pool not granted is named by no profile: a claim naming no project is decided
+            # by the pool rules alone (SEMANTICS.md)
+            "profiles": [{"id": f"p-{p}", "pools": [p]} for p in granted],
             "grants": [{"profile": f"p-{p}"} for p in granted],
         },
     }

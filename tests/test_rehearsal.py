@@ -173,9 +173,11 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
         )
         session_id = json.loads(started.stdout)["sessionId"]
         assert _claim(host, "pool-b").returncode == 0
-        # revoke pool-b's grant before the outage: served from a background recompile, and the
-        # polling host adopts it
+        # revoke pool-b before the outage (a claim naming no project is decided by the pool
+        # rules alone, so no capacity profile names it any more): served from a background
+        # recompile, and the polling host adopts it
         revoked = json.loads(json.dumps(ORG))
+        revoked["capacityProfiles"]["profiles"][1]["pools"] = []
         revoked["capacityProfiles"]["grants"] = [{"profile": "general"}]
         org_file.write_text(json.dumps(revoked))
         rensei("org", "load", str(org_file), "--home", str(control))
@@ -245,10 +247,11 @@ def test_outage_degrade_refuse_restore(tmp_path: Path) -> None:
     past = _heartbeat(host, session_id, offset=1900)
     assert (past["action"], past["state"], past["grantRevoked"]) == ("continue", "open", False)
 
-    # restore: the control side recompiles (its org now grants only the batch profile, so
-    # pool-a is revoked), the endpoint comes back, the next poll advances
+    # restore: the control side recompiles (its org now names only pool-b, in the batch
+    # profile, so pool-a is revoked), the endpoint comes back, the next poll advances
     serve, _, serve_ctx = _serve(control, port)
     restored = json.loads(json.dumps(ORG))
+    restored["capacityProfiles"]["profiles"][0]["pools"] = []
     restored["capacityProfiles"]["grants"] = [{"profile": "batch"}]
     org_file.write_text(json.dumps(restored))
     rensei("org", "load", str(org_file), "--home", str(control))

@@ -102,6 +102,26 @@ def test_the_context_reaches_the_policies(rensei_pm: RenseiPluginManager) -> Non
     assert (stale.allowed, stale.policy_ids) == (False, ("no-gpu-while-degraded",))
 
 
+def test_a_claim_naming_no_project_is_still_cedars_to_refuse(
+    rensei_pm: RenseiPluginManager,
+) -> None:
+    """The built-in grant check follows the daemon for a claim naming no project (the pool
+    rules alone: k8s-gpu is in the inventory, active and named by gpu-heavy), and Cedar still
+    decides it: Project::"*" is in no profile naming k8s-gpu, so no policy permits it."""
+    anyone = _request(principal='Project::"*"', resource='Pool::"k8s-gpu"', pool="k8s-gpu")
+    (d,) = _decide(rensei_pm, _sections(_doc()), anyone)
+    grant = d.outcomes[0].result
+    assert (grant.allowed, grant.reason) == (True, "granted")
+    assert (d.allowed, d.reason, d.authorizer) == (False, "no-policy", "cedar")
+    # where Cedar permits (a profile granted to every project), both allow
+    (ok,) = _decide(
+        rensei_pm,
+        _sections(_doc()),
+        _request(principal='Project::"*"', resource='Pool::"local-a"', pool="local-a"),
+    )
+    assert (ok.allowed, ok.policy_ids) == (True, ("granted-pools",))
+
+
 # -- the failure cases: each a deny that names why -----------------------------------------------
 
 
