@@ -140,7 +140,7 @@ def lossy_note(repos: list[str]) -> str:
 
 
 def _group_cell(by: str, group: str) -> str:
-    return esc(group) + (LOSSY_TAG if by == "repo" and lossy(group) else "")
+    return esc(group) + (" " + LOSSY_TAG if by == "repo" and lossy(group) else "")
 
 
 def _report_table(by: str, rows: tuple[ReportRow, ...], f: Filters, tid: str) -> str:
