@@ -176,7 +176,7 @@ def overview_page(c: Console, q: Query) -> bytes:
         parts.append(
             f'<p class=muted id="doctor-at">Checked at {at:%Y-%m-%d %H:%M:%S} UTC, {ago} ago; '
             "doctor runs again when the chain changes (at most once a minute) and at least "
-            f"every {format_age(int(DOCTOR_RERUN_S * 1000))}.</p>"
+            f"every {DOCTOR_RERUN_S / 60:g} min.</p>"
         )
         parts.append(
             table(
