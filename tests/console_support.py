@@ -24,6 +24,15 @@ def running_ui(
 ) -> Iterator[str]:
     """``rensei ui`` on ``home`` (any free port unless ``args`` name one) in ``env`` (default:
     the tests' own); yields its base URL (no trailing slash). Its stderr goes to ``log``."""
+    with running_ui_process(home, log, *args, env=env) as (base, _):
+        yield base
+
+
+@contextmanager
+def running_ui_process(
+    home: Path, log: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`running_ui`, yielding the process too (to watch its threads)."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             [
@@ -53,7 +62,7 @@ def running_ui(
                 raise AssertionError(f"rensei ui exited {proc.returncode}: {log.read_text()}")
             time.sleep(0.1)
         assert base is not None, f"rensei ui printed no address: {log.read_text()}"
-        yield base
+        yield base, proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

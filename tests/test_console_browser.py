@@ -9,6 +9,7 @@ else under pytest's temporary directory.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -23,11 +24,13 @@ from urllib.parse import quote_plus
 import apsw
 import pytest
 
+from rensei_routing.core.shadow.spawn import Spawn
+from rensei_routing.shadow.recorder import ShadowRecorder
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 
 from .console_support import running_ui, wait_for
-from .shadow_support import installed_seams
+from .shadow_support import home_with_policies, installed_seams, registry, spawn
 
 #: Fixtures used by name (the fleet test records HydraFlow spawns in-process).
 _FIXTURES = (installed_seams,)
@@ -151,6 +154,15 @@ def _num(s: str) -> int:
     return int(s.replace(",", ""))
 
 
+#: The tag the shadow tables put beside a lossy repo slug (legacy-lossy identity).
+LOSSY = " lossy slug"
+
+
+def _group(cell: str) -> str:
+    """A group cell's name (without the lossy tag)."""
+    return cell.removesuffix(LOSSY)
+
+
 def test_overview_shows_the_home_and_its_verified_chain(
     driver: Any, ui: str, home: Path, artifacts: Path
 ) -> None:
@@ -187,7 +199,7 @@ def test_shadow_figures_are_shadow_reports(
     for by in ("repo", "role", "mechanism", "seam", "transport"):
         groups = _rensei("--home", str(home), "shadow", "report", "--by", by, "--json")["groups"]
         rows = cells(driver, f"table-{by}")
-        assert [(r[0], _num(r[1]), _num(r[2])) for r in rows] == [
+        assert [(_group(r[0]), _num(r[1]), _num(r[2])) for r in rows] == [
             (g["group"], g["spawns"], g["agreed"]) for g in groups
         ]
         assert driver.find_elements(By.CSS_SELECTOR, f"#by-{by} svg rect")  # the chart
@@ -195,7 +207,7 @@ def test_shadow_figures_are_shadow_reports(
     assert sum(_num(r[1]) for r in daily) == total["spawns"]
 
 
-def test_filters_narrow_the_figures(driver: Any, ui: str, home: Path) -> None:
+def test_filters_narrow_the_figures(driver: Any, ui: str, home: Path, tmp_path: Path) -> None:
     groups = _rensei("--home", str(home), "shadow", "report", "--by", "repo", "--json")["groups"]
     repo = groups[0]["group"]
     visit(driver, ui + "/shadow")
@@ -204,13 +216,26 @@ def test_filters_narrow_the_figures(driver: Any, ui: str, home: Path) -> None:
     assert f"repo={quote_plus(repo)}" in driver.current_url
     shown = {row[0]: row[1] for row in cells(driver, "totals")}
     assert _num(shown["spawns"]) == groups[0]["spawns"]
-    visit(driver, ui + "/shadow?since=1m")  # quickstart recorded everything minutes ago or more
-    assert _num({r[0]: r[1] for r in cells(driver, "totals")}["spawns"]) in (
-        0,
-        _rensei("--home", str(home), "shadow", "report", "--since", "1m", "--json")["total"][
-            "spawns"
-        ],
-    )
+    # since=1m on a home whose records are 3 hours old but for 7 recorded just now
+    recent = home_with_policies(tmp_path)
+    now = dt.datetime.now(dt.UTC)
+    for when, rounds in ((now - dt.timedelta(hours=3), 8), (now, 1)):
+        stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        with ShadowRecorder(recent, registry(), clock=lambda s=stamp: s) as rec:
+            for _ in range(rounds):
+                rec.record_many(
+                    [Spawn.from_dict(spawn(principal_id=p)) for p in ("planner", "reviewer")]
+                    + [Spawn.from_dict(spawn())] * (5 if when == now else 3)
+                )
+    with running_ui(recent.path, tmp_path / "ui.log") as base:
+        visit(driver, base + "/shadow")
+        every = _num({r[0]: r[1] for r in cells(driver, "totals")}["spawns"])
+        visit(driver, base + "/shadow?since=1m")
+        last_minute = _num({r[0]: r[1] for r in cells(driver, "totals")}["spawns"])
+    assert every == 8 * 5 + 7
+    assert last_minute == 7
+    cli = _rensei("--home", str(recent.path), "shadow", "report", "--since", "1m", "--json")
+    assert cli["total"]["spawns"] == 7
 
 
 def test_a_bar_leads_to_its_records_and_a_record_to_its_decision(
@@ -305,6 +330,38 @@ def test_policies_and_audit_pages(driver: Any, ui: str, home: Path, artifacts: P
         driver.find_elements(By.CSS_SELECTOR, "details.record")[0].get_attribute("id")
         == f"record-{head - 26}"
     )
+
+
+def test_the_shadow_tables_fit_a_1400_px_screen(
+    driver: Any, ui: str, home: Path, artifacts: Path
+) -> None:
+    """No table is cut off behind a sideways scrollbar at 1400 px (a table that does not fit
+    beside its chart goes under it); the agreeing bar is labelled "agreed"; the lossy repo
+    slugs of the sample are tagged and the page says why a repo can show twice."""
+    driver.set_window_size(1400, 1000)
+    try:
+        visit(driver, ui + "/shadow", artifacts / "shadow-1400.png")
+        assert driver.execute_script("return window.innerWidth") >= 1380
+        boxes = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.scroll')).map("
+            "e => [e.firstElementChild.id, e.scrollWidth - e.clientWidth])"
+        )
+        assert len(boxes) >= 7
+        assert [b for b in boxes if b[1] > 1] == [], boxes
+        overflow = driver.execute_script(
+            "return document.documentElement.scrollWidth - window.innerWidth"
+        )
+        assert overflow <= 1
+        legend = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#by-repo svg text.key")]
+        assert legend[0] == "agreed" and "none" not in legend
+        rows = [r[0] for r in cells(driver, "table-repo")]
+        tagged = {_group(r) for r in rows if r.endswith(LOSSY)}
+        assert tagged == {_group(r) for r in rows if "/" not in r}
+        assert "tom-dotfiles" in tagged and "tom/dotfiles" not in tagged
+        note = text(driver, "#lossy-note")
+        assert f"lossy slug ({len(tagged)} here)" in note and "legacy-lossy" in note
+    finally:
+        driver.set_window_size(1280, 1400)
 
 
 def test_pages_fit_a_narrow_screen(driver: Any, ui: str, artifacts: Path) -> None:

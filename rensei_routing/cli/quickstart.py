@@ -203,7 +203,11 @@ def _whatif(home: Home, out: _Outcome) -> None:
     if issues:  # a shipped file: a bug, said plainly
         raise CommandError(f"{len(issues)} validation issue(s) in {CANDIDATE_FILE}")
     current, summary = ops.what_if(
-        home, proposed, vocabulary=vocabulary, redactor=session().redactor()
+        home,
+        proposed,
+        name=CANDIDATE_FILE.name,
+        vocabulary=vocabulary,
+        redactor=session().redactor(),
     )
     if not summary.contexts:
         out.whatif = ["What-if: no recorded contexts to replay"]

@@ -10,7 +10,7 @@ from typing import Final
 
 from .html import esc
 
-__all__ = ["COLOURS", "bars", "series"]
+__all__ = ["COLOURS", "LABELS", "bars", "series"]
 
 #: One colour per segment kind (agreed first, then the divergence kinds).
 COLOURS: Final = {
@@ -20,6 +20,8 @@ COLOURS: Final = {
     "provider-and-model": "#6a1b9a",
     "not-selected": "#546e7a",
 }
+#: What a segment kind is called in the legend and tooltips (the agreeing kind is "agreed").
+LABELS: Final = {"none": "agreed"}
 _W: Final = 640
 _LABEL: Final = 180
 _ROW: Final = 26
@@ -48,9 +50,10 @@ def bars(rows: Sequence[tuple[str, Sequence[tuple[str, int, str]]]], *, title: s
                 continue
             w = width * n / total
             colour = COLOURS.get(kind, "#1565c0")
+            name = LABELS.get(kind, kind)
             rect = (
                 f'<rect x="{x:.1f}" y="{y}" width="{max(w, 1):.1f}" '
-                f'height="20" fill="{colour}"><title>{esc(label)}: {esc(kind)} {n:,} '
+                f'height="20" fill="{colour}"><title>{esc(label)}: {esc(name)} {n:,} '
                 f"({n / total * 100:.1f}%)</title></rect>"
             )
             out.append(f'<a href="{esc(href)}">{rect}</a>' if href else rect)
@@ -58,11 +61,12 @@ def bars(rows: Sequence[tuple[str, Sequence[tuple[str, int, str]]]], *, title: s
     y = len(rows) * _ROW + 20
     x = 4
     for kind, colour in COLOURS.items():
+        name = LABELS.get(kind, kind)
         out.append(
             f'<rect x="{x}" y="{y - 10}" width="10" height="10" fill="{colour}"/>'
-            f'<text x="{x + 14}" y="{y}" class="key">{esc(kind)}</text>'
+            f'<text x="{x + 14}" y="{y}" class="key">{esc(name)}</text>'
         )
-        x += 24 + 7 * len(kind) + 10
+        x += 24 + 7 * len(name) + 10
     out.append("</svg>")
     return "".join(out)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,13 @@ from ..core.snapshot.freshness import format_age
 from ..errors import NotFoundError, RenseiRoutingError
 from ..host.cache import host_cache
 from ..host.status import host_status_data, snapshot_line
+from ..ops.quickstart import MARKER
 from ..store.audit import AuditLog
 from ..store.policies import PolicyStore
 from ..store.snapshots import SnapshotStore
 from .context import Console, NotFound, Query, int_param
 from .html import esc, link, num, page, table, url
+from .state import DOCTOR_RERUN_S
 from .verdict import chain_state
 
 __all__ = ["overview_page", "policies_page"]
@@ -33,8 +36,36 @@ def _facts(rows: list[tuple[str, str]], did: str) -> str:
     )
 
 
+def _renew_hint(c: Console, status: dict[str, Any], what: str) -> str:
+    """The command that renews this home's cached snapshot: quickstart again for a quickstart
+    home, ``host sync`` from the remembered source, else ``host sync`` from a new one."""
+    home = shlex.quote(str(c.home.path))
+    if (Path(c.home.path) / MARKER).is_file():
+        return (
+            f"{what}: <code>rensei quickstart --home {esc(home)}</code> again (it recreates "
+            "this quickstart home with a fresh snapshot)"
+        )
+    source = status.get("source") or {}
+    if source.get("endpoint"):
+        return (
+            f"{what}: <code>rensei host sync --home {esc(home)}</code> (fetches from "
+            f"{esc(source['endpoint'])}), or keep <code>rensei host run</code> polling"
+        )
+    if source.get("file"):
+        return (
+            f"{what}: <code>rensei host sync --home {esc(home)}</code> once a newer "
+            f"<code>rensei snapshot export</code> is in {esc(source['file'])}"
+        )
+    return (
+        f"{what}: <code>rensei host sync --home {esc(home)} --endpoint URL</code> (a "
+        "<code>rensei serve</code>) or <code>--from FILE</code> (a <code>rensei snapshot "
+        "export</code>)"
+    )
+
+
 def _snapshot_rows(c: Console) -> list[tuple[str, str]]:
-    """The host cache's ``Ruleset snapshot:`` line (age, degraded or expired) and the latest
+    """The host cache's ``Ruleset snapshot:`` line (age, degraded or expired: said once, by the
+    state in front), the command that renews a snapshot that is not fresh, and the latest
     snapshot this home compiled."""
     now = c.clock()
     rows = []
@@ -43,11 +74,20 @@ def _snapshot_rows(c: Console) -> list[tuple[str, str]]:
         line = snapshot_line(status).removeprefix("Ruleset snapshot: ")
         snap = status.get("snapshot") or {}
         state = snap.get("state", "none")
+        line = line.removesuffix(" (degraded)").replace(f" ({state}: refusing", "; refusing")
         cls = {"fresh": "ok", "degraded": "warn"}.get(state, "fail" if snap else "warn")
+        renew = (
+            ""
+            if state == "fresh"
+            else '<br><span class="muted" id="snapshot-renew">'
+            + _renew_hint(c, status, "to cache one" if not snap else "to renew it")
+            + "</span>"
+        )
         rows.append(
             (
                 "host snapshot",
-                f'<span class="status {cls}" id="snapshot-state">{esc(state)}</span> {esc(line)}',
+                f'<span class="status {cls}" id="snapshot-state">{esc(state)}</span> '
+                f'<span id="snapshot-line">{esc(line)}</span>{renew}',
             )
         )
     except RenseiRoutingError as e:
@@ -132,7 +172,12 @@ def overview_page(c: Console, q: Query) -> bytes:
         )
     else:
         assert at is not None
-        parts.append(f"<p class=muted>Checked at {at:%Y-%m-%d %H:%M:%S} UTC.</p>")
+        ago = format_age(max(0, int((c.clock() - at).total_seconds() * 1000)))
+        parts.append(
+            f'<p class=muted id="doctor-at">Checked at {at:%Y-%m-%d %H:%M:%S} UTC, {ago} ago; '
+            "doctor runs again when the chain changes (at most once a minute) and at least "
+            f"every {DOCTOR_RERUN_S / 60:g} min.</p>"
+        )
         parts.append(
             table(
                 ["check", "status", "detail"],

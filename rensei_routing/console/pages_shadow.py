@@ -11,8 +11,9 @@ from typing import Final
 
 import apsw
 
+from ..core.routing.members import canonicalize_repo
 from ..core.shadow.compare import DIRECT_HTTP, DIVERGENCES, NONE
-from ..core.shadow.facts import HOUR_US, ShadowFact, micros_of
+from ..core.shadow.facts import HOUR_US, NO_VALUE, ShadowFact, micros_of
 from ..core.shadow.report import GROUPINGS, ReportRow, ShadowReport
 from ..store import shadow_index
 from . import charts
@@ -87,7 +88,8 @@ def coverage_note(indexed: int, total: int) -> str:
 def _filters_form(conn: apsw.Connection, f: Filters, action: str, extra: Query) -> str:
     def options(name: str, chosen: str) -> str:
         opts = ['<option value="">(all)</option>'] + [
-            f'<option value="{esc(v)}"{" selected" if v == chosen else ""}>{esc(v)}</option>'
+            f'<option value="{esc(v)}"{" selected" if v == chosen else ""}>{esc(v)}'
+            f"{' (lossy slug)' if name == 'repo' and lossy(v) else ''}</option>"
             for v in shadow_index.values(conn, name)
         ]
         return f'<select name="{name}" id="f-{name}">{"".join(opts)}</select>'
@@ -109,13 +111,45 @@ def _div_href(f: Filters, by: str, value: str, kind: str) -> str:
     return url("/divergences", by=by, value=value, kind=kind, **f.params())
 
 
+def lossy(repo: str) -> bool:
+    """Whether a repo group is a ``legacy-lossy`` identity: a runtime slug (``/`` became
+    ``-``), not a canonical ``owner/repo`` id (SEMANTICS.md, Repository identity)."""
+    return repo != NO_VALUE and canonicalize_repo(repo) != repo
+
+
+#: The tag beside a lossy repo (its meaning is the page's note).
+LOSSY_TAG: Final = '<span class="tag lossy">lossy slug</span>'
+
+
+def lossy_note(repos: list[str]) -> str:
+    """Why a repo can show twice (``tom/dotfiles`` and ``tom-dotfiles``): said once, under the
+    figures, when any lossy repo is among them."""
+    found = [r for r in repos if lossy(r)]
+    if not found:
+        return ""
+    example = found[0]
+    return (
+        '<p class="note" id="lossy-note">Repos tagged <em>lossy slug</em> ('
+        f"{num(len(found))} here) were recorded from a runtime slug in which <code>/</code> became "
+        f"<code>-</code> (a <code>legacy-lossy</code> identity): <code>{esc(example)}</code> "
+        "cannot be turned back into one <code>owner/repo</code> (<code>a-b/c</code> and "
+        "<code>a/b-c</code> give the same slug). So their spawns are counted apart from the "
+        "canonical ids they may belong to, and they never match a policy that names "
+        "<code>repo_ids</code> (reason <code>repo-identity-not-canonical</code>).</p>"
+    )
+
+
+def _group_cell(by: str, group: str) -> str:
+    return esc(group) + (" " + LOSSY_TAG if by == "repo" and lossy(group) else "")
+
+
 def _report_table(by: str, rows: tuple[ReportRow, ...], f: Filters, tid: str) -> str:
     head = ["group", "spawns", "agreed", "agreement", *DIVERGENCES[1:], "direct-HTTP share"]
     body = []
     for r in rows:
         div = dict(r.divergence)
         cells = [
-            esc(r.group),
+            _group_cell(by, r.group),
             num(r.spawns),
             link(_div_href(f, by, r.group, NONE), num(r.agreed)),
             pct(r.agreement_rate),
@@ -168,16 +202,17 @@ def shadow_page(c: Console, q: Query) -> bytes:
         chart = charts.bars(
             [
                 (
-                    r.group,
+                    f"{r.group} (lossy)" if by == "repo" and lossy(r.group) else r.group,
                     [(k, n, _div_href(f, by, r.group, k)) for k, n in r.divergence],
                 )
                 for r in rows
             ],
             title=f"agreement by {by}",
         )
+        note = lossy_note([r.group for r in rows]) if by == "repo" else ""
         parts.append(
             f'<section id="by-{by}"><h2>By {esc(by)}</h2><div class="grid"><div>{chart}</div>'
-            f"<div>{_report_table(by, rows, f, f'table-{by}')}</div></div></section>"
+            f"<div>{_report_table(by, rows, f, f'table-{by}')}</div></div>{note}</section>"
         )
     points = [(d, (a / n if n else None), "") for d, n, a in days]
     parts.append(

@@ -11,7 +11,9 @@ thread verifies again whenever the chain's head moves.
 from __future__ import annotations
 
 import abc
+import logging
 import threading
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -36,6 +38,8 @@ __all__ = ["Doctor", "Verified", "Verifier", "WhatIfJob", "WhatIfJobs"]
 POLL_S: Final = 2.0
 #: Seconds between doctor runs while the head keeps moving.
 DOCTOR_EVERY_S: Final = 60.0
+#: Seconds after which doctor runs again even on a quiet chain (its host-cache check ages).
+DOCTOR_RERUN_S: Final = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,7 @@ class Verifier(_Watch):
 
 class Doctor(_Watch):
     """``rensei doctor``'s home and host-cache checks, rerun when the head moved (at most once
-    a minute)."""
+    a minute) and at least every :data:`DOCTOR_RERUN_S` seconds."""
 
     def __init__(self, home: Home, clock: Callable[[], datetime]) -> None:
         super().__init__("doctor", DOCTOR_EVERY_S)
@@ -126,9 +130,10 @@ class Doctor(_Watch):
             head: tuple[int, str] | None = _head(self._home)
         except RenseiRoutingError:
             head = None
-        if self.checks is not None and head == self._seen:
-            return
         moment = self._clock()
+        due = self.at is None or (moment - self.at).total_seconds() >= DOCTOR_RERUN_S
+        if self.checks is not None and head == self._seen and not due:
+            return
         checks = home_checks(self._home, now=moment)
         checks.append(host_cache_check(host_cache(Path(self._home.path)), now=moment))
         self.checks, self.at, self._seen = checks, moment, head
@@ -136,10 +141,15 @@ class Doctor(_Watch):
 
 @dataclass(slots=True)
 class WhatIfJob:
-    """One comparison of the chain against a candidate: running, done or failed."""
+    """One comparison of the chain against a candidate: queued, running, done or failed. It
+    compares the records below ``stop`` (the chain's next seq when it started), so it ends on a
+    chain that keeps growing; records appended since are left for the next comparison."""
 
     label: str
-    started: datetime
+    number: int
+    requested: datetime
+    started: datetime | None = None
+    stop: int | None = None
     done: datetime | None = None
     summary: WhatIfSummary | None = None
     error: str | None = None
@@ -147,36 +157,85 @@ class WhatIfJob:
     current_revision: int = 0
 
 
+#: What-if comparisons run one at a time, in one thread; at most this many more wait their turn
+#: (a request for another candidate beyond that is told the console is busy).
+WHATIF_WAITING: Final = 3
+#: Finished comparisons kept for their pages (the least recently asked for is dropped first).
+WHATIF_KEPT: Final = 16
+
+_log = logging.getLogger("rensei_routing.console")
+_Run = tuple[WhatIfJob, Callable[[], tuple[PolicySnapshot, str]], Callable[[], PolicySnapshot]]
+
+
 class WhatIfJobs:
-    """What-if comparisons by candidate and chain head, one thread each (cached until the head
-    moves; the page shows progress until a job is done)."""
+    """What-if comparisons by candidate: one job per candidate (asked for again while it runs,
+    it is the same job), run one at a time by a single worker thread up to the chain's head
+    when each starts, with a bounded queue. A finished job stays until it is asked to run again
+    (:meth:`get` with ``again``) or dropped as the least recently used of :data:`WHATIF_KEPT`;
+    only finished jobs are dropped, so nothing runs that no page can show."""
 
     def __init__(self, home: Home, clock: Callable[[], datetime], vocabulary: Vocabulary) -> None:
         self._home = home
         self._clock = clock
         self._vocabulary = vocabulary
         self._lock = threading.Lock()
-        self._jobs: dict[tuple[str, tuple[int, str]], WhatIfJob] = {}
+        self._jobs: OrderedDict[str, WhatIfJob] = OrderedDict()
+        self._queue: deque[_Run] = deque()
+        self._running: WhatIfJob | None = None
+        self._worker: threading.Thread | None = None
+        self._numbered = 0
 
     def get(
         self,
         label: str,
         current: Callable[[], tuple[PolicySnapshot, str]],
         candidate: Callable[[], PolicySnapshot],
-    ) -> WhatIfJob:
-        """The job for ``label`` at the current head, started if new."""
-        key = (label, _head(self._home))
+        *,
+        again: int | None = None,
+    ) -> WhatIfJob | None:
+        """The job for ``label``: the one queued, running or done, else a new one queued. With
+        ``again``, a done job whose ``number`` is ``again`` is replaced by a new one (so the
+        page that asked for it, reloaded, does not start a third). ``None`` when the queue is
+        full (a new job would wait behind :data:`WHATIF_WAITING` others): nothing is started."""
         with self._lock:
-            job = self._jobs.get(key)
-            if job is not None:
+            job = self._jobs.get(label)
+            if job is not None and (job.done is None or again != job.number):
+                self._jobs.move_to_end(label)
                 return job
-            job = self._jobs[key] = WhatIfJob(label=label, started=self._clock())
-            if len(self._jobs) > 32:
-                self._jobs.pop(next(iter(self._jobs)))
-        threading.Thread(
-            target=self._run, args=(job, current, candidate), name="whatif", daemon=True
-        ).start()
+            if len(self._queue) + (self._running is not None) > WHATIF_WAITING:
+                return None
+            self._numbered += 1
+            job = WhatIfJob(label=label, number=self._numbered, requested=self._clock())
+            self._jobs[label] = job
+            self._jobs.move_to_end(label)
+            self._queue.append((job, current, candidate))
+            finished = [k for k, j in self._jobs.items() if j.done is not None]
+            for k in finished[: max(0, len(self._jobs) - WHATIF_KEPT)]:
+                del self._jobs[k]
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._drain, name="whatif", daemon=True)
+                self._worker.start()
         return job
+
+    def pending(self) -> int:
+        """Jobs queued or running."""
+        with self._lock:
+            return len(self._queue) + (self._running is not None)
+
+    def _drain(self) -> None:
+        """Run the queued jobs one after another; the thread ends when the queue is empty."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._worker = None
+                    return
+                job, current, candidate = self._queue.popleft()
+                self._running = job
+            try:
+                self._run(job, current, candidate)
+            finally:
+                with self._lock:
+                    self._running = None
 
     def _run(
         self,
@@ -185,19 +244,25 @@ class WhatIfJobs:
         candidate: Callable[[], PolicySnapshot],
     ) -> None:
         skipped: list[int] = []
+        job.started = self._clock()
         try:
             now_snapshot = current()
             job.current_revision = now_snapshot[0].revision
             with closing(AuditLog.open(self._home)) as log:
+                job.stop = log.head()[0]
                 job.summary = compare_chain(
                     log,
                     now_snapshot,
                     candidate(),
                     examples=5,
+                    stop=job.stop,
                     skipped=skipped.append,
                     vocabulary=self._vocabulary,
                 )
         except RenseiRoutingError as e:
             job.error = str(e)
+        except Exception:  # a bug: logged with its traceback; the queue goes on
+            _log.exception("what-if comparison %s failed", job.label)
+            job.error = "the comparison stopped on an internal error (see the console's log)"
         job.skipped = len(skipped)
         job.done = self._clock()

@@ -51,7 +51,7 @@ from ..shadow.whatif import compare_chain
 from ..store.audit import AuditLog
 from ..store.home import Home
 from ..store.policies import PolicyStore
-from ..store.settings import QUICKSTART_ID, read_text, write_text
+from ..store.settings import QUICKSTART_CANDIDATE, QUICKSTART_ID, read_text, write_text
 from ..store.snapshots import OrgStore
 
 __all__ = [
@@ -255,10 +255,19 @@ def shadow_replay(
 
 
 def what_if(
-    home: Home, candidate: PolicySnapshot, *, vocabulary: Vocabulary, redactor: Redactor
+    home: Home,
+    candidate: PolicySnapshot,
+    *,
+    name: str,
+    vocabulary: Vocabulary,
+    redactor: Redactor,
 ) -> tuple[PolicySnapshot, WhatIfSummary]:
-    """``policy whatif``: every recorded context under the current revision and ``candidate``."""
-    with closing(home.connect(write=False)) as conn:
+    """``policy whatif``: every recorded context under the current revision and ``candidate``
+    (the file ``name``). The candidate is kept in the home (``setting.quickstart_candidate``),
+    so the console's what-if page offers what quickstart evaluated."""
+    kept = {"file": name, "candidate": candidate.to_dict()}
+    with closing(home.connect(write=True)) as conn:
+        write_text(conn, QUICKSTART_CANDIDATE, json.dumps(kept, sort_keys=True))
         loaded = PolicyStore(conn, vocabulary=vocabulary).load()
     with AuditLog.open(home, redactor=redactor) as log:
         summary = compare_chain(

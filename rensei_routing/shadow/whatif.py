@@ -88,13 +88,16 @@ def compare_chain(
     *,
     since: dt.datetime | None = None,
     limit: int | None = None,
+    stop: int | None = None,
     examples: int = 3,
     skipped: Callable[[int], None] | None = None,
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
 ) -> WhatIfSummary:
     """Explain every recorded context (at or after ``since``; with ``limit``, the ``limit`` most
-    recent) against ``current`` (snapshot, load state) and ``candidate``, and summarise.
-    ``skipped`` is called with the seq of every record that carries no readable context.
+    recent; with ``stop``, only records below seq ``stop``, so a comparison on a chain being
+    appended to ends) against ``current`` (snapshot, load state) and ``candidate``, and
+    summarise. ``skipped`` is called with the seq of every record that carries no readable
+    context.
 
     Raises:
         StoreError: the log cannot be read.
@@ -118,7 +121,7 @@ def compare_chain(
         while len(cache) > CACHE_SIZE:
             cache.popitem(last=False)  # the oldest (O(1); deleting dict heads is not)
 
-    for seq, key, context in _contexts(log, since, limit, skipped, vocabulary):
+    for seq, key, context in _contexts(log, since, limit, stop, skipped, vocabulary):
         if key not in cache and key not in pending:
             pending[key] = context
         chunk.append((seq, key))
@@ -133,6 +136,7 @@ def _contexts(
     log: AuditLog,
     since: dt.datetime | None,
     limit: int | None,
+    stop: int | None,
     skipped: Callable[[int], None] | None,
     vocabulary: Vocabulary,
 ) -> Iterator[tuple[int, str, RouteContext]]:
@@ -142,7 +146,7 @@ def _contexts(
     taken = 0
     parsed: OrderedDict[str, RouteContext] = OrderedDict()
     memo: Memo = {}
-    for record in log.records(newest_first=limit is not None):
+    for record in log.records(newest_first=limit is not None, stop=stop):
         if limit is not None and taken >= limit:
             return
         if not recorded_since(record, since):

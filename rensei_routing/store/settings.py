@@ -13,6 +13,7 @@ import apsw
 from ..errors import MalformedError, StoreError
 
 __all__ = [
+    "QUICKSTART_CANDIDATE",
     "QUICKSTART_ID",
     "SHADOW_ENABLED",
     "SNAPSHOT_KEY_ID",
@@ -28,6 +29,9 @@ _PREFIX: Final = "setting."
 SHADOW_ENABLED: Final = "shadow_enabled"
 #: The random id ``rensei quickstart`` gave the home it made (also in its marker file).
 QUICKSTART_ID: Final = "quickstart_id"
+#: The candidate policy file ``rensei quickstart`` evaluated in its what-if (JSON: the file's
+#: name and its policies), so the console's what-if page can offer it.
+QUICKSTART_CANDIDATE: Final = "quickstart_candidate"
 #: The snapshot revision a control home's first snapshot follows (``init --start-after``).
 START_AFTER: Final = "snapshot_start_after"
 #: The key id this home's snapshots carry as ``signingKeyId`` (``init --key-id``; unset: the
