@@ -55,7 +55,8 @@ _DB: Final = "rensei.db"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackupManifest:
-    """What a verified copy holds: the chain's size and head, each policy revision's hash."""
+    """What a verified copy holds: the audit records present and the head, each policy
+    revision's hash."""
 
     created_at: str
     source: str
@@ -175,11 +176,18 @@ def verify_home(
     """
     info = home.info()
     with AuditLog.open(home) as log:
-        result = log.verify(checkpoints)
+        chain = log.verify_segments(checkpoints)
+    result = chain.result
     if not result:
         raise BackupError(
             f"the audit chain of {home.path} does not verify "
             f"(seq {result.first_broken_seq}: {result.reason})"
+        )
+    if chain.unverifiable:
+        size, name = chain.unverifiable[0]
+        raise BackupError(
+            f"the checkpoint of size {size:,} lies inside pruned segment {name} of "
+            f"{home.path}: the records it covers are no longer held, so it cannot be checked"
         )
     revisions: list[tuple[int, str]] = []
     conn = home.connect()
@@ -209,7 +217,7 @@ def verify_home(
         org=info.org,
         key_id=info.key_id,
         schema_version=SCHEMA_VERSION,
-        records=result.records_checked,
+        records=chain.records,  # present: after a prune, fewer than the next seq
         head_hash=result.head_hash,
         checkpoints=result.checkpoints_checked - len(checkpoints),  # the stored ones
         policy_revisions=tuple(revisions),
