@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ChainVerdict",
     "claim_of",
-    "signed_head",
     "seals",
+    "signed_head",
     "stored_checkpoints",
     "unattested",
     "verify_all",
@@ -217,10 +217,7 @@ def unattested(segment: Segment, origin: str, public: signing.PublicKey) -> str 
     why = found if isinstance(found, str) else claim_problem(found, claim_of(segment))
     if why is None:
         return None
-    if isinstance(found, str):
-        what = why
-    else:
-        what = f"its note {why}"
+    what = why if isinstance(found, str) else f"its note {why}"
     if segment.pruned:
         fix = (
             "if an earlier release pruned it, `rensei audit reattest --exported FILE` checks "
@@ -228,7 +225,9 @@ def unattested(segment: Segment, origin: str, public: signing.PublicKey) -> str 
         )
         stmt = "prune statement"
     else:
-        fix = "if an earlier release sealed it, `rensei audit reattest` re-signs it from its records"
+        fix = (
+            "if an earlier release sealed it, `rensei audit reattest` re-signs it from its records"
+        )
         stmt = "seal"
     return (
         f"segment {segment.name} is {kind}, but no {stmt} signed by this host's key covers it: "

@@ -15,7 +15,9 @@ Layout (docs/store.md "Segments"):
   home held, so it reads and verifies on its own. Its row in ``audit_segments`` keeps its
   bounds, the hash its first record links to, its head and its seal note.
 * A **pruned segment** keeps only that row (``pruned = 1``, with the SHA-256 of the export that
-  held its records): it is the **anchor** a verification starts from.
+  held its records, its seal replaced by a prune statement signed with the host key:
+  :mod:`..core.audit.anchors`): it is the **anchor** a verification starts from. A row that no
+  statement of its kind covers is never an anchor (:mod:`.chainwalk`).
 
 The catalog is read in the same read snapshot as the live rows, so a reader never sees a
 record twice or misses one while a rotation moves records out of the live table; files that
