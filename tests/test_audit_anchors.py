@@ -142,11 +142,9 @@ def test_a_segment_marked_pruned_without_a_prune_statement_is_a_broken_chain(
     _checks_fail(runner, home, tmp_path, 0)
 
 
-def test_a_stored_checkpoint_cannot_pose_as_an_anchor_on_a_home_never_rotated(
-    tmp_path: Path, runner: CliRunner
-) -> None:
-    """fake_anchor.sh: any stored checkpoint copied into a new pruned row, every record below
-    it deleted."""
+def _forged_anchor(tmp_path: Path, runner: CliRunner) -> tuple[Home, Path]:
+    """fake_anchor.sh on a home never rotated: the stored checkpoint of size 20 copied into a
+    new pruned row, every record below it deleted; and an exported checkpoint of size 23."""
     home = Home(tmp_path / "h")
     home.init(org="acme")
     _append(home, 0, 20)
@@ -161,6 +159,13 @@ def test_a_stored_checkpoint_cannot_pose_as_an_anchor_on_a_home_never_rotated(
         "'none' FROM audit_checkpoints WHERE size = 20",
     )
     _sql(home.db_path, "DELETE FROM audit_records WHERE seq < 20")
+    return home, cp
+
+
+def test_a_stored_checkpoint_cannot_pose_as_an_anchor_on_a_home_never_rotated(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    home, cp = _forged_anchor(tmp_path, runner)
     before = _state(home)
     for args in ((), ("--checkpoint", str(cp))):
         code, doc = _verify(runner, home, *args)
@@ -175,6 +180,23 @@ def test_a_stored_checkpoint_cannot_pose_as_an_anchor_on_a_home_never_rotated(
         assert not log.verify()
     assert _state(home) == before
     _checks_fail(runner, home, tmp_path, 0)
+
+
+def test_the_console_shows_the_forged_anchor_as_broken(tmp_path: Path, runner: CliRunner) -> None:
+    """The console's verification is the store's (``AuditLog.verify``): broken, not intact."""
+    from .console_support import fetch, running_ui, wait_for
+
+    home, _ = _forged_anchor(tmp_path, runner)
+    before = _state(home)
+    with running_ui(home.path, tmp_path / "ui.log") as base:
+
+        def verified() -> bool:
+            return b'chain-status">fail<' in fetch(base + "/")[1]
+
+        wait_for(verified, "the console's verification")
+        page = fetch(base + "/")[1].decode()
+        assert "failed at seq 0: segment-unattested" in page
+    assert _state(home) == before
 
 
 # -- a genuine prune still verifies; copies of its statement do not -------------------------------
