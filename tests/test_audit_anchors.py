@@ -142,6 +142,27 @@ def test_a_segment_marked_pruned_without_a_prune_statement_is_a_broken_chain(
     _checks_fail(runner, home, tmp_path, 0)
 
 
+def test_a_segment_flipped_to_pruned_keeps_its_file_and_is_a_broken_chain(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    """The flag flipped but the file left: no check (verify's reconciliation included) removes
+    the file its records are in; and the chain is broken at the segment's first seq."""
+    home = _rotating_home(tmp_path)
+    _append(home, 0, 23)
+    _sql(
+        home.db_path,
+        "UPDATE audit_segments SET pruned = 1, export_sha256 = 'x' WHERE first_seq = 10",
+    )
+    before = _state(home)
+    assert "10-19.db" in [name for name, _ in before[3]]
+    code, doc = _verify(runner, home)
+    assert (code, doc["first_broken_seq"], doc["reason"]) == (1, 10, "segment-unattested")
+    with AuditLog.open(home) as log:
+        assert not log.verify()
+    assert _state(home) == before
+    _checks_fail(runner, home, tmp_path, 10)
+
+
 def _forged_anchor(tmp_path: Path, runner: CliRunner) -> tuple[Home, Path]:
     """fake_anchor.sh on a home never rotated: the stored checkpoint of size 20 copied into a
     new pruned row, every record below it deleted; and an exported checkpoint of size 23."""
