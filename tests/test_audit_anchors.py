@@ -98,7 +98,9 @@ def _checks_fail(runner: CliRunner, home: Home, tmp_path: Path, seq: int) -> Non
     target = tmp_path / "backup"
     backup = _run(runner, home.path, "backup", str(target))
     assert backup.exit_code == 1, backup.output
-    assert backup.stderr.count("\n") == 1 and "segment-unattested" in backup.stderr
+    assert backup.stderr == (
+        f"Error: the audit chain of {home.path} does not verify (seq {seq}: segment-unattested)\n"
+    )
     assert not target.exists()
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".backup")] == []
     assert _state(home) == before
