@@ -225,7 +225,7 @@ def test_verify_reports_every_segment(tmp_path: Path, runner: CliRunner) -> None
     [
         ("record", 12, "record-hash-mismatch"),
         ("missing", 10, "truncated-below-checkpoint"),
-        ("seal", None, "checkpoint-signature-invalid"),
+        ("seal", 10, "segment-unattested"),  # no seal by this host's key covers the row
         ("live-link", 15, "prev-hash-mismatch"),
         ("catalog-link", 10, "prev-hash-mismatch"),
     ],
@@ -279,11 +279,18 @@ def test_prune_after_export_keeps_the_anchor_and_verify_starts_there(
     assert os.listdir(segments_dir(home.db_path)) == [".lock"]
     with AuditLog.open(home) as log:
         kept = catalog_of(log)
-        assert [(s.name, s.pruned, s.head_hash, s.note) for s in kept] == [
-            ("0-9", True, first.head_hash, first.note),
-            ("10-14", True, second.head_hash, second.note),
+        assert [(s.name, s.pruned, s.head_hash) for s in kept] == [
+            ("0-9", True, first.head_hash),
+            ("10-14", True, second.head_hash),
         ]
         assert kept[0].export_sha256 is not None and kept[0].export_sha256.startswith("sha256:")
+        # Each seal is replaced by a prune statement naming its range, link, head and export.
+        for seg, was in zip(kept, (first, second), strict=True):
+            assert f"rensei-segment: sealed {was.first_seq} {was.last_seq}" in was.note
+            assert (
+                f"rensei-segment: pruned {seg.first_seq} {seg.last_seq} {seg.prev_hash} "
+                f"{seg.export_sha256}\n"
+            ) in seg.note
         assert [r.seq for r in log.records()] == [15, 16, 17]
         log.append({"n": 18}, recorded_at=T)
     text = _run(runner, home.path, "audit", "verify")
@@ -304,7 +311,8 @@ def test_prune_after_export_keeps_the_anchor_and_verify_starts_there(
     )
     os.chmod(home.db_path, 0o600)
     broken = json.loads(_run(runner, home.path, "audit", "verify", "--json").stdout)
-    assert (broken["ok"], broken["reason"]) == (False, "checkpoint-signature-invalid")
+    assert (broken["ok"], broken["reason"]) == (False, "segment-unattested")
+    assert broken["first_broken_seq"] == 10
 
 
 @pytest.mark.parametrize("case", ["none", "short", "tampered", "other-chain", "nothing-below"])

@@ -140,6 +140,8 @@ def audit_verify(
       2  usage error (unknown option, bad argument)
       3  could not verify: no initialised home, unreadable database,
          unreadable or malformed --checkpoint, --file or --trust file,
+         a --checkpoint inside a pruned segment (the records it covers
+         are no longer held: check it against the export with --file),
          or the verdict could not be written to stdout (one Error: line)
     """
     if trust and not files:
@@ -175,6 +177,16 @@ def audit_verify(
     if not result:
         seq = "-" if result.first_broken_seq is None else str(result.first_broken_seq)
         raise ChainBrokenError(f"audit log does not verify (seq {seq}: {result.reason})")
+    if chain is not None and chain.unverifiable:
+        size, name = chain.unverifiable[0]
+        more = len(chain.unverifiable) - 1
+        raise CouldNotVerifyError(
+            f"could not verify the checkpoint of size {size:,}"
+            + (f" (and {more} more)" if more else "")
+            + f": it lies inside pruned segment {name}, whose records are no longer held; "
+            "check it against the export: rensei audit verify --file EXPORT --trust "
+            "KEYFILE --checkpoint FILE"
+        )
 
 
 def _export_lines(files: Sequence[Path]) -> Iterator[str]:

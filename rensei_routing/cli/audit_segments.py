@@ -1,7 +1,8 @@
-"""``rensei audit rotate`` and ``rensei audit prune``: seal the live segment of the audit chain,
-and remove sealed segments that were exported, keeping their anchors (the rules and the crash
-safety are :mod:`rensei_routing.store.rotation`'s; this module parses and prints). Attached to
-the ``audit`` group.
+"""``rensei audit rotate``, ``rensei audit prune`` and ``rensei audit reattest``: seal the live
+segment of the audit chain, remove sealed segments that were exported, keeping their anchors,
+and re-sign the catalogue rows an earlier release wrote (the rules and the crash safety are
+:mod:`rensei_routing.store.rotation`'s and :mod:`rensei_routing.store.reattest`'s; this module
+parses and prints). Attached to the ``audit`` group.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import click
 
 from ._output import emit, note
-from ._root import echo_json, home_option, json_option
+from ._root import CommandError, echo_json, home_option, json_option
 from ._store import home_of
 from .audit import _SEQ, _progress, audit
 
@@ -68,9 +69,10 @@ def audit_rotate(home: Path, json_: bool) -> None:
 def audit_prune(before: int, exported: tuple[Path, ...], home: Path, json_: bool) -> None:
     """Remove the sealed segments entirely below seq BEFORE, once the --exported files are
     shown to hold every one of their records (they verify as a chain reaching each segment's
-    signed head) and each seal verifies. Each pruned segment's bounds, head hash, seal
-    checkpoint and the export's SHA-256 stay in the home as the anchor `audit verify` then
-    starts from. Anything else is refused (exit 1) and nothing is deleted."""
+    signed head) and each seal verifies. Each pruned segment's bounds, head hash and the
+    export's SHA-256 stay in the home, under a prune statement signed with the home's key, as
+    the anchor `audit verify` then starts from. Anything else is refused (exit 1) and nothing
+    is deleted."""
     from ..store.audit import AuditLog
     from ..store.rotation import prune
 
@@ -85,3 +87,47 @@ def audit_prune(before: int, exported: tuple[Path, ...], home: Path, json_: bool
         f"pruned segment(s) {names} ({sum(s.count for s in pruned):,} records); verify now "
         f"starts at the anchor: seq {last.last_seq + 1:,}, head {last.head_hash}"
     )
+
+
+@audit.command(name="reattest")
+@click.option(
+    "exported",
+    "--exported",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="An export (`rensei audit export`) holding the records of the segments an earlier "
+    "release pruned; several are one chain, in the order given (repeatable).",
+)
+@home_option
+@json_option
+def audit_reattest(exported: tuple[Path, ...], home: Path, json_: bool) -> None:
+    """Re-sign the segment rows an earlier release sealed or pruned, which `audit verify`
+    reports as segment-unattested: a sealed segment's seal is re-derived from its records
+    (they must walk to the head its old seal signed); a pruned segment is signed only with
+    --exported, once the export is shown to hold it, as `audit prune` checks. A row that
+    cannot be checked is refused and nothing is written (exit 1); pruned rows left without
+    an export are named (exit 1)."""
+    from ..store.audit import AuditLog
+    from ..store.reattest import reattest
+
+    with AuditLog.open(home_of(home)) as log:
+        total = log.head()[0] if sys.stderr.isatty() else 0
+        with _progress(total) as progress:
+            done = reattest(log, exported=exported, progress=progress)
+    if json_:
+        echo_json(done.to_dict())
+    else:
+        signed = [*done.resealed, *done.attested]
+        if signed:
+            emit(
+                "re-attested segment(s) "
+                + ", ".join(f"{s.name} ({'pruned' if s.pruned else 'sealed'})" for s in signed)
+            )
+        elif not done.pending:
+            emit("nothing to re-attest: every segment carries a statement of its kind")
+    if done.pending:
+        names = ", ".join(s.name for s in done.pending)
+        raise CommandError(
+            f"pruned segment(s) {names} still need the export that holds them: "
+            "rensei audit reattest --exported FILE"
+        )

@@ -55,7 +55,8 @@ _DB: Final = "rensei.db"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackupManifest:
-    """What a verified copy holds: the chain's size and head, each policy revision's hash."""
+    """What a verified copy holds: the audit records present and the head, each policy
+    revision's hash."""
 
     created_at: str
     source: str
@@ -163,23 +164,33 @@ def verify_home(
     source: str,
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     checkpoints: Sequence[Checkpoint] = (),
+    shown_as: Path | None = None,
 ) -> BackupManifest:
     """Check a home copy through and describe it: the chain and every stored checkpoint (and
     every one of ``checkpoints``, e.g. kept off the host) verify, every policy revision loads
     ``ok`` (its stored hash is its content's), and the latest snapshot verifies against the
-    home's key.
+    home's key. Messages name ``shown_as`` (default: the copy's path), e.g. the home a
+    staged copy was made from.
 
     Raises:
         BackupError: any of those does not hold (the message says which).
         StoreError, HomeError: the copy cannot be opened.
     """
     info = home.info()
+    shown = home.path if shown_as is None else shown_as
     with AuditLog.open(home) as log:
-        result = log.verify(checkpoints)
+        chain = log.verify_segments(checkpoints)
+    result = chain.result
     if not result:
         raise BackupError(
-            f"the audit chain of {home.path} does not verify "
+            f"the audit chain of {shown} does not verify "
             f"(seq {result.first_broken_seq}: {result.reason})"
+        )
+    if chain.unverifiable:
+        size, name = chain.unverifiable[0]
+        raise BackupError(
+            f"the checkpoint of size {size:,} lies inside pruned segment {name} of "
+            f"{shown}: the records it covers are no longer held, so it cannot be checked"
         )
     revisions: list[tuple[int, str]] = []
     conn = home.connect()
@@ -189,7 +200,7 @@ def verify_home(
             loaded = store.load(row.revision)
             if loaded.state != "ok":
                 raise BackupError(
-                    f"policy revision {row.revision} of {home.path} loads {loaded.state}: "
+                    f"policy revision {row.revision} of {shown} loads {loaded.state}: "
                     f"{loaded.detail}"
                 )
             revisions.append((row.revision, row.content_hash))
@@ -200,7 +211,7 @@ def verify_home(
     except RenseiRoutingError as e:
         if isinstance(e, BackupError):
             raise
-        raise BackupError(f"{home.path} does not verify: {e}") from e
+        raise BackupError(f"{shown} does not verify: {e}") from e
     finally:
         close_quietly(conn)
     return BackupManifest(
@@ -209,7 +220,7 @@ def verify_home(
         org=info.org,
         key_id=info.key_id,
         schema_version=SCHEMA_VERSION,
-        records=result.records_checked,
+        records=chain.records,  # present: after a prune, fewer than the next seq
         head_hash=result.head_hash,
         checkpoints=result.checkpoints_checked - len(checkpoints),  # the stored ones
         policy_revisions=tuple(revisions),
@@ -327,6 +338,7 @@ def backup_home(
             created_at=created_at,
             source=str(home.path.resolve()),
             vocabulary=vocabulary,
+            shown_as=home.path,
         )
         key = home.private_key()
         if key.public_key.key_id != found.key_id:
@@ -461,6 +473,7 @@ def restore_home(
             source=str(source),
             vocabulary=vocabulary,
             checkpoints=checkpoints,
+            shown_as=source,
         )
         found = dataclasses.replace(found, database=expected.database, files=expected.files)
         names = ("org", "key_id", "records", "head_hash", "checkpoints", "policy_revisions")

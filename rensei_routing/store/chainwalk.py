@@ -2,12 +2,18 @@
 the anchor, every sealed segment present, in order, then the live table. Owns no table; the
 walk itself is :mod:`.parallel`'s and the rules the core's.
 
-What each step proves: a pruned segment's row is an anchor whose seal note must verify with the
-host key (the walk then starts at its head); a sealed segment must follow the one before it
-(its first seq and first ``prev_hash``), carry a seal signed by the host key over its head, and
-its records (with every checkpoint it holds, the seal among them) must walk from the previous
-head to exactly that seal; the live table then walks from the newest head with the home's
-stored checkpoints. The verdict's counts and head are a single walk's from the anchor.
+What each step proves: every catalogue row must follow the one before it (its first seq and
+first ``prev_hash``; the first row starts at seq 0 from the genesis hash) and carry a statement
+of its kind signed by the host key that names exactly its range, first link and head
+(:mod:`..core.audit.anchors`): a seal for a sealed segment, a prune statement (with the
+export's SHA-256) for a pruned one. A row no such statement covers is ``segment-unattested`` at
+the first seq it claims, never an anchor. A pruned row is then an anchor (the walk starts at
+its head); a sealed segment's records (with every checkpoint it holds, the seal among them) must
+walk from the previous head to exactly its seal; the live table then walks from the newest
+head with the home's stored checkpoints. The verdict's counts and head are a single walk's from
+the anchor; :attr:`ChainVerdict.records` counts the records present. A given checkpoint whose
+size falls strictly inside a pruned segment cannot be held to records no longer present: it is
+listed in :attr:`ChainVerdict.unverifiable`, not passed.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from .. import signing
+from ..core.audit.anchors import SegmentClaim, claim_problem
 from ..core.audit.chain import (
     GENESIS_HASH,
     Checkpoint,
@@ -37,9 +44,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChainVerdict",
-    "seal_ok",
+    "claim_of",
     "seals",
+    "signed_head",
     "stored_checkpoints",
+    "unattested",
     "verify_all",
     "verify_live",
 ]
@@ -135,6 +144,9 @@ class ChainVerdict:
     first_seq: int = 0
     sealed: tuple[Segment, ...] = ()
     pruned: tuple[Segment, ...] = ()
+    #: ``(size, segment name)`` of each given checkpoint whose size falls strictly inside a
+    #: pruned segment: its signature held, but no record it covers is held any more.
+    unverifiable: tuple[tuple[int, str], ...] = ()
 
     @property
     def anchor(self) -> Segment | None:
@@ -160,6 +172,7 @@ class ChainVerdict:
             "records_present": self.records,
             "segments": self.segments,
             "sealed": [s.name for s in self.sealed],
+            "unverifiable": [{"size": n, "segment": name} for n, name in self.unverifiable],
             "anchor": None
             if anchor is None
             else {
@@ -171,18 +184,66 @@ class ChainVerdict:
         }
 
 
-def seal_ok(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
-    """Why ``segment``'s seal note is not a signed checkpoint of its head by ``public``, or
-    ``None`` when it is."""
+def claim_of(segment: Segment) -> SegmentClaim:
+    """What ``segment``'s catalogue row asserts."""
+    return SegmentClaim(
+        kind="pruned" if segment.pruned else "sealed",
+        first_seq=segment.first_seq,
+        last_seq=segment.last_seq,
+        prev_hash=segment.prev_hash,
+        head_hash=segment.head_hash,
+        export_sha256=segment.export_sha256,
+    )
+
+
+def _signed(segment: Segment, origin: str, public: signing.PublicKey) -> Checkpoint | str:
+    """``segment``'s note, parsed and signed by ``public`` for ``origin``; else why not."""
     try:
         cp = parse_checkpoint(segment.note)
     except CheckpointFormatError as e:
-        return f"the seal of segment {segment.name} is unreadable: {e}"
+        return f"its note is unreadable: {e}"
     sig = cp.signature_by(origin, note_key_hash(origin, public.raw))
     if cp.origin != origin or sig is None or not signing.check(public, cp.body, sig):
-        return f"the seal of segment {segment.name} is not signed by this host's key"
-    if (cp.size, cp.head_hash) != (segment.last_seq + 1, segment.head_hash):
-        return f"the seal of segment {segment.name} does not cover its records"
+        return "its note is not signed by this host's key"
+    return cp
+
+
+def unattested(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
+    """Why no statement of its kind signed by ``public`` covers ``segment``'s catalogue row
+    (a seal for a sealed segment, a prune statement for a pruned one, naming exactly its
+    range, first link, head and export digest), or ``None`` when one does."""
+    kind = "pruned" if segment.pruned else "sealed"
+    found = _signed(segment, origin, public)
+    why = found if isinstance(found, str) else claim_problem(found, claim_of(segment))
+    if why is None:
+        return None
+    what = why if isinstance(found, str) else f"its note {why}"
+    if segment.pruned:
+        fix = (
+            "if an earlier release pruned it, `rensei audit reattest --exported FILE` checks "
+            "the export and signs it"
+        )
+        stmt = "prune statement"
+    else:
+        fix = (
+            "if an earlier release sealed it, `rensei audit reattest` re-signs it from its records"
+        )
+        stmt = "seal"
+    return (
+        f"segment {segment.name} is {kind}, but no {stmt} signed by this host's key covers it: "
+        f"{what}; {fix}"
+    )
+
+
+def signed_head(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
+    """Why ``segment``'s note is not a checkpoint signed by ``public`` of exactly its size and
+    head (any kind of note: an earlier release's seal, a checkpoint), or ``None`` when it is.
+    Such a note pins, through SHA-256, every record up to the segment's head."""
+    found = _signed(segment, origin, public)
+    if isinstance(found, str):
+        return f"segment {segment.name}: {found}"
+    if (found.size, found.head_hash) != (segment.last_seq + 1, segment.head_hash):
+        return f"segment {segment.name}: its note does not end at the segment's head"
     return None
 
 
@@ -241,6 +302,7 @@ def _walk_all(
         sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
         return sig is not None and signing.check(public, cp.body, sig)
 
+    unverifiable: list[tuple[int, str]] = []
     for seg in catalog:
         failure = _seam(seg, expected, prev, log.origin, public)
         if failure is not None:
@@ -251,9 +313,14 @@ def _walk_all(
             for cp in mine:
                 if not signature_ok(cp) or cp.origin != log.origin:
                     return _with(verdict, _bad_cp(cp), pruned, expected)
-                if cp.size == seg.last_seq + 1 and cp.head_hash != seg.head_hash:
-                    return _with(verdict, _truncated(cp, prev), pruned, expected)
-            done += len(mine)
+                if cp.size == seg.last_seq + 1 or cp.size == expected:
+                    # at an edge of the pruned segment: held to its signed head (or first link)
+                    edge = seg.head_hash if cp.size == seg.last_seq + 1 else prev
+                    if cp.head_hash != edge:
+                        return _with(verdict, _truncated(cp, prev), pruned, expected)
+                    done += 1
+                else:  # the records it covers are gone: nothing to hold it to
+                    unverifiable.append((cp.size, seg.name))
             expected, prev = seg.last_seq + 1, seg.head_hash
             continue
         mine.append(parse_checkpoint(seg.note))
@@ -272,13 +339,23 @@ def _walk_all(
             head_hash=result.head_hash,
             checkpoints_checked=result.checkpoints_checked + done,
         )
-    return _with(verdict, result, pruned, start)
+    return _with(verdict, result, pruned, start, tuple(unverifiable))
 
 
 def _with(
-    verdict: ChainVerdict, result: VerifyResult, pruned: tuple[Segment, ...], start: int
+    verdict: ChainVerdict,
+    result: VerifyResult,
+    pruned: tuple[Segment, ...],
+    start: int,
+    unverifiable: tuple[tuple[int, str], ...] = (),
 ) -> ChainVerdict:
-    return ChainVerdict(result=result, first_seq=start, sealed=verdict.sealed, pruned=pruned)
+    return ChainVerdict(
+        result=result,
+        first_seq=start,
+        sealed=verdict.sealed,
+        pruned=pruned,
+        unverifiable=unverifiable if result.ok else (),
+    )
 
 
 def _bad_cp(cp: Checkpoint) -> VerifyResult:
@@ -304,10 +381,8 @@ def _truncated(cp: Checkpoint, prev: str) -> VerifyResult:
 def _seam(
     seg: Segment, expected: int, prev: str, origin: str, public: signing.PublicKey
 ) -> VerifyResult | None:
-    """The checks at a segment's start: it follows the previous one, and its seal holds."""
-    why = seal_ok(seg, origin, public)
-    if why is not None:
-        return broken(expected, None, "checkpoint-signature-invalid", why, prev)
+    """The checks at a segment's start: it follows the previous one, and a statement of its
+    kind signed by the host key covers it."""
     if seg.first_seq != expected:
         return broken(
             expected,
@@ -324,6 +399,9 @@ def _seam(
             f"segment {seg.name} does not link to the head of the segment before it",
             prev,
         )
+    why = unattested(seg, origin, public)
+    if why is not None:
+        return broken(expected, expected, "segment-unattested", why, prev)
     return None
 
 

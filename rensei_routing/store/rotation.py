@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 import apsw
 
 from .. import signing
+from ..core.audit.anchors import SegmentClaim
 from ..core.audit.archive import MAX_LINE_BYTES, rows_from_lines
 from ..core.audit.chain import (
     GENESIS_HASH,
@@ -54,7 +55,7 @@ from ..core.audit.chain import (
 from ..errors import AuditError, HomeError, RenseiRoutingError, SegmentError
 from ..files import fsync_dir
 from . import parallel
-from .chainwalk import seal_ok, stored_checkpoints
+from .chainwalk import claim_of, stored_checkpoints, unattested
 from .db import connect, store_error
 from .home import Home
 from .segments import (
@@ -79,6 +80,7 @@ __all__ = [
     "rotate_at_records",
     "rotate_if_due",
     "sign",
+    "sign_claim",
 ]
 
 #: ``[audit] rotate_at_records`` when the home does not set it.
@@ -141,6 +143,16 @@ def sign(
     """A checkpoint of ``size`` records ending at ``head_hash``, signed by ``key``, carrying
     ``line`` (by default ``payloads: strict-json``: its signer verified every record strictly)."""
     cp = Checkpoint(origin=origin, size=size, head_hash=head_hash, extensions=(line,))
+    key_hash = note_key_hash(origin, key.public_key.raw)
+    return cp.with_signature(
+        NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
+    )
+
+
+def sign_claim(key: signing.PrivateKey, origin: str, claim: SegmentClaim) -> Checkpoint:
+    """The statement of ``claim`` (a seal or a prune, :mod:`..core.audit.anchors`): a
+    checkpoint of the segment's head carrying its statement line, signed by ``key``."""
+    cp = claim.note(origin)
     key_hash = note_key_hash(origin, key.public_key.raw)
     return cp.with_signature(
         NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
@@ -353,7 +365,10 @@ def _seal(
             raise SegmentError(
                 f"refusing to seal a broken log: seq {where}: {result.reason} ({result.detail})"
             )
-        cp = sign(key, log.origin, hi + 1, result.head_hash)
+        claim = SegmentClaim(
+            kind="sealed", first_seq=lo, last_seq=hi, prev_hash=prev, head_hash=result.head_hash
+        )
+        cp = sign_claim(key, log.origin, claim)
         with seg:
             seg.execute(
                 "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)",
@@ -423,17 +438,20 @@ def prune(log: AuditLog, *, before: int, exported: Sequence[Path]) -> tuple[Segm
     export files ``exported`` (``rensei audit export``, one chain in the order given) hold
     every one of its records (a chain that verifies, reaching the segment's signed head) and
     its seal verifies; its catalogue row stays, marked pruned with the SHA-256 of the export
-    files, as the anchor verification starts from. Returns the segments pruned.
+    files and a prune statement signed with the host key (range, first link, head and that
+    SHA-256: :mod:`..core.audit.anchors`) in place of its seal, as the anchor verification
+    starts from. Returns the segments pruned.
 
     Raises:
         SegmentError: nothing lies below ``before``, an export is missing, unreadable, does
             not verify or does not hold a segment, or a seal does not verify: nothing deleted.
-        AuditError: the log has no public key.
+        AuditError, HomeError: the log has no public key or no usable signing key.
         StoreError: the database read or write failed (nothing deleted).
     """
     public = log._public
     if public is None:
         raise AuditError("no public key to check the audit segments' seals with")
+    key = _key(log)
     lock = _locked(log, wait=True)
     assert lock is not None
     try:
@@ -450,17 +468,19 @@ def prune(log: AuditLog, *, before: int, exported: Sequence[Path]) -> tuple[Segm
                 f"nothing to prune: no sealed segment lies entirely below seq {before}"
             )
         for seg in targets:
-            why = seal_ok(seg, log.origin, public)
+            why = unattested(seg, log.origin, public)
             if why is not None:
                 raise SegmentError(f"refusing to prune: {why}")
         digest = _check_export(exported, targets)
+        done = [replace(s, pruned=True, export_sha256=digest) for s in targets]
+        done = [replace(s, note=sign_claim(key, log.origin, claim_of(s)).to_text()) for s in done]
         writer = log._write_conn()
         try:
             with writer:
                 writer.executemany(
-                    "UPDATE audit_segments SET pruned = 1, export_sha256 = ? "
+                    "UPDATE audit_segments SET pruned = 1, export_sha256 = ?, note = ? "
                     "WHERE first_seq = ? AND pruned = 0",
-                    [(digest, s.first_seq) for s in targets],
+                    [(digest, s.note, s.first_seq) for s in done],
                 )
         except apsw.Error as e:
             raise log._write_failed("cannot record the prune", e) from e
@@ -473,7 +493,7 @@ def prune(log: AuditLog, *, before: int, exported: Sequence[Path]) -> tuple[Segm
             fsync_dir(segments_dir(log._path))
     finally:
         lock.release()
-    return tuple(replace(s, pruned=True, export_sha256=digest) for s in targets)
+    return tuple(done)
 
 
 def _lines(paths: Sequence[Path], sha: Any) -> Iterator[str]:
@@ -491,8 +511,9 @@ def _lines(paths: Sequence[Path], sha: Any) -> Iterator[str]:
 
 def _check_export(paths: Sequence[Path], targets: Sequence[Segment]) -> str:
     """The SHA-256 of the export files, once they are shown to hold every record of
-    ``targets``: they verify as one chain, cover the targets' seqs, and the record at each
-    target's last seq carries its (signed) head hash.
+    ``targets``: they verify as one chain, cover the targets' seqs, the record at each
+    target's first seq links to its ``prev_hash``, and the record at its last seq carries its
+    (signed) head hash.
 
     Raises:
         SegmentError: not so (the message says which segment and why).
@@ -503,7 +524,9 @@ def _check_export(paths: Sequence[Path], targets: Sequence[Segment]) -> str:
             "(`rensei audit export FILE --since SEQ`, then --exported FILE)"
         )
     heads = {s.last_seq: s for s in targets}
+    starts = {s.first_seq: s for s in targets}
     seen: dict[int, str] = {}
+    links: dict[int, str] = {}
     first: list[Any] = []
     sha = hashlib.sha256()
 
@@ -513,6 +536,8 @@ def _check_export(paths: Sequence[Path], targets: Sequence[Segment]) -> str:
                 first.append(row)
             if len(row) > 4 and row[0] in heads:
                 seen[row[0]] = row[4]
+            if len(row) > 4 and row[0] in starts:
+                links[row[0]] = row[2]
             yield row
 
     try:
@@ -540,6 +565,11 @@ def _check_export(paths: Sequence[Path], targets: Sequence[Segment]) -> str:
             raise SegmentError(
                 f"refusing to prune: the export's record {seg.last_seq} is not segment "
                 f"{seg.name}'s signed head"
+            )
+        if links.get(seg.first_seq) != seg.prev_hash:
+            raise SegmentError(
+                f"refusing to prune: the export's record {seg.first_seq} does not link to "
+                f"segment {seg.name}'s first link"
             )
     return "sha256:" + sha.hexdigest()
 

@@ -15,7 +15,9 @@ Layout (docs/store.md "Segments"):
   home held, so it reads and verifies on its own. Its row in ``audit_segments`` keeps its
   bounds, the hash its first record links to, its head and its seal note.
 * A **pruned segment** keeps only that row (``pruned = 1``, with the SHA-256 of the export that
-  held its records): it is the **anchor** a verification starts from.
+  held its records, its seal replaced by a prune statement signed with the host key:
+  :mod:`..core.audit.anchors`): it is the **anchor** a verification starts from. A row that no
+  statement of its kind covers is never an anchor (:mod:`.chainwalk`).
 
 The catalog is read in the same read snapshot as the live rows, so a reader never sees a
 record twice or misses one while a rotation moves records out of the live table; files that
@@ -345,8 +347,9 @@ def recover(log: AuditLog) -> None:
     holds the lock; then there is nothing to reconcile yet): a temporary file of a rotation
     that never committed is removed, and so is a segment file the catalog does not list
     whose records are all still live (the rotation stopped between the rename and its
-    commit: the old layout stands); the file of a segment the catalog says is pruned (the
-    prune stopped between its commit and the unlink) is removed. Any other file is left.
+    commit: the old layout stands); the file of a segment the catalog says is pruned under a
+    signed prune statement (the prune stopped between its commit and the unlink) is removed.
+    Any other file is left.
     Nothing to reconcile (the common case) takes no lock and writes nothing. Best effort: a
     read-only home is left as it is.
     """
@@ -373,6 +376,16 @@ def recover_locked(log: AuditLog) -> None:
             os.unlink(directory / name)
 
 
+def _prune_signed(log: AuditLog, segment: Segment) -> bool:
+    """Whether ``segment``'s row is marked pruned under a prune statement signed by the log's
+    key: only then is its file removed (a row flipped to pruned by hand is a broken chain, and
+    the file its records are in is the evidence; it is never deleted for it)."""
+    from .chainwalk import unattested  # chainwalk imports this module
+
+    public = log._public
+    return public is not None and unattested(segment, log.origin, public) is None
+
+
 def _stale(log: AuditLog, directory: Path) -> list[str]:
     """The files of ``directory`` that :func:`recover` removes (none if it cannot tell)."""
     conn = log._read_conn()
@@ -389,7 +402,7 @@ def _stale(log: AuditLog, directory: Path) -> list[str]:
                     continue
                 known = catalog.get(name[:-3])
                 if known is not None:
-                    if known.pruned:
+                    if known.pruned and _prune_signed(log, known):
                         stale.append(name)
                     continue
                 first, last = int(match[1]), int(match[2])

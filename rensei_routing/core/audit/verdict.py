@@ -21,6 +21,10 @@ Reason = Literal[
     "unparseable-record",
     "truncated-below-checkpoint",
     "checkpoint-signature-invalid",
+    # a catalogue row of the segmented chain (sealed or pruned) that no statement of its
+    # kind signed by the host key covers (see .anchors): reported by the walk over segments,
+    # never by verify_chain, so it is not in REASONS
+    "segment-unattested",
 ]
 #: Every reason code :func:`verify_chain` can report, in the order checks run on one record.
 REASONS: Final[tuple[Reason, ...]] = (
