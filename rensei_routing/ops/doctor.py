@@ -177,7 +177,7 @@ def _database(home: Home) -> Iterator[Check]:
 
 def _chain(home: Home) -> Check:
     try:
-        with AuditLog.open(home) as log:
+        with AuditLog.open(home, read_only=True) as log:
             result = log.verify()
             strict = [cp.size for cp in log.checkpoints() if STRICT_PAYLOADS in cp.extensions]
     except RenseiRoutingError as e:
