@@ -8,11 +8,12 @@ home's serve token (``<home>/keys/serve.token``, the one ``rensei serve`` requir
 once (HttpOnly, SameSite=Strict; setting it writes nothing to the home); the redirect that
 sets it goes to a path of this console only.
 
-On loopback the ``Host`` header must name loopback and this port (``127.0.0.1:PORT`` or
-the 127.x address bound, ``localhost:PORT``, ``[::1]:PORT``): any other (a page rebound to 127.0.0.1 by its own DNS name)
-is 421 Misdirected Request. A request from another origin (``Sec-Fetch-Site`` ``cross-site`` or
-``same-site``, or an ``Origin``/``Referer`` naming another origin) starts no background work:
-a page that would start some answers with a link to start it from here instead.
+On loopback the ``Host`` header must name loopback and this port (``127.0.0.1:PORT`` or the
+127.x address bound, ``localhost:PORT``, ``[::1]:PORT``): any other (a page rebound to
+127.0.0.1 by its own DNS name) is 421 Misdirected Request. A request from another origin
+(``Sec-Fetch-Site`` ``cross-site`` or ``same-site``, or an ``Origin``/``Referer`` naming
+another origin) starts no background work: a page that would start some answers with a link
+to start it from here instead.
 """
 
 from __future__ import annotations

@@ -184,22 +184,28 @@ def extend(
                 return None
             if size and conn.execute(_HASH_AT, (size - 1,)).get != head:
                 return None
-            cps: list[Checkpoint] = []
-            for cp_id in sorted(now_mark.checkpoints - seen.checkpoints):
-                note = conn.execute(_NOTE, (cp_id,)).get
-                try:
-                    cp = parse_checkpoint(str(note))
-                except CheckpointFormatError:
-                    return None  # a full walk names it
-                if cp.size <= size:
-                    return None  # a checkpoint inside what was walked: a full walk checks it
-                cps.append(cp)
             key_hash = note_key_hash(origin, public.raw)
 
             def signature_ok(cp: Checkpoint) -> bool:
                 sig = cp.signature_by(origin, key_hash)
                 return sig is not None and signing.check(public, cp.body, sig)
 
+            cps: list[Checkpoint] = []
+            at_head = 0
+            for cp_id in sorted(now_mark.checkpoints - seen.checkpoints):
+                note = conn.execute(_NOTE, (cp_id,)).get
+                try:
+                    cp = parse_checkpoint(str(note))
+                except CheckpointFormatError:
+                    return None  # a full walk names it
+                if cp.size == size and cp.origin == origin and cp.head_hash == head:
+                    if not signature_ok(cp):
+                        return None
+                    at_head += 1  # of the verified head (auto-checkpointing): it holds
+                elif cp.size <= size:
+                    return None  # a checkpoint inside what was walked: a full walk checks it
+                else:
+                    cps.append(cp)
             result = verify_chain(
                 _rows(conn, size),
                 checkpoints=cps,
@@ -215,6 +221,6 @@ def extend(
             ok=True,
             records_checked=result.records_checked,
             head_hash=result.head_hash,
-            checkpoints_checked=verified.checkpoints_checked + len(cps),
+            checkpoints_checked=verified.checkpoints_checked + at_head + len(cps),
         )
     return result, now_mark, max(0, result.records_checked - size)
