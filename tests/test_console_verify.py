@@ -14,7 +14,13 @@ import apsw
 import pytest
 
 from rensei_routing.console.context import Console
-from rensei_routing.console.state import FULL_EVERY_S, Doctor, Verifier, WhatIfJobs
+from rensei_routing.console.state import (
+    FULL_EVERY_S,
+    REWALK_DUTY,
+    Doctor,
+    Verifier,
+    WhatIfJobs,
+)
 from rensei_routing.console.verdict import STALE_AFTER_S, chain_state
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.core.shadow.spawn import Spawn
@@ -22,6 +28,7 @@ from rensei_routing.shadow.recorder import ShadowRecorder
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 
+from .console_support import wait_for
 from .shadow_support import home_with_policies, registry, spawn
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -77,7 +84,7 @@ def full_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_a_rewrite_below_the_head_is_verified_again(tmp_path: Path) -> None:
     home, clock = _home(tmp_path), Clock()
-    verifier = Verifier(home, clock)
+    verifier = Verifier(home, clock, rewalk_duty=0)
     verifier.step()
     assert verifier.last is not None and verifier.last.result
     head = verifier.last.head
@@ -96,7 +103,7 @@ def test_a_rewrite_below_the_head_is_verified_again(tmp_path: Path) -> None:
 
 def test_a_deleted_record_and_a_forged_checkpoint_walk_in_full(tmp_path: Path) -> None:
     home, clock = _home(tmp_path), Clock()
-    verifier = Verifier(home, clock)
+    verifier = Verifier(home, clock, rewalk_duty=0)
     verifier.step()
     _sql(home, "DELETE FROM audit_records WHERE seq=3")
     verifier.step()
@@ -108,7 +115,7 @@ def test_a_deleted_record_and_a_forged_checkpoint_walk_in_full(tmp_path: Path) -
     with AuditLog.open(other) as log:
         forged = log.checkpoint()
     home2, clock2 = _home(tmp_path / "second"), Clock()
-    verifier2 = Verifier(home2, clock2)
+    verifier2 = Verifier(home2, clock2, rewalk_duty=0)
     verifier2.step()
     assert verifier2.last is not None and verifier2.last.result
     conn = apsw.Connection(str(home2.db_path))
@@ -127,7 +134,7 @@ def test_a_deleted_record_and_a_forged_checkpoint_walk_in_full(tmp_path: Path) -
 
 def test_an_append_walks_only_the_new_records(tmp_path: Path, full_walks: list[int]) -> None:
     home, clock = _home(tmp_path, 40), Clock()
-    verifier = Verifier(home, clock)
+    verifier = Verifier(home, clock, rewalk_duty=0)
     verifier.step()
     assert full_walks == [1]
     assert verifier.last is not None and verifier.last.walked == 40
@@ -161,7 +168,7 @@ def test_an_append_over_a_rewrite_is_caught_by_the_scheduled_walk(
     """A rewrite that keeps the record at the verified head and lands with an append is
     verified as an append (the documented bound): the scheduled full walk names it."""
     home, clock = _home(tmp_path), Clock()
-    verifier = Verifier(home, clock)
+    verifier = Verifier(home, clock, rewalk_duty=0)
     verifier.step()
     _sql(home, "UPDATE audit_records SET recorded_at='2020-01-01T00:00:00.000000Z' WHERE seq=2")
     _record(home, 3, hour=11)
@@ -175,7 +182,7 @@ def test_an_append_over_a_rewrite_is_caught_by_the_scheduled_walk(
 
 def test_a_rewrite_of_the_verified_head_walks_in_full(tmp_path: Path) -> None:
     home, clock = _home(tmp_path), Clock()
-    verifier = Verifier(home, clock)
+    verifier = Verifier(home, clock, rewalk_duty=0)
     verifier.step()
     _sql(home, "UPDATE audit_records SET record_hash=printf('%064d', 0) WHERE seq=39")
     _record(home, 3, hour=11)
@@ -187,7 +194,7 @@ def test_a_rewrite_of_the_verified_head_walks_in_full(tmp_path: Path) -> None:
 
 def test_an_old_verification_shows_its_age_not_ok(tmp_path: Path) -> None:
     home, clock = _home(tmp_path), Clock()
-    verifier = Verifier(home, clock)
+    verifier = Verifier(home, clock, rewalk_duty=0)
     verifier.step()
     console = _console(home, clock, verifier)
     assert verifier.last is not None
@@ -200,6 +207,28 @@ def test_an_old_verification_shows_its_age_not_ok(tmp_path: Path) -> None:
     assert f"verified {int(STALE_AFTER_S + 60) // 60} min ago" in text
     verifier.step()  # the schedule walks again
     assert verifier.last.full and chain_state(console, head)[0] == "ok"
+
+
+def test_a_rewrite_just_after_a_walk_is_walked_at_the_duty_bound(tmp_path: Path) -> None:
+    """A database that keeps changing without appends (heartbeats) is walked at most about a
+    tenth of the time: a rewrite right after a walk waits for the bound, then is named."""
+    home, clock = _home(tmp_path), Clock()
+    verifier = Verifier(home, clock, rewalk_duty=REWALK_DUTY)
+    verifier.step()
+    first = verifier.last
+    assert first is not None and first.result
+    _sql(home, "UPDATE audit_records SET recorded_at='2020-01-01T00:00:00.000000Z' WHERE seq=9")
+
+    def named() -> bool:
+        verifier.step()  # no further change: a postponed walk still comes
+        last = verifier.last
+        assert last is not None and last.result is not None
+        if last is first:
+            return False  # postponed: the verdict stands until the walk
+        assert last.full and not last.result and last.result.first_broken_seq == 9
+        return True
+
+    wait_for(named, "the postponed walk", tries=600, pause=0.05)
 
 
 def test_doctor_reruns_on_any_change_not_only_a_new_head(tmp_path: Path) -> None:

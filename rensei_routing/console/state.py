@@ -8,7 +8,8 @@ how many records it covered, so records appended since show as not yet verified.
 looks every :data:`POLL_S` seconds for any change to the database (:mod:`.chainwatch`: any
 commit by anyone, a replaced file, a changed segment): records appended after the verified head
 are verified alone, from it; any other change (a record below the head rewritten, a checkpoint
-or segment added or removed) walks the whole chain again, and so does the schedule, every
+or segment added or removed) walks the whole chain again (at once, or within
+:data:`REWALK_DUTY` times a walk's duration of the last one), and so does the schedule, every
 :data:`FULL_EVERY_S` seconds whatever changed. Doctor reruns on the same changes.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import threading
+import time
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -45,6 +47,11 @@ POLL_S: Final = 2.0
 #: Seconds between full walks of the chain, whatever changed (appends alone are verified
 #: incrementally meanwhile; a full walk also catches what no commit announced).
 FULL_EVERY_S: Final = 300.0
+#: A change that is not an append walks the whole chain at once, unless the last full walk ended
+#: less than this many times its own duration ago: then at the first look after that. A database
+#: that keeps changing without appends (session heartbeats) so costs the console at most about a
+#: tenth of one core, and a rewrite still shows within ten walks' time.
+REWALK_DUTY: Final = 10.0
 #: Seconds between doctor runs while the database keeps changing.
 DOCTOR_EVERY_S: Final = 60.0
 #: Seconds after which doctor reruns even if nothing changed.
@@ -118,11 +125,16 @@ class Verifier(_Watch):
         *,
         every_s: float = POLL_S,
         full_every_s: float = FULL_EVERY_S,
+        rewalk_duty: float = REWALK_DUTY,
     ) -> None:
         super().__init__("verify", every_s)
         self._home = home
         self._clock = clock
         self._full_every = full_every_s
+        self._duty = rewalk_duty
+        self._pending = False  # a change not yet walked (postponed by the duty bound)
+        self._walk_s = 0.0  # how long the last full walk took (monotonic seconds)
+        self._walk_end = 0.0
         self._watch = ChangeWatch(home)
         self._mark: ChainMark | None = None
         self.last: Verified | None = None
@@ -142,12 +154,16 @@ class Verifier(_Watch):
             or last.full_at is None
             or (began - last.full_at).total_seconds() >= self._full_every
         )
-        if not changed and not due:
+        if not changed and not due and not self._pending:
             return
         self.running_since = began
         try:
-            if due or not self._extended():
-                self._walk(began)
+            if not due and not self._pending and self._extended():
+                return
+            if not due and time.monotonic() - self._walk_end < self._duty * self._walk_s:
+                self._pending = True  # walked a moment ago: at the first look after the bound
+                return
+            self._walk(began)
         except RenseiRoutingError as e:
             self._mark = None
             self.last = Verified(None, str(e), self._clock(), (0, ""))
@@ -182,8 +198,12 @@ class Verifier(_Watch):
             seen = mark(self._watch.conn)
         except apsw.Error as e:
             raise store_error("cannot read the audit log", e, self._home.db_path) from e
+        self._pending = False
+        start = time.monotonic()
         with closing(AuditLog.open(self._home, read_only=True)) as log:
             result = log.verify()
+        self._walk_end = time.monotonic()
+        self._walk_s = self._walk_end - start
         if result:
             head = (result.records_checked, result.head_hash)
         self._mark = seen if result else None
