@@ -26,6 +26,7 @@ from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.shadow.recorder import ShadowRecorder
 from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.db import copy_database
 from rensei_routing.store.home import Home
 
 from .console_support import wait_for
@@ -190,6 +191,36 @@ def test_a_rewrite_of_the_verified_head_walks_in_full(tmp_path: Path) -> None:
     last = verifier.last
     assert last is not None and last.result is not None and last.full
     assert not last.result and last.result.first_broken_seq == 39
+
+
+def test_a_replaced_database_walks_in_full(tmp_path: Path, full_walks: list[int]) -> None:
+    """A copy with a rewritten record and a new append, moved over the database: the record at
+    the verified head is the same, but the file is not the one verified."""
+    home, clock = _home(tmp_path), Clock()
+    verifier = Verifier(home, clock, rewalk_duty=0)
+    verifier.step()
+    copy = tmp_path / "copy.db"
+    source = home.connect(write=False)
+    try:
+        copy_database(source, copy, wal=True)
+    finally:
+        source.close()
+    conn = apsw.Connection(str(copy))
+    try:
+        conn.execute(
+            "UPDATE audit_records SET recorded_at='2020-01-01T00:00:00.000000Z' WHERE seq=4"
+        )
+    finally:
+        conn.close()
+    copy.replace(home.db_path)
+    for suffix in ("-wal", "-shm"):  # the old file's: a stale WAL would be read over the new one
+        Path(f"{home.db_path}{suffix}").unlink(missing_ok=True)
+    _record(home, 2, hour=11)
+    verifier.step()
+    last = verifier.last
+    assert last is not None and last.result is not None and last.full
+    assert last.result.first_broken_seq == 4
+    assert full_walks == [1, 1]
 
 
 def test_an_old_verification_shows_its_age_not_ok(tmp_path: Path) -> None:

@@ -80,6 +80,9 @@ class ChangeWatch:
         self._conn: apsw.Connection | None = None
         self._files: tuple[Any, ...] | None = None
         self._version: int | None = None
+        #: Whether the last change was a file replaced, removed or first seen (not a commit):
+        #: nothing of what was verified can be carried over then.
+        self.replaced = True
 
     def changed(self) -> bool:
         """Whether anything changed; an unreadable database counts as a change (every time).
@@ -92,13 +95,13 @@ class ChangeWatch:
         if files != self._files:
             self.close()
         if self._conn is None:
-            self._files = None
+            self._files, self.replaced = None, True
             self._conn = self._home.connect(write=False)
             self._files, self._version = files, self._data_version()
             return True
         version = self._data_version()
         if version != self._version:
-            self._version = version
+            self._version, self.replaced = version, False
             return True
         return False
 

@@ -176,6 +176,8 @@ class Verifier(_Watch):
         last, seen = self.last, self._mark
         if last is None or last.result is None or not last.result or seen is None:
             return False
+        if self._watch.replaced:
+            return False  # another file (or segment) than the one verified: walk it whole
         info = self._home.info()
         found = extend(
             self._watch.conn,
