@@ -5,7 +5,15 @@ Binding rule (docs/console.md): on a loopback address (127.0.0.0/8, ``::1``, ``l
 the console needs no token, like any local tool; beyond loopback every request must carry the
 home's serve token (``<home>/keys/serve.token``, the one ``rensei serve`` requires), as
 ``Authorization: Bearer TOKEN`` or the cookie a browser gets from opening ``/?token=TOKEN``
-once (HttpOnly, SameSite=Strict; setting it writes nothing to the home).
+once (HttpOnly, SameSite=Strict; setting it writes nothing to the home); the redirect that
+sets it goes to a path of this console only.
+
+On loopback the ``Host`` header must name loopback and this port (``127.0.0.1:PORT`` or the
+127.x address bound, ``localhost:PORT``, ``[::1]:PORT``): any other (a page rebound to
+127.0.0.1 by its own DNS name) is 421 Misdirected Request. A request from another origin
+(``Sec-Fetch-Site`` ``cross-site`` or ``same-site``, or an ``Origin``/``Referer`` naming
+another origin) starts no background work: a page that would start some answers with a link
+to start it from here instead.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from importlib.resources import files
 from typing import Any, Final
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote, urlsplit
 
 from ..errors import RenseiRoutingError
 from .context import BadRequest, Console, NotFound, Query
@@ -29,7 +37,7 @@ from .pages_home import overview_page, policies_page
 from .pages_shadow import divergences_page, shadow_page
 from .pages_whatif import whatif_page
 
-__all__ = ["COOKIE", "is_loopback", "make_app"]
+__all__ = ["COOKIE", "from_elsewhere", "host_allowed", "is_loopback", "make_app"]
 
 log = logging.getLogger("rensei_routing.console")
 
@@ -49,6 +57,9 @@ _PAGES: Final[dict[str, Page]] = {
     "/fleet": fleet_page,
 }
 _DECISION: Final = re.compile(r"^/decision/([0-9]{1,18})$")
+#: Pages whose request may start background work (a what-if comparison): never for a request
+#: from another origin.
+_STARTS_WORK: Final = frozenset({"/whatif"})
 _STATIC: Final = {"/static/console.css": ("console.css", "text/css; charset=utf-8")}
 _SECURITY: Final = [
     # Nothing is loaded from anywhere but this server; no script runs; no framing.
@@ -69,6 +80,53 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_allowed(environ: dict[str, Any]) -> bool:
+    """Whether the request's ``Host`` names this machine's loopback and the port it came in on
+    (the port may be left out only on port 80, as browsers do)."""
+    host = str(environ.get("HTTP_HOST", "")).lower()
+    port = str(environ.get("SERVER_PORT", ""))
+    name, sep, given = host.rpartition(":")
+    if not sep or name.endswith(":") or (name.startswith("[") != name.endswith("]")):
+        name, given = host, "80"  # no port (or a bare IPv6 address): the default one
+    if given != port:
+        return False
+    if name == "localhost":
+        return True
+    try:  # an address, not a name: 127.0.0.1 (or the 127.x the console is bound to), [::1]
+        address = ipaddress.ip_address(name[1:-1] if name.startswith("[") else name)
+    except ValueError:
+        return False
+    return address.is_loopback and (address.version == 4 or name.startswith("["))
+
+
+def from_elsewhere(environ: dict[str, Any]) -> bool:
+    """Whether the request was made by a page of another origin (or one a browser will not
+    name): ``Sec-Fetch-Site`` ``cross-site``/``same-site``, or an ``Origin`` or ``Referer``
+    whose origin is not this console's (``http://`` and the request's ``Host``)."""
+    site = str(environ.get("HTTP_SEC_FETCH_SITE", "")).lower()
+    if site in ("cross-site", "same-site"):
+        return True
+    own = "http://" + str(environ.get("HTTP_HOST", "")).lower()
+    origin = environ.get("HTTP_ORIGIN")
+    if origin is not None and str(origin).lower().rstrip("/") != own:
+        return True
+    referer = environ.get("HTTP_REFERER")
+    if referer is not None:
+        try:
+            parts = urlsplit(str(referer))
+        except ValueError:
+            return True
+        if f"{parts.scheme}://{parts.netloc}".lower() != own:
+            return True
+    return False
+
+
+def _same_origin(path: str) -> str:
+    """``path`` as a redirect target on this console only: percent-encoded (no backslash, no
+    control character survives) and never ``//host`` (a scheme-relative URL)."""
+    return "/" + quote(path, safe="/-._~").lstrip("/")
+
+
 def _query(environ: dict[str, Any]) -> Query:
     parsed = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
     return {str(k): str(v[0]) for k, v in parsed.items() if v}
@@ -82,14 +140,22 @@ def _cookie(environ: dict[str, Any]) -> str:
     return ""
 
 
-def make_app(console: Console, *, token: str | None = None) -> WSGIApp:
-    """The console at ``console``; with ``token``, every request must carry it."""
+def make_app(
+    console: Console, *, token: str | None = None, loopback: bool | None = None
+) -> WSGIApp:
+    """The console at ``console``; with ``token``, every request must carry it. ``loopback``
+    (default: when there is no token, which only a loopback bind may do): the ``Host`` header
+    must name loopback (:func:`host_allowed`)."""
+    on_loopback = token is None if loopback is None else loopback
 
     def authorised(environ: dict[str, Any], q: Query) -> bool:
         if token is None:
             return True
-        given = environ.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ")
-        for candidate in (given, _cookie(environ), q.get("token", "")):
+        header = str(environ.get("HTTP_AUTHORIZATION", ""))
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer":
+            given = ""  # a bare token (or any other scheme) is not a bearer token
+        for candidate in (given.strip(), _cookie(environ), q.get("token", "")):
             if candidate and hmac.compare_digest(candidate.encode(), token.encode()):
                 return True
         return False
@@ -113,6 +179,17 @@ def make_app(console: Console, *, token: str | None = None) -> WSGIApp:
         environ: dict[str, Any], method: str, path: str
     ) -> tuple[str, list[tuple[str, str]], bytes]:
         html = [("Content-Type", "text/html; charset=utf-8")]
+        if on_loopback and not host_allowed(environ):
+            port = esc(environ.get("SERVER_PORT", ""))
+            body = page(
+                "Misdirected request",
+                "",
+                '<p id="error">This console answers only to '
+                f"<code>127.0.0.1:{port}</code>, <code>localhost:{port}</code> or "
+                f"<code>[::1]:{port}</code>: a page under another name (a DNS name rebound to "
+                "this machine) may not read it.</p>",
+            )
+            return "421 Misdirected Request", html, body
         if method not in ("GET", "HEAD"):
             body = page("Read-only", "", "<p>This console only reads: GET only.</p>")
             return "405 Method Not Allowed", [*html, ("Allow", "GET, HEAD")], body
@@ -127,11 +204,22 @@ def make_app(console: Console, *, token: str | None = None) -> WSGIApp:
             return "401 Unauthorized", html, body
         if token is not None and q.get("token"):
             cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
-            return "303 See Other", [("Location", path), ("Set-Cookie", cookie)], b""
+            target = _same_origin(path)
+            return "303 See Other", [("Location", target), ("Set-Cookie", cookie)], b""
         if path in _STATIC:
             name, kind = _STATIC[path]
             data = files(__package__).joinpath("static", name).read_bytes()
             return "200 OK", [("Content-Type", kind)], data
+        if path in _STARTS_WORK and from_elsewhere(environ):
+            here = esc(_same_origin(path) + ("?" + environ["QUERY_STRING"] if q else ""))
+            body = page(
+                "Not started",
+                "",
+                '<p id="elsewhere">This request came from another site, so the console started '
+                "no work for it (a page elsewhere can make your browser request this console). "
+                f'<a href="{here}">Open it from here</a> to start it.</p>',
+            )
+            return "200 OK", html, body
         try:
             handler = _PAGES.get(path)
             if handler is not None:
@@ -145,7 +233,13 @@ def make_app(console: Console, *, token: str | None = None) -> WSGIApp:
         except NotFound as e:
             return "404 Not Found", html, page("Not found", "", f'<p id="error">{esc(e)}</p>')
         except RenseiRoutingError as e:
-            body = page("Cannot read the home", "", f'<p id="error">{esc(e)}</p>')
+            why = str(e)
+            if not console.home.db_path.exists():
+                why = (
+                    f"the home's database {console.home.db_path} is missing: this console "
+                    "only reads a home, it never creates a database"
+                )
+            body = page("Cannot read the home", "", f'<p id="error">{esc(why)}</p>')
             return "503 Service Unavailable", html, body
 
     return app

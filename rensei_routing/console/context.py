@@ -24,6 +24,8 @@ __all__ = ["BadRequest", "Console", "NotFound", "Query", "parse_since"]
 
 _AGE: Final = re.compile(r"^([1-9][0-9]{0,5})([mhd])$")
 _UNIT: Final = {"m": 60, "h": 3600, "d": 86400}
+_EARLIEST: Final = dt.datetime.min.replace(tzinfo=dt.UTC) + dt.timedelta(days=1)
+_LATEST: Final = dt.datetime.max.replace(tzinfo=dt.UTC) - dt.timedelta(days=1)
 
 
 class BadRequest(Exception):
@@ -72,17 +74,29 @@ def parse_since(text: str, now: dt.datetime) -> dt.datetime | None:
     if not text or text == "all":
         return None
     m = _AGE.match(text)
-    if m:
-        return now - dt.timedelta(seconds=int(m.group(1)) * _UNIT[m.group(2)])
     try:
-        moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if m:
+            moment = now - dt.timedelta(seconds=int(m.group(1)) * _UNIT[m.group(2)])
+        else:
+            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            moment = moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+        # in UTC, with room for the hour and day the pages round it to
+        moment = moment.astimezone(dt.UTC)
+        if not _EARLIEST <= moment <= _LATEST:
+            raise OverflowError(moment)
     except ValueError:
         raise BadRequest(f"since: {text!r} is not an age (90m, 24h, 7d) or a time") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+    except OverflowError:
+        raise BadRequest(
+            f"since: {text!r} is out of range (UTC years 1 to 9999, a day inside either end)"
+        ) from None
+    return moment
 
 
-def int_param(q: Query, name: str, default: int | None = None) -> int | None:
-    """A non-negative integer parameter.
+def int_param(
+    q: Query, name: str, default: int | None = None, *, maximum: int | None = None
+) -> int | None:
+    """A non-negative integer parameter (at most ``maximum`` when given).
 
     Raises:
         BadRequest: present but not such an integer.
@@ -92,4 +106,6 @@ def int_param(q: Query, name: str, default: int | None = None) -> int | None:
         return default
     if not text.isdigit() or len(text) > 18:
         raise BadRequest(f"{name}: {text!r} is not a non-negative integer")
+    if maximum is not None and int(text) > maximum:
+        raise BadRequest(f"{name}: {text!r} is out of range (at most {maximum})")
     return int(text)

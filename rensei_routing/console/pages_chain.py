@@ -36,7 +36,7 @@ def _pretty(record: AuditRecord) -> str:
 def audit_page(c: Console, q: Query) -> bytes:
     """The chain, newest first, :data:`PAGE` records a page (``before`` = a seq)."""
     before = int_param(q, "before")
-    with AuditLog.open(c.home) as log:
+    with AuditLog.open(c.home, read_only=True) as log:
         head = log.head()
         stop = head[0] if before is None else min(before, head[0])
         records = list(log.records(start=max(0, stop - PAGE), stop=stop, newest_first=True))
@@ -102,7 +102,7 @@ def _decision_of(record: AuditRecord) -> tuple[RouteDecision, ShadowDecision | N
 
 def decision_page(c: Console, q: Query, seq: int) -> bytes:
     """One recorded decision, explained."""
-    with AuditLog.open(c.home) as log:
+    with AuditLog.open(c.home, read_only=True) as log:
         try:
             record = log.get(seq)
         except NotFoundError as e:

@@ -22,6 +22,9 @@ __all__ = ["fleet_page"]
 
 #: Hosts with no ingest for longer than this are "stopped reporting" (the query may say).
 DEFAULT_STALE_S: Final = 3600
+#: The longest `stale` a page takes: 100 years of seconds (a timedelta holds far more, a C int
+#: not: a larger one is a 400 naming it, not a 500).
+MAX_STALE_S: Final = 100 * 366 * 86400
 
 
 def _when(moment: dt.datetime | None) -> str:
@@ -63,7 +66,7 @@ def fleet_page(c: Console, q: Query) -> bytes:
             "(docs/operations.md, fleet evidence).</p>"
         )
         return page("Fleet", "/fleet", body)
-    stale_s = int_param(q, "stale", DEFAULT_STALE_S)
+    stale_s = int_param(q, "stale", DEFAULT_STALE_S, maximum=MAX_STALE_S)
     revision = int_param(q, "revision")
     assert stale_s is not None
     if stale_s <= 0:

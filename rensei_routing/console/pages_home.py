@@ -126,7 +126,7 @@ def overview_page(c: Console, q: Query) -> bytes:
             "SELECT size, head_hash FROM audit_checkpoints ORDER BY size DESC, id DESC LIMIT 1"
         ).fetchone()
         revisions = int(conn.execute("SELECT count(*) FROM policy_revisions").get or 0)
-    with AuditLog.open(c.home) as log:
+    with AuditLog.open(c.home, read_only=True) as log:
         head = log.head()
     status, text = chain_state(c, head)
     home_rows = [

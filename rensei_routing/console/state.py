@@ -4,8 +4,13 @@ it was made. Nothing is written anywhere: a restart starts them again.
 
 A page never waits for a verification (one over a million records takes seconds): until the
 first one finishes the chain shows as "not verified yet", never as fine; a finished one says
-how many records it covered, so records appended since show as not yet verified, and the
-thread verifies again whenever the chain's head moves.
+how many records it covered, so records appended since show as not yet verified. The thread
+looks every :data:`POLL_S` seconds for any change to the database (:mod:`.chainwatch`: any
+commit by anyone, a replaced file, a changed segment): records appended after the verified head
+are verified alone, from it; any other change (a record below the head rewritten, a checkpoint
+or segment added or removed) walks the whole chain again (at once, or within
+:data:`REWALK_DUTY` times a walk's duration of the last one), and so does the schedule, every
+:data:`FULL_EVERY_S` seconds whatever changed. Doctor reruns on the same changes.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import abc
 import logging
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from contextlib import closing
@@ -21,7 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from ..core.audit.chain import VerifyResult
+import apsw
+
+from ..core.audit.chain import VerifyResult, checkpoint_origin
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.vocabulary import Vocabulary
 from ..core.shadow.whatif import WhatIfSummary
@@ -30,30 +38,46 @@ from ..host.cache import host_cache
 from ..ops.doctor import Check, home_checks, host_cache_check
 from ..shadow.whatif import compare_chain
 from ..store.audit import AuditLog
+from ..store.db import store_error
 from ..store.home import Home
+from .chainwatch import ChainMark, ChangeWatch, extend, mark
 
 __all__ = ["Doctor", "Verified", "Verifier", "WhatIfJob", "WhatIfJobs"]
 
-#: Seconds between looks at the chain's head (a moved head is verified again).
+#: Seconds between looks for a change to the database (a change is verified again).
 POLL_S: Final = 2.0
-#: Seconds between doctor runs while the head keeps moving.
+#: Seconds between full walks of the chain, whatever changed (appends alone are verified
+#: incrementally meanwhile; a full walk also catches what no commit announced).
+FULL_EVERY_S: Final = 300.0
+#: A change that is not an append walks the whole chain at once, unless the last full walk ended
+#: less than this many times its own duration ago: then at the first look after that. A database
+#: that keeps changing without appends (session heartbeats) so costs the console at most about a
+#: tenth of one core, and a rewrite still shows within ten walks' time.
+REWALK_DUTY: Final = 10.0
+#: Seconds between doctor runs while the database keeps changing.
 DOCTOR_EVERY_S: Final = 60.0
-#: Seconds after which doctor runs again even on a quiet chain (its host-cache check ages).
+#: Seconds after which doctor reruns even if nothing changed (its host-cache check ages).
 DOCTOR_RERUN_S: Final = 300.0
 
 
 @dataclass(frozen=True, slots=True)
 class Verified:
-    """One finished verification: its result (or the error that stopped it) and when."""
+    """One finished verification: its result (or the error that stopped it) and when; the head
+    it covered; when the last full walk under it began (``full_at``; ``at`` for a full walk),
+    and how many records this look walked (all of them for a full walk, the appended ones for
+    an increment)."""
 
     result: VerifyResult | None
     error: str | None
     at: datetime
     head: tuple[int, str]
+    full_at: datetime | None = None
+    walked: int = 0
+    full: bool = True
 
 
 def _head(home: Home) -> tuple[int, str]:
-    with closing(AuditLog.open(home)) as log:
+    with closing(AuditLog.open(home, read_only=True)) as log:
         return log.head()
 
 
@@ -70,10 +94,17 @@ class _Watch(abc.ABC):
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self.step()
-            self._wake.wait(self._every)
-            self._wake.clear()
+        try:
+            while not self._stop.is_set():
+                self.step()
+                self._wake.wait(self._every)
+                self._wake.clear()
+        finally:
+            self.finish()
+
+    @abc.abstractmethod
+    def finish(self) -> None:
+        """Release what the watch holds, on leaving its thread (each subclass's own)."""
 
     @abc.abstractmethod
     def step(self) -> None:
@@ -85,58 +116,134 @@ class _Watch(abc.ABC):
 
 
 class Verifier(_Watch):
-    """The chain's verification against every stored checkpoint, redone when the head moves."""
+    """The chain's verification against every stored checkpoint: in full at start, on a change
+    that is not an append, and every ``full_every_s``; an append alone is verified from the last
+    verified head (see the module docstring)."""
 
-    def __init__(self, home: Home, clock: Callable[[], datetime]) -> None:
-        super().__init__("verify", POLL_S)
+    def __init__(
+        self,
+        home: Home,
+        clock: Callable[[], datetime],
+        *,
+        every_s: float = POLL_S,
+        full_every_s: float = FULL_EVERY_S,
+        rewalk_duty: float = REWALK_DUTY,
+    ) -> None:
+        super().__init__("verify", every_s)
         self._home = home
         self._clock = clock
+        self._full_every = full_every_s
+        self._duty = rewalk_duty
+        self._pending = False  # a change not yet walked (postponed by the duty bound)
+        self._walk_s = 0.0  # how long the last full walk took (monotonic seconds)
+        self._walk_end = 0.0
+        self._watch = ChangeWatch(home)
+        self._mark: ChainMark | None = None
         self.last: Verified | None = None
         self.running_since: datetime | None = None
 
     def step(self) -> None:
         try:
-            head = _head(self._home)
+            changed = self._watch.changed()
         except RenseiRoutingError as e:
+            self._mark = None
             self.last = Verified(None, str(e), self._clock(), (0, ""))
             return
-        if self.last is not None and self.last.head == head:
+        began = self._clock()
+        last = self.last
+        due = (
+            last is None
+            or last.full_at is None
+            or (began - last.full_at).total_seconds() >= self._full_every
+        )
+        if not changed and not due and not self._pending:
             return
-        self.running_since = self._clock()
+        self.running_since = began
         try:
-            with closing(AuditLog.open(self._home)) as log:
-                result = log.verify()
-            self.last = Verified(result, None, self._clock(), head)
+            if not due and not self._pending and self._extended():
+                return
+            if not due and time.monotonic() - self._walk_end < self._duty * self._walk_s:
+                self._pending = True  # walked a moment ago: at the first look after the bound
+                return
+            self._walk(began)
         except RenseiRoutingError as e:
-            self.last = Verified(None, str(e), self._clock(), head)
+            self._mark = None
+            self.last = Verified(None, str(e), self._clock(), (0, ""))
         finally:
             self.running_since = None
 
+    def _extended(self) -> bool:
+        """Verify the records appended after the last passed verification, alone; ``False``
+        when the change was not (only) an append, or the increment failed."""
+        last, seen = self.last, self._mark
+        if last is None or last.result is None or not last.result or seen is None:
+            return False
+        if self._watch.replaced:
+            return False  # another file (or segment) than the one verified: walk it whole
+        info = self._home.info()
+        found = extend(
+            self._watch.conn,
+            verified=last.result,
+            seen=seen,
+            origin=checkpoint_origin(info.org),
+            public=self._home.public_key(),
+        )
+        if found is None or not found[0]:
+            return False  # a full walk decides (and names the first broken seq)
+        result, self._mark, walked = found
+        head = (result.records_checked, result.head_hash)
+        self.last = Verified(result, None, self._clock(), head, last.full_at, walked, False)
+        return True
+
+    def _walk(self, began: datetime) -> None:
+        """Walk the whole chain (every segment, every checkpoint), read-only."""
+        head = _head(self._home)
+        try:
+            seen = mark(self._watch.conn)
+        except apsw.Error as e:
+            raise store_error("cannot read the audit log", e, self._home.db_path) from e
+        self._pending = False
+        start = time.monotonic()
+        with closing(AuditLog.open(self._home, read_only=True)) as log:
+            result = log.verify()
+        self._walk_end = time.monotonic()
+        self._walk_s = self._walk_end - start
+        if result:
+            head = (result.records_checked, result.head_hash)
+        self._mark = seen if result else None
+        self.last = Verified(result, None, self._clock(), head, began, result.records_checked)
+
+    def finish(self) -> None:
+        self._watch.close()
+
 
 class Doctor(_Watch):
-    """``rensei doctor``'s home and host-cache checks, rerun when the head moved (at most once
-    a minute) and at least every :data:`DOCTOR_RERUN_S` seconds."""
+    """``rensei doctor``'s home and host-cache checks, rerun when the database changed (at most
+    once a minute) and every :data:`DOCTOR_RERUN_S` seconds whatever changed."""
 
     def __init__(self, home: Home, clock: Callable[[], datetime]) -> None:
         super().__init__("doctor", DOCTOR_EVERY_S)
         self._home = home
         self._clock = clock
+        self._watch = ChangeWatch(home)
         self.checks: list[Check] | None = None
         self.at: datetime | None = None
-        self._seen: tuple[int, str] | None = None
 
     def step(self) -> None:
         try:
-            head: tuple[int, str] | None = _head(self._home)
+            changed = self._watch.changed()
         except RenseiRoutingError:
-            head = None
+            changed = True  # an unreadable database is a finding: doctor says what it is
         moment = self._clock()
         due = self.at is None or (moment - self.at).total_seconds() >= DOCTOR_RERUN_S
-        if self.checks is not None and head == self._seen and not due:
+        if self.checks is not None and not changed and not due:
             return
         checks = home_checks(self._home, now=moment)
         checks.append(host_cache_check(host_cache(Path(self._home.path)), now=moment))
-        self.checks, self.at, self._seen = checks, moment, head
+        self.checks, self.at = checks, moment
+
+    def finish(self) -> None:
+        self._watch.close()
 
 
 @dataclass(slots=True)
@@ -248,7 +355,7 @@ class WhatIfJobs:
         try:
             now_snapshot = current()
             job.current_revision = now_snapshot[0].revision
-            with closing(AuditLog.open(self._home)) as log:
+            with closing(AuditLog.open(self._home, read_only=True)) as log:
                 job.stop = log.head()[0]
                 job.summary = compare_chain(
                     log,

@@ -6,10 +6,16 @@ verification that covered the current head; anything else says what is known.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from ..core.audit.chain import Checkpoint
 from .context import Console
 from .html import esc, num
+from .state import FULL_EVERY_S
+
+#: Seconds after which a passed verification shows its age instead of ``ok``: twice the
+#: schedule of full walks (:data:`.state.FULL_EVERY_S`), so only a walk that stopped coming shows.
+STALE_AFTER_S: Final = 2 * FULL_EVERY_S
 
 __all__ = ["CheckpointState", "chain_banner", "chain_state", "checkpoint_state"]
 
@@ -45,7 +51,18 @@ def chain_state(c: Console, head: tuple[int, str]) -> tuple[str, str]:
     if last.head != head:
         newer = max(0, head[0] - last.head[0])
         return "warn", f"{covered}; {num(newer)} appended since, not verified yet"
-    return "ok", f"verified: {covered}"
+    walked = last.at if last.full_at is None else last.full_at
+    age = max(0, int((c.clock() - walked).total_seconds()))
+    if age > STALE_AFTER_S:
+        return "warn", (
+            f"verified {age // 60} min ago ({covered}; the whole chain last walked at "
+            f"{walked:%H:%M:%S} UTC): not verified again since"
+        )
+    return "ok", f"verified: {covered} (whole chain walked {_ago(age)})"
+
+
+def _ago(seconds: int) -> str:
+    return f"{seconds} s ago" if seconds < 120 else f"{seconds // 60} min ago"
 
 
 def chain_banner(c: Console, head: tuple[int, str] | None = None) -> str:
@@ -53,7 +70,7 @@ def chain_banner(c: Console, head: tuple[int, str] | None = None) -> str:
     if head is None:
         from ..store.audit import AuditLog
 
-        with AuditLog.open(c.home) as log:
+        with AuditLog.open(c.home, read_only=True) as log:
             head = log.head()
     status, text = chain_state(c, head)
     if status == "ok":

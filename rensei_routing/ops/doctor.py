@@ -177,7 +177,7 @@ def _database(home: Home) -> Iterator[Check]:
 
 def _chain(home: Home) -> Check:
     try:
-        with AuditLog.open(home) as log:
+        with AuditLog.open(home, read_only=True) as log:
             chain = log.verify_segments()
             result = chain.result
             strict = [cp.size for cp in log.checkpoints() if STRICT_PAYLOADS in cp.extensions]

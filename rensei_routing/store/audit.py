@@ -97,6 +97,9 @@ class AuditLog:
     ``checkpoint_every``: sign a checkpoint of the head, after the write transaction, once that
     many records lie past the latest one (see :mod:`.autocheckpoint`; needs ``private_key``);
     ``None``: never automatically. Its last failure, if any: :attr:`auto_checkpoint_error`.
+    ``read_only``: never open the writer (a missing database is a :class:`StoreError`, not a
+    new one; writing raises :class:`StoreError`), and verification leaves the segments' files
+    alone (no recovery); the console opens its logs so.
     """
 
     __slots__ = (
@@ -116,6 +119,7 @@ class AuditLog:
         "_writer_codec",
         "auto_checkpoint_error",
         "origin",
+        "read_only",
     )
 
     def __init__(
@@ -130,8 +134,10 @@ class AuditLog:
         protected: Sequence[Path] = (),
         rotate_at_records: int | None = None,
         checkpoint_every: int | None = None,
+        read_only: bool = False,
     ) -> None:
         self._path = Path(path)
+        self.read_only = read_only
         self._options = ConnectOptions() if options is None else options
         self._protected = tuple(Path(d) for d in protected)
         self.origin = origin
@@ -151,8 +157,10 @@ class AuditLog:
         self._sealed = segments.Sealed(self._path, self._options)
 
     @classmethod
-    def open(cls, home: Home, *, redactor: Redactor = DEFAULT_REDACTOR) -> AuditLog:
-        """The audit log of an initialised home, with its host key.
+    def open(
+        cls, home: Home, *, redactor: Redactor = DEFAULT_REDACTOR, read_only: bool = False
+    ) -> AuditLog:
+        """The audit log of an initialised home, with its host key (``read_only``: see the class).
 
         Raises:
             HomeError: the home is not initialised, or its public key does not match it.
@@ -172,6 +180,7 @@ class AuditLog:
             protected=(home.path,),
             rotate_at_records=rotation.rotate_at_records(home),
             checkpoint_every=autocheckpoint.checkpoint_every(home),
+            read_only=read_only,
         )
 
     # -- connections --------------------------------------------------------------------------
@@ -184,6 +193,8 @@ class AuditLog:
 
     def _write_conn(self) -> apsw.Connection:
         if self._writer is None:
+            if self.read_only:
+                raise StoreError(f"{self._path} is opened read-only here: nothing is written")
             self._writer = self._connect(write=True)
         return self._writer
 
@@ -202,7 +213,7 @@ class AuditLog:
 
     def _read_conn(self) -> apsw.Connection:
         if self._reader is None:
-            if not self._path.exists():
+            if not self._path.exists() and not self.read_only:
                 self._write_conn()  # a reader never creates the database: the writer does
             self._reader = self._connect(write=False)
         return self._reader

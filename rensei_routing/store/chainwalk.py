@@ -267,7 +267,8 @@ def verify_all(
         AuditError: segments or checkpoints must be checked but there is no public key.
         StoreError: a database could not be read.
     """
-    recover(log)
+    if not log.read_only:
+        recover(log)
     conn = log._read_conn()
     with conn:
         verdict = _walk_all(log, conn, checkpoints, stored, progress, public, workers)
