@@ -24,6 +24,7 @@ from rensei_routing.control.listener import Limits, RunningServer
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.shadow.recorder import ShadowRecorder
+from rensei_routing.store.policies import PolicyStore
 from rensei_routing.store.home import Home
 
 from .shadow_support import home_with_policies, registry, spawn
@@ -45,6 +46,11 @@ class CountingJobs(WhatIfJobs):
 
 def _home(tmp_path: Path) -> Home:
     home = home_with_policies(tmp_path)
+    conn = home.connect(write=True)  # revision 2, so /whatif?revision=1 compares two revisions
+    try:
+        PolicyStore(conn).save((), saved_at="2026-01-02T00:00:00.000000Z")
+    finally:
+        conn.close()
     with ShadowRecorder(home, registry(), clock=lambda: "2026-03-01T10:00:00.000000Z") as rec:
         rec.record_many([Spawn.from_dict(spawn())] * 3)
     return home
