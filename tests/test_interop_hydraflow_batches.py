@@ -30,6 +30,7 @@ from . import hydraflow_ref as ref
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
 RECORDS = 6_000
 BATCH = 50
+STAMP = "2026-08-22T10:00:00.000000Z"
 
 #: The import, in a process of its own: HOME FILE BATCH.
 _IMPORTER = """
@@ -99,7 +100,9 @@ def test_another_writer_gets_in_while_a_large_import_runs(
     importer = _start(home, chain)
     try:
         seen = _halfway(home, importer)
-        writer = subprocess.run(
+        with AuditLog.open(Home(home)) as log:  # this process: a writer the moment it is seen
+            appended = log.append({"record_type": "note", "what": "mid-import"}, recorded_at=STAMP)
+        writer = subprocess.run(  # and a real command, through the CLI
             [
                 str(Path(sys.executable).parent / "rensei"),
                 "--no-plugins",
@@ -116,15 +119,15 @@ def test_another_writer_gets_in_while_a_large_import_runs(
     finally:
         _, err = importer.communicate(timeout=300)
     assert importer.returncode == 0, err.decode()
-    assert writer.returncode == 0, writer.stderr
     assert seen  # the import was under way, some batches committed
+    assert writer.returncode == 0, writer.stderr
     records = _chain_of(home)
-    assert len(records) == RECORDS + 1
+    assert len(records) == RECORDS + 2
     ours = [seq for seq, _, _, data in records if b'"record_type":"hydraflow-import"' not in data]
-    assert len(ours) == 1 and 0 < ours[0] < RECORDS  # it got in between two batches
+    assert ours[0] == appended.seq and 0 < appended.seq < RECORDS  # between two batches
     state = _meta(home)
     assert state is not None and "importing" not in state and state["count"] == RECORDS
-    assert [b[2] for b in state["blocks"]] == [0, ours[0] + 1]  # the run split around it
+    assert state["blocks"][0][:2] == [0, appended.seq]  # the run split around it
     assert sum(b[1] for b in state["blocks"]) == RECORDS
     assert runner.invoke(cli, ["audit", "verify", "--home", str(home)]).exit_code == 0
 
