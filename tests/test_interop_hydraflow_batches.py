@@ -204,3 +204,35 @@ def test_a_file_changed_between_the_passes_stops_at_a_verified_batch(tmp_path: P
     state = _meta(home)
     assert state is not None and state["count"] == 150 and "importing" in state
     assert len(_chain_of(home)) == 150
+
+
+def test_a_fifo_is_imported_like_the_file_it_carries(runner: CliRunner, tmp_path: Path) -> None:
+    """The import reads its source twice: a FIFO (read once) is copied aside first."""
+    import threading
+
+    lines = ref.chain_lines([{"n": i} for i in range(120)])
+    fifo = tmp_path / "chain.fifo"
+    os.mkfifo(fifo)
+    feeder = threading.Thread(target=lambda: fifo.write_text("".join(lines)))
+    feeder.start()
+    home = _home(runner, tmp_path / "h")
+    done = runner.invoke(
+        cli, ["audit", "import", str(fifo), "--format", "hydraflow", "--home", str(home), "--json"]
+    )
+    feeder.join(timeout=60)
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["imported"] == 120
+    whole = _home(runner, tmp_path / "w")
+    plain = ref.write_chain(tmp_path / "chain.jsonl", lines)
+    assert (
+        runner.invoke(
+            cli, ["audit", "import", str(plain), "--format", "hydraflow", "--home", str(whole)]
+        ).exit_code
+        == 0
+    )
+    # the same records (the origin names the file given: the FIFO's path, not the copy's)
+    fifo_records = [(t, d) for _, _, t, d in _chain_of(home)]
+    assert b"rensei-import-" not in b"".join(d for _, d in fifo_records)
+    assert fifo_records == [
+        (t, d.replace(str(plain).encode(), str(fifo).encode())) for _, _, t, d in _chain_of(whole)
+    ]
