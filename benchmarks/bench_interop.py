@@ -108,7 +108,7 @@ def run(cfg: Config) -> BenchResult:
             base_s = t[0]
             progress(f"{NAME}: audit import of {count:,}")
             with timed() as t:
-                result = import_chain(imported, _lines(src), file=str(src))
+                result = import_chain(imported, lambda: _lines(src), file=str(src))
             lib_s = t[0]
             res.check(result.added.count == count, f"import appended {count:,} records")
             res.check(bool(imported.verify()), "the imported chain verifies")

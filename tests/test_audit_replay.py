@@ -1,7 +1,8 @@
 """``rensei audit replay`` (issue 21): every recorded decision decided again from its stored
 context against the revision it cites. A record whose context an attacker with the key edited
 (and whose chain they rehashed) passes ``verify`` and fails replay; an edited revision fails it;
-a redacted context and a revision this home never held are reported apart, never as matches."""
+a redacted context and a snapshot this home no longer holds are reported apart (exit 4), never as
+matches; a revision this home never held is a mismatch."""
 
 from __future__ import annotations
 
@@ -159,25 +160,19 @@ def test_a_redacted_context_that_no_longer_decides_the_same_is_unreplayable(
     _, payload = _records(home)[0]
     assert "[REDACTED:" in json.dumps(payload["explanation"]["context"]["repo"])
     code, report = _replay(runner, home)
-    assert code == 0  # not a mismatch, not tampering
+    assert code == 4  # not a mismatch, not a clean replay either
     assert (report["replayed"], report["unreplayable"]) == (0, {"redacted input": 1})
 
 
-def test_a_revision_this_home_never_held_is_unreplayable(
-    tmp_path: Path, runner: CliRunner
-) -> None:
-    home = tmp_path / "f"
-    doc = json.loads((EXAMPLES / "policies.json").read_text())
-    doc["revision"] = 7
-    file = tmp_path / "seven.json"
-    file.write_text(json.dumps(doc))
-    assert _run(runner, home, "init").exit_code == 0
-    result = _run(
-        runner, home, "explain", "--record", "--policies", str(file), str(EXAMPLES / "context.json")
-    )
-    assert result.exit_code == 0, result.output
+def test_a_revision_this_home_never_held_is_a_mismatch(home: Path, runner: CliRunner) -> None:
+    # no decision recorded here cites one (explain --record refuses --policies FILE): a record
+    # that does was not decided here (tests/test_audit_replay_forged.py has the forgery)
+    records = _records(home)
+    records[0][1]["policy_revision"] = 7
+    _rewrite(home, records)
     code, report = _replay(runner, home)
-    assert code == 0 and report["unreplayable"] == {"revision 7 absent": 1}
+    assert (code, report["firstMismatch"]) == (1, {"seq": 0, "field": "policy_revision"})
+    assert report["unreplayable"] == {}
 
 
 def test_claims_replay_their_grant_check_against_the_snapshot_they_cite(
@@ -223,7 +218,7 @@ def test_claims_replay_their_grant_check_against_the_snapshot_they_cite(
     # once the host holds a newer snapshot, the older one's claims cannot be re-run here
     cache.accept(snap(2, False), now=now, source="test")
     code, report = _replay(runner, home)
-    assert report["unreplayable"] == {"snapshot org_a@1 absent": 2} and code == 0
+    assert report["unreplayable"] == {"snapshot org_a@1 absent": 2} and code == 4
 
 
 def test_decision_of_takes_plain_and_shadow_records_only() -> None:

@@ -55,9 +55,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fresh = str(root / "receipt-2.json")
     _ok("host", "claim", "--pool", "local-a", "--receipt", fresh, "--home", home)
     _ok("backup", str(root / "backup"), "--home", home)
-    (root / "hydraflow-policies.json").write_text(
-        ref.policy_store(json.loads((EXAMPLES / "policies.json").read_text())["policies"])
-    )
+    (root / "hydraflow-policies.json").write_text(ref.policy_store(ref.SAMPLE_POLICIES))
     ref.write_chain(root / "chain.jsonl", ref.chain_lines([{"n": i} for i in range(3)]))
     return root
 

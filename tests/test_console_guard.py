@@ -24,8 +24,8 @@ from rensei_routing.control.listener import Limits, RunningServer
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.shadow.recorder import ShadowRecorder
-from rensei_routing.store.policies import PolicyStore
 from rensei_routing.store.home import Home
+from rensei_routing.store.policies import PolicyStore
 
 from .shadow_support import home_with_policies, registry, spawn
 

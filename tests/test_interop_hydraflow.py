@@ -89,6 +89,7 @@ def test_a_chain_imports_with_origin_time_and_our_redaction(
         "imported": 5,
         "first_seq": 0,
         "head_hash": doc["head_hash"],
+        "resumed": False,
     }
     records = _records(home)
     for seq, (ours, line) in enumerate(zip(records, lines, strict=True)):

@@ -4,12 +4,18 @@ the home's chain. Parses and prints; the wire rules are
 Attached to the ``audit`` group; ``rensei audit export --format hydraflow`` (in :mod:`.audit`)
 is the way out, ``rensei policy import`` (:mod:`.policy_import`) the policy store's way in.
 
-Every refusal is one ``Error:`` line and exit 1, with nothing written.
+Every refusal is one ``Error:`` line and exit 1, with nothing written. A FIFO or device is
+copied to a temporary file first: the import reads its source twice.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -48,6 +54,24 @@ def _lines(path: Path) -> Iterator[str]:
                 yield "\x00"
 
 
+@contextmanager
+def _rereadable(path: Path) -> Iterator[Path]:
+    """``path`` when it is a regular file (the import reads it twice), else a copy of what it
+    yields (a FIFO, a device) in a temporary file, removed afterwards.
+
+    Raises:
+        OSError: it cannot be read, or the copy cannot be written.
+    """
+    if stat.S_ISREG(os.stat(path).st_mode):
+        yield path
+        return
+    with tempfile.NamedTemporaryFile(prefix="rensei-import-", suffix=".jsonl") as spool:
+        with open(path, "rb") as f:
+            shutil.copyfileobj(f, spool, 1024 * 1024)
+        spool.flush()
+        yield Path(spool.name)
+
+
 @audit.command(name="import")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @_FORMAT
@@ -56,16 +80,19 @@ def _lines(path: Path) -> Iterator[str]:
 def audit_import(file: Path, format_: str, home: Path, json_: bool) -> None:
     """Verify a HydraFlow audit chain FILE by HydraFlow's rule and append its records to the
     chain, each carrying its origin (source chain, file, seq, record hash) and its own
-    recorded_at, redacted like every record. Idempotent: importing the same chain again, or a
-    longer one, appends only what is new. A chain that does not verify (its first bad seq and
-    the reason are named), a fork of a chain imported before, or a record that cannot be
-    stored is refused (exit 1) and nothing is written."""
+    recorded_at, redacted like every record. The whole file is verified first; the records
+    are then appended in batches of 5,000, so other writers wait one batch at most.
+    Idempotent and resumable: importing the same chain again, or a longer one, appends only
+    what is new, and finishes an import that stopped. A chain that does not verify (its first
+    bad seq and the reason are named), a fork of a chain imported before, or a record that
+    cannot be stored is refused (exit 1) and nothing is written."""
     from ..store.audit import AuditLog
     from ..store.hydraflow import import_chain
 
+    h = home_of(home)
     try:
-        with AuditLog.open(home_of(home)) as log:
-            result = import_chain(log, _lines(file), file=str(file))
+        with _rereadable(file) as source, AuditLog.open(h) as log:
+            result = import_chain(log, lambda: _lines(source), file=str(file))
     except OSError as e:
         raise CommandError(f"cannot read {file}: {e.strerror or e}") from e
     if json_:
@@ -73,7 +100,8 @@ def audit_import(file: Path, format_: str, home: Path, json_: bool) -> None:
         return
     added = result.added
     where = f" (seqs {added.first_seq}..{added.first_seq + added.count - 1})" if added.count else ""
+    before = "by an import that stopped before its end" if result.resumed else "before"
     note(
         f"imported {added.count:,} of {result.records:,} record(s){where} from HydraFlow chain "
-        f"{result.chain or '(empty)'}; {result.known:,} imported before"
+        f"{result.chain or '(empty)'}; {result.known:,} imported {before}"
     )

@@ -23,6 +23,22 @@ from ._session import session
 from ._store import home_of, load_current_snapshot, record_decisions
 
 
+def _refuse_unsaved_record(policies: Path | None, record: bool) -> None:
+    """A recorded decision must cite what ``audit replay`` can find in this home (a policy
+    revision it holds, or its cached snapshot): one resolved against an unsaved file could
+    not be told from a forged one.
+
+    Raises:
+        click.UsageError: ``--record`` with ``--policies``.
+    """
+    if record and policies is not None:
+        raise click.UsageError(
+            "--record records decisions against this home's own policy revision or its cached "
+            "snapshot (audit replay checks each against what it cites): save the file first "
+            "(rensei policy save FILE), or drop --record for a dry run"
+        )
+
+
 def _snapshot(
     policies: Path | None, home: Path, cached: bool = False
 ) -> tuple[PolicySnapshot, str, Freshness]:
@@ -88,7 +104,8 @@ def _policies_option(f: F) -> F:
     return click.option(
         "--policies",
         type=click.Path(dir_okay=False, path_type=Path),
-        help="Policy file to resolve against (default: the store's current revision).",
+        help="Policy file to resolve against (default: the store's current revision); a dry "
+        "run: not with --record.",
     )(f)
 
 
@@ -104,7 +121,10 @@ def _cached_option(f: F) -> F:
 
 def _record_option(f: F) -> F:
     return click.option(
-        "--record", is_flag=True, help="Append each decision to the home's audit log."
+        "--record",
+        is_flag=True,
+        help="Append each decision to the home's audit log (against the store's revision or "
+        "the cached snapshot, never --policies).",
     )(f)
 
 
@@ -126,6 +146,7 @@ def explain_cmd(
     json_: bool,
 ) -> None:
     """Resolve one CONTEXT (a file, '-' for stdin, or inline JSON) and explain the decision."""
+    _refuse_unsaved_record(policies, record)
     if record:
         # refuse before resolving: a decision that cannot be recorded is not shown
         home_of(home).info()
@@ -165,6 +186,7 @@ def explain_batch_cmd(
     streams through temporary files and is published (recorded, then printed) only once the
     last line has been resolved, in constant memory at any size.
     """
+    _refuse_unsaved_record(policies, record)
     if record:
         home_of(home).info()
     vocabulary = session().vocabulary()

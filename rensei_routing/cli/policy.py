@@ -24,7 +24,7 @@ UNREADABLE = "unreadable"
 
 @cli.group()
 def policy() -> None:
-    """Policy sets: validate, save as revisions, import, show, history."""
+    """Policy sets: validate, save as revisions, import, export, show, history."""
 
 
 @policy.command(name="validate")

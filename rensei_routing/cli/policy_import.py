@@ -1,6 +1,7 @@
-"""``rensei policy import``: HydraFlow's policy store (``policies.json``) saved as the next
-policy revision, through the normal validated save. Parses and prints; the format and its hash
-are :mod:`rensei_routing.core.routing.interop`'s. Attached to the ``policy`` group.
+"""``rensei policy import`` and ``rensei policy export``: HydraFlow's policy store
+(``policies.json``) saved as the next policy revision, through the normal validated save, and a
+revision written as one. Parses and prints; the format, its spelling and its hash are
+:mod:`rensei_routing.core.routing.interop`'s. Attached to the ``policy`` group.
 
 Every refusal is one ``Error:`` line and exit 1, with nothing written.
 """
@@ -12,11 +13,18 @@ from pathlib import Path
 import click
 
 from ..errors import PolicyValidationError
+from ..files import atomic_write
 from ._output import note
 from ._render import issue_line
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
-from ._store import now_rfc3339, open_policy_store
+from ._store import (
+    home_of,
+    now_rfc3339,
+    open_policy_store,
+    refuse_home_target,
+    require_output_dir,
+)
 from .policy import policy
 
 _FORMAT = click.option(
@@ -72,4 +80,48 @@ def policy_import(file: Path, format_: str, home: Path, json_: bool) -> None:
     note(
         f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash} "
         f"(HydraFlow revision {store_doc.revision}, {store_doc.content_hash}), imported from {file}"
+    )
+
+
+@policy.command(name="export")
+@click.argument("target", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
+@_FORMAT
+@click.option(
+    "--rev",
+    "revision",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    help="Revision (default: current).",
+)
+@home_option
+def policy_export(target: Path, format_: str, revision: int | None, home: Path) -> None:
+    """Write the current (or --rev N) policy revision to FILE as HydraFlow's policies.json
+    (every field of its model, effective_model, its content hash, our revision number),
+    atomically. A description is left out (HydraFlow's policy has none); a revision that
+    does not load is refused and nothing is written."""
+    from ..core.routing.interop import write_hydraflow
+
+    h = home_of(home)
+    require_output_dir(target)
+    with open_policy_store(home, write=False) as store:
+        loaded = store.load_policies(revision)
+    snap = loaded.snapshot
+    if loaded.state == "absent":
+        raise CommandError("no policy revision saved yet: nothing to export")
+    if loaded.state != "ok":
+        detail = f" ({loaded.detail})" if loaded.detail else ""
+        raise CommandError(
+            f"policy revision {revision or snap.revision} does not load{detail}; nothing exported"
+        )
+    text, content_hash = write_hydraflow(snap.policies, revision=snap.revision)
+    refuse_home_target(h, target)
+    try:
+        atomic_write(target, text.encode("utf-8"))
+    except OSError as e:
+        raise CommandError(f"cannot write {target}: {e.strerror or e}") from e
+    dropped = sum(1 for pol in snap.policies if pol.description is not None)
+    if dropped:
+        note(f"note: {dropped} description(s) left out: HydraFlow's policy has no such field")
+    note(
+        f"exported revision {snap.revision}: {len(snap.policies)} policies, {content_hash} "
+        f"(HydraFlow's hash) to {target}"
     )

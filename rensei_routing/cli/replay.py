@@ -28,6 +28,13 @@ class ReplayMismatchError(CommandError):
     exit_code = 1
 
 
+class ReplayIncompleteError(CommandError):
+    """Nothing mismatched, but some records could not be replayed: exit 4, so a script never
+    reads a partial replay as a clean one."""
+
+    exit_code = 4
+
+
 @audit.command(name="replay")
 @click.option("--since", type=_SEQ, default=0, show_default=True, help="The first seq to replay.")
 @click.option(
@@ -43,8 +50,10 @@ def audit_replay(since: int, segment: str | None, home: Path, json_: bool) -> No
     """Re-run the resolver on every recorded decision's stored context against the policy
     revision it cites (and every claim's grant check against its snapshot), and check outcome,
     reason, policy, account, model and decision id, across every segment present (or one,
-    with --segment). Exit 0 when every replayed decision matched (unreplayable records are
-    reported, not failures), 1 on any mismatch."""
+    with --segment). Exit 0 when every record that carries a decision was replayed and
+    matched, 1 on any mismatch (a revision this home never held included), 4 when nothing
+    mismatched but some records could not be replayed (a snapshot no longer held, an input
+    the decision read lost to redaction: the lines say which)."""
     from ..ops.replay import Sources, replay_chain
     from ..store.audit import AuditLog
     from ._store import home_of
@@ -85,12 +94,16 @@ def audit_replay(since: int, segment: str | None, home: Path, json_: bool) -> No
     else:
         for line in summary.lines():
             emit(printable(line))
-    if not summary.ok:
-        assert summary.first_mismatch is not None
+    if summary.first_mismatch is not None:
         seq, field_name = summary.first_mismatch
         raise ReplayMismatchError(
             f"{summary.mismatched:,} replayed decision(s) disagree with their records "
             f"(first: seq {seq}, field {field_name})"
+        )
+    if not summary.ok:
+        raise ReplayIncompleteError(
+            f"{summary.unreplayable_count:,} record(s) could not be replayed; "
+            f"none of the {summary.replayed:,} replayed disagreed"
         )
     if not summary.replayed:
         note("note: nothing was replayed")

@@ -7,9 +7,13 @@ come from: a decision stamped with a ``rulesetRev`` was resolved against a cache
 snapshot, so its policy bundle is looked up in the snapshots this home holds (the host cache's,
 the control side's history); an unstamped one against the home's policy revision history. A
 revision that is present but no longer the one the record cites (another content hash) or no
-longer loads is a mismatch, since the history changed under the record; a revision this home never
-held is ``unreplayable: revision N absent``; a redacted context that no longer decides the same is
-``unreplayable: redacted input``, never a match and never tampering.
+longer loads is a mismatch, since the history changed under the record; so is a revision this
+home never held (no decision recorded here can cite one: ``explain --record`` refuses
+``--policies FILE``). A snapshot the home no longer holds is ``unreplayable: snapshot R absent``
+(a host keeps only its newest); a record that disagrees only because redaction removed an input
+its decision read (:func:`~rensei_routing.core.audit.replay.decisive_redaction`) is
+``unreplayable: redacted input``, never a match. A marker in a field the decision does not read
+changes nothing: such a record matches or mismatches like any other.
 
 Never writes. Memory stays flat: records stream in pages, each policy set has one resolver
 stream (its memos warm for the whole replay), and bounded caches keep what repeats (a repeated
@@ -35,13 +39,14 @@ from ..core.audit.replay import (
     ReplaySummary,
     claim_of,
     decision_of,
+    decisive_redaction,
     first_difference,
-    is_redacted,
     quick_decision,
 )
 from ..core.redact import DEFAULT_REDACTOR, MARKER_PREFIX, Redactor
 from ..core.routing._quick_members import Memo
 from ..core.routing.context import RouteContext, quick_context
+from ..core.routing.decision import SNAPSHOT_STATES, STATE_OK
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import explain_iter
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
@@ -79,22 +84,29 @@ class Sources:
     def __init__(self, home: Home, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY) -> None:
         self._home = home
         self._vocabulary = vocabulary
-        self._found: dict[tuple[str, int, str], _Found] = {}
+        self._found: dict[tuple[str, int, str, Any], _Found] = {}
         self._snapshots: dict[str, RulesetSnapshot | None] = {}
 
-    def policies(self, revision: int, content_hash: str, ruleset_rev: str | None) -> _Found:
-        """The policy set a decision cites (its revision and its ``snapshot_hash``)."""
-        key = (ruleset_rev or "", revision, content_hash)
+    def policies(
+        self, revision: int, content_hash: str, ruleset_rev: str | None, state: Any = STATE_OK
+    ) -> _Found:
+        """The policy set a decision cites (its revision, its ``snapshot_hash`` and, for the
+        empty revision 0, its ``snapshot_state``)."""
+        key = (ruleset_rev or "", revision, content_hash, state)
         found = self._found.get(key)
         if found is None:
-            found = self._lookup(revision, content_hash, ruleset_rev)
+            found = self._lookup(revision, content_hash, ruleset_rev, state)
             self._found[key] = found
         return found
 
-    def _lookup(self, revision: int, content_hash: str, ruleset_rev: str | None) -> _Found:
+    def _lookup(
+        self, revision: int, content_hash: str, ruleset_rev: str | None, state: Any
+    ) -> _Found:
         empty = PolicySnapshot.empty()
         if revision == 0 and empty.content_hash == content_hash:
-            return _Found(empty)  # nothing stored yet (absent) or a store that did not load
+            # Nothing stored yet (absent) or a current revision that did not load (corrupt,
+            # reported as revision 0): the empty set, in the state the record names.
+            return _Found(empty, state if state in SNAPSHOT_STATES else STATE_OK)
         if ruleset_rev is not None:
             snap = self.snapshot(ruleset_rev)
             if snap is None:
@@ -114,7 +126,9 @@ class Sources:
             with closing(open_control_store(self._home, vocabulary=self._vocabulary)) as store:
                 loaded = store.load_policies(revision)
         except NotFoundError:
-            return _Found(None, unreplayable=f"revision {revision} absent")
+            # Every decision recorded here cites a revision this home holds (``explain
+            # --record`` refuses ``--policies FILE``): one citing another was not decided here.
+            return _Found(None, mismatch="policy_revision")
         if loaded.state != "ok":
             return _Found(None, mismatch="policy_revision")  # the stored revision was damaged
         if loaded.snapshot.content_hash != content_hash:
@@ -171,10 +185,13 @@ class _Resolver:
         while True:
             yield self._slot.pop()
 
-    def decide(self, context: RouteContext) -> dict[str, Any]:
+    def decide(self, context: RouteContext) -> tuple[dict[str, Any], Any, bool]:
+        """The replayed decision's compared fields, its policy source, and whether a policy
+        was applied (the accounts were read)."""
         self._slot.append(context)
         decision = next(self._stream)
-        return {name: getattr(decision, name) for name in DECISION_FIELDS}
+        fields = {name: getattr(decision, name) for name in DECISION_FIELDS}
+        return fields, decision.policy_source, decision.policy_id is not None
 
 
 class _Texts:
@@ -210,7 +227,9 @@ def replay_chain(
         StoreError: the log cannot be read.
     """
     summary = ReplaySummary()
-    replayed: OrderedDict[tuple[int, str], dict[str, Any]] = OrderedDict()
+    # Per context text: the replayed fields, and whether the stored context lost an input
+    # that decision read to redaction.
+    replayed: OrderedDict[tuple[int, str], tuple[dict[str, Any], bool]] = OrderedDict()
     resolvers: dict[int, _Resolver] = {}
     memo: Memo = {}
     texts = _Texts()
@@ -227,20 +246,19 @@ def replay_chain(
         # context is neither parsed nor resolved again); a payload whose text does not show it
         # (not canonical) is keyed by the parsed context's own canonical text.
         context_text = stored_context_text(text)
-        redacted = MARKER_PREFIX in (text if context_text is None else context_text)
+        marked = MARKER_PREFIX in (text if context_text is None else context_text)
         key = (id(found), context_text or "")
-        decided = replayed.get(key) if context_text is not None else None
-        if decided is None:
+        cached = replayed.get(key) if context_text is not None else None
+        if cached is None:
             context_doc = _context_doc(fields, context_text)
-            if redacted:
-                redacted = is_redacted(context_doc) if isinstance(context_doc, Mapping) else False
+            marked = marked and isinstance(context_doc, Mapping)
             try:
-                context = None if redacted else quick_context(context_doc, vocabulary, memo)
+                context = None if marked else quick_context(context_doc, vocabulary, memo)
                 context = context or RouteContext.from_dict(
                     context_doc,
                     path=f"audit[{record.seq}].context",
                     vocabulary=vocabulary,
-                    redacted=redacted,
+                    redacted=marked,
                 )
             except InputError:
                 summary.cannot(record.seq, "unreadable context")
@@ -248,11 +266,14 @@ def replay_chain(
             resolver = resolvers.get(id(found))
             if resolver is None:
                 resolver = resolvers[id(found)] = _Resolver(found, vocabulary, redactor)
-            decided = resolver.decide(context)
+            decided, source, applied = resolver.decide(context)
+            lost = marked and decisive_redaction(context_doc, policy_source=source, applied=applied)
+            cached = (decided, lost)
             if context_text is not None:
-                replayed[key] = decided
+                replayed[key] = cached
                 if len(replayed) > CACHE_SIZE:
                     replayed.popitem(last=False)
+        decided, redacted = cached
         field_name = first_difference(fields, decided, DECISION_FIELDS)
         if field_name is None:
             summary.match(kind)
@@ -301,7 +322,10 @@ def _recorded(
         summary.cannot(seq, "no policy revision")
         return None
     found = sources.policies(
-        revision, content_hash, ruleset_rev if isinstance(ruleset_rev, str) else None
+        revision,
+        content_hash,
+        ruleset_rev if isinstance(ruleset_rev, str) else None,
+        fields.get("snapshot_state", STATE_OK),
     )
     if found.unreplayable is not None:
         summary.cannot(seq, found.unreplayable)

@@ -2,23 +2,35 @@
 rows of the ``meta`` table (what was imported from each source chain) and nothing else; the
 wire rules are :mod:`rensei_routing.core.audit.hydraflow`'s, the chain's
 :mod:`rensei_routing.core.audit.chain`'s. Never reads the clock or a file: callers pass lines
-and receive lines.
+(a way to read them, twice) and receive lines.
 
-**Import** verifies the source chain by HydraFlow's rule while appending it, in one write
-transaction, so a chain that breaks anywhere (or a record we cannot store) writes nothing. A
-source chain is identified by the record hash of its seq 0 (its genesis record); its ``meta``
-row holds how many of its records were imported, the last one's hash, and where each import
-landed in our chain (``blocks``: ``[source first seq, count, our first seq]``). A second import
-of the same chain, or of a longer one, appends only the records past that count; a chain whose
-record at an imported seq has another hash is a **fork** and is refused. Because the source is
-hash-linked, comparing one record (the last imported one, or a shorter source's last) compares
-every record below it.
+**Import** reads the source twice. The first pass verifies the whole chain by HydraFlow's rule
+and checks that every record can be stored, holding no lock, so a chain that breaks anywhere (or
+a record we cannot store, or a fork) writes nothing. The second pass appends in **bounded
+transactions** (:data:`BATCH_RECORDS` records or :data:`BATCH_BYTES` of payload, whichever comes
+first), so another writer of the home waits at most one batch, never the whole file; each batch
+re-verifies its lines and must end on the record hash the first pass saw there, so nothing that
+pass did not verify is written (a file changed in between stops the import at that batch).
+
+A source chain is identified by the record hash of its seq 0 (its genesis record); its ``meta``
+row holds how many of its records were imported (``count``), the last one's hash (``head``),
+where they landed in our chain (``blocks``: ``[source first seq, count, our first seq]``, one
+per run of consecutive seqs), and, while an import is under way, the import it belongs to
+(``importing``: ``{"records", "head"}`` of the verified source). Each batch commits its records
+and the row together, so the row always states exactly what is imported: a verified prefix of
+the chain. An import that stopped (killed, or the disk full) leaves ``importing`` in the row;
+importing the file again skips what the row counts and appends the rest, and the last batch
+removes it. A second import of the same chain, or of a longer one, appends only the records past
+``count``; a chain whose record at an imported seq has another hash is a **fork** and is refused.
+Because the source is hash-linked, comparing one record (the last imported one, or a shorter
+source's last) compares every record below it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,6 +39,7 @@ import apsw
 from ..core.audit.chain import GENESIS_HASH
 from ..core.audit.hydraflow import (
     HF_SCHEMA_VERSION,
+    HfRecord,
     export_line,
     export_text,
     stored_envelope,
@@ -37,26 +50,40 @@ from ..core.redact import DEFAULT_REDACTOR, Redactor
 from ..errors import (
     AuditError,
     CanonicalEncodingError,
+    HydraflowChainError,
     ImportRefusedError,
     NotFoundError,
     StoreError,
 )
 from .audit import AppendResult, AuditLog
+from .db import store_error
 
-__all__ = ["ImportResult", "export_lines", "import_chain"]
+__all__ = ["BATCH_BYTES", "BATCH_RECORDS", "ImportResult", "export_lines", "import_chain"]
 
 _KEY: Final = "hydraflow.chain."
+#: Records appended per write transaction (about half a second of importing).
+BATCH_RECORDS: Final = 5_000
+#: Stored payload bytes per write transaction, for chains of large records.
+BATCH_BYTES: Final = 8 * 1024 * 1024
+#: The first pass keeps the record hash at every this many seqs (and every quarter batch of
+#: bytes, and the last); batches end there, so each is checked against what that pass verified.
+_MARK_EVERY: Final = 256
+
+#: ``lines()`` opens the source again, yielding its lines in file order.
+Lines = Callable[[], Iterable[str]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ImportResult:
     """One import: the source chain (its genesis record hash; ``None`` for an empty file), its
-    record count, how many of them an earlier import had brought in, and what was appended."""
+    record count, how many of them an earlier import had brought in, whether that earlier
+    import had stopped before its end (``resumed``), and what was appended."""
 
     chain: str | None
     records: int
     known: int
     added: AppendResult
+    resumed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -67,6 +94,7 @@ class ImportResult:
             "imported": self.added.count,
             "first_seq": self.added.first_seq if self.added.count else None,
             "head_hash": self.added.head_hash if self.added.count else None,
+            "resumed": self.resumed,
         }
 
 
@@ -83,14 +111,76 @@ def _state(conn: apsw.Connection, chain: str) -> dict[str, Any]:
     return state
 
 
+@dataclass(slots=True)
+class _Verified:
+    """What the first pass found: the chain, its length, and the record hash at every
+    :data:`_MARK_EVERY`-th seq and at the last."""
+
+    chain: str | None = None
+    records: int = 0
+    marks: dict[int, str] | None = None
+    state: dict[str, Any] | None = None
+
+
+def _verify(
+    log: AuditLog,
+    lines: Lines,
+    *,
+    file: str,
+    redactor: Redactor,
+    mark_every: int,
+    mark_bytes: int,
+) -> _Verified:
+    """The first pass: HydraFlow's verify over the whole source, every record checked storable,
+    and a fork of what was imported before refused. Writes nothing, holds no lock. Marks the
+    record hash every ``mark_every`` records or ``mark_bytes`` of lines, and at the last."""
+    found = _Verified(marks={})
+    assert found.marks is not None
+    read = [0]
+
+    def counted() -> Iterator[str]:
+        for line in lines():
+            read[0] += len(line)
+            yield line
+
+    last, marked = "", 0
+    for rec in walk(counted()):
+        if rec.seq == 0:
+            found.chain = rec.record_hash
+            found.state = _read_state(log, rec.record_hash)
+        _check_storable(rec, found.chain or "", file, redactor)
+        state = found.state or {}
+        if rec.seq == state.get("count", 0) - 1 and rec.record_hash != state.get("head"):
+            raise _fork(rec.seq, found.chain or "")
+        if (rec.seq + 1) % mark_every == 0 or read[0] - marked >= mark_bytes:
+            found.marks[rec.seq], marked = rec.record_hash, read[0]
+        found.records, last = rec.seq + 1, rec.record_hash
+    if found.records:
+        found.marks[found.records - 1] = last
+        if found.state is not None and found.records < found.state["count"]:
+            _check_shorter(log, found.state, found.records - 1, found.chain or "", last)
+    return found
+
+
+def _read_state(log: AuditLog, chain: str) -> dict[str, Any]:
+    try:
+        return _state(log._read_conn(), chain)
+    except apsw.Error as e:
+        raise store_error("cannot read the HydraFlow import records", e, log._path) from e
+
+
 def import_chain(
     log: AuditLog,
-    lines: Iterable[str],
+    lines: Lines,
     *,
     file: str,
     redactor: Redactor = DEFAULT_REDACTOR,
+    batch_records: int = BATCH_RECORDS,
+    batch_bytes: int = BATCH_BYTES,
 ) -> ImportResult:
-    """Verify a HydraFlow chain (its lines, in file order) and append what is new of it.
+    """Verify a HydraFlow chain (``lines()``: its lines in file order; called twice) and append
+    what is new of it, in write transactions of at most ``batch_records`` records or
+    ``batch_bytes`` of stored payload.
 
     Every record becomes one of ours: the :func:`~.hydraflow.import_envelope` (origin + the
     HydraFlow payload), redacted by ``redactor``, at its own ``recorded_at`` (converted to
@@ -101,45 +191,122 @@ def import_chain(
             was written.
         ImportRefusedError: a fork of an imported chain; a record whose ``recorded_at`` names
             no instant, whose ``schema_version`` is not 1, or whose payload has no canonical
-            form (non-finite numbers); nothing was written.
-        StoreError: the database could not be read or written (nothing was written).
+            form (non-finite numbers); nothing was written. Or the source changed between the
+            two passes: the batches before the change are imported, and the ``meta`` row says
+            so (``importing``).
+        StoreError: the database could not be read or written (the batches before are
+            imported, as above).
     """
-    found: dict[str, Any] = {"chain": None, "records": 0, "known": 0, "state": None, "last": ""}
+    step = max(1, min(batch_records, _MARK_EVERY))
+    limits = (max(step, batch_records - batch_records % step), max(1, batch_bytes))
+    found = _verify(
+        log, lines, file=file, redactor=redactor, mark_every=step, mark_bytes=limits[1] // 4 or 1
+    )
+    chain, total, state = found.chain, found.records, found.state
+    if chain is None or state is None or total <= state["count"]:
+        known = 0 if state is None else state["count"]
+        nothing = AppendResult(first_seq=0, count=0, head_hash="")
+        return ImportResult(chain=chain, records=total, known=known, added=nothing)
+    records = itertools.islice(walk(lines()), total)
+    done = _Done(count=state["count"], resumed="importing" in state)
+    try:
+        _skip(records, done.count)
+        while done.count < total:
+            done.add(log.append_stamped(_batch(records, done, found, file, redactor, limits)))
+    except (HydraflowChainError, ImportRefusedError) as e:
+        raise ImportRefusedError(
+            f"{file} changed while it was imported ({e}); {done.count:,} of its {total:,} "
+            "verified records are imported: import it again"
+        ) from e
+    return ImportResult(
+        chain=chain,
+        records=total,
+        known=state["count"],
+        added=AppendResult(first_seq=done.first, count=done.appended, head_hash=done.head),
+        resumed=done.resumed,
+    )
+
+
+@dataclass(slots=True)
+class _Done:
+    """The second pass so far: the source records imported (``count``, the meta row's), what
+    this import appended (first seq, count, head), and whether it resumed an earlier one."""
+
+    count: int
+    resumed: bool
+    first: int = 0
+    appended: int = 0
+    head: str = ""
+
+    def add(self, added: AppendResult) -> None:
+        if added.count:
+            if not self.appended:
+                self.first = added.first_seq
+            self.appended += added.count
+            self.head = added.head_hash
+
+
+def _skip(records: Iterator[HfRecord], count: int) -> None:
+    """Walk past the first ``count`` records (imported before), outside any transaction."""
+    for _ in itertools.islice(records, count):
+        pass
+
+
+def _batch(
+    records: Iterator[HfRecord],
+    done: _Done,
+    found: _Verified,
+    file: str,
+    redactor: Redactor,
+    limits: tuple[int, int],
+) -> Callable[[apsw.Connection, int, str], Iterator[tuple[str, bytes]]]:
+    """One write transaction's records (``AuditLog.append_stamped``'s ``build``): the next
+    ones after ``done.count`` up to a mark of the first pass past ``limits`` (records, bytes),
+    each mark checked, and the ``meta`` row updated with them."""
+    chain, total, marks = found.chain or "", found.records, found.marks or {}
+    per_batch, batch_bytes = limits
 
     def build(conn: apsw.Connection, first: int, _head: str) -> Iterator[tuple[str, bytes]]:
-        state: dict[str, Any] = {"count": 0, "head": None, "blocks": []}
-        chain = ""
-        for rec in walk(lines):
-            if rec.seq == 0:
-                chain = rec.record_hash
-                state = _state(conn, chain)
-                found.update(chain=chain, known=state["count"], state=state)
-            found["records"], found["last"] = rec.seq + 1, rec.record_hash
-            if rec.seq < state["count"]:
-                if rec.seq == state["count"] - 1 and rec.record_hash != state["head"]:
-                    raise _fork(rec.seq, chain)
-                continue
-            yield _stamp(rec.recorded_at, rec.seq), _encoded(rec, chain, file, redactor)
-        count = found["records"]
-        if count > state["count"]:
-            state = {
-                "count": count,
-                "head": found["last"],
-                "blocks": [*state["blocks"], [state["count"], count - state["count"], first]],
-            }
-            conn.execute(
-                "INSERT INTO meta(key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (_KEY + chain, json.dumps(state, separators=(",", ":"))),
-            )
+        state = _state(conn, chain)
+        if state["count"] != done.count:  # another import of this chain got here first
+            if state["count"] < done.count:
+                raise StoreError(f"the import record of HydraFlow chain {chain} moved back")
+            _skip(records, state["count"] - done.count)
+            done.count = state["count"]
+            return
+        start, size, n, last = done.count, 0, 0, ""
+        for rec in records:
+            data = _encoded(rec, chain, file, redactor)
+            yield _stamp(rec.recorded_at, rec.seq), data
+            n, size, last = n + 1, size + len(data), rec.record_hash
+            mark = marks.get(rec.seq)
+            if mark is not None and mark != rec.record_hash:
+                raise _changed(rec.seq)
+            if rec.seq + 1 == total or (mark and (n >= per_batch or size >= batch_bytes)):
+                break
+        else:  # the source ended before the records the first pass verified
+            raise _changed(start + n)
+        blocks = [list(b) for b in state["blocks"]]
+        src, count, ours = blocks[-1] if blocks else (-1, 0, -1)
+        if src + count == start and ours + count == first:
+            blocks[-1][1] += n  # the run goes on: nothing else was appended in between
+        else:
+            blocks.append([start, n, first])
+        row: dict[str, Any] = {"count": start + n, "head": last, "blocks": blocks}
+        if start + n < total:
+            row["importing"] = {"records": total, "head": marks[total - 1]}
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (_KEY + chain, json.dumps(row, separators=(",", ":"))),
+        )
+        done.count = start + n
 
-    added = log.append_stamped(build)
-    state = found["state"]
-    if state is not None and 0 < found["records"] < state["count"]:
-        _check_shorter(log, state, found["records"] - 1, found["chain"], found["last"])
-    return ImportResult(
-        chain=found["chain"], records=found["records"], known=found["known"], added=added
-    )
+    return build
+
+
+def _changed(seq: int) -> ImportRefusedError:
+    return ImportRefusedError(f"record {seq} is not the one the first pass verified")
 
 
 def _fork(seq: int, chain: str) -> ImportRefusedError:
@@ -158,7 +325,15 @@ def _stamp(recorded_at: Any, seq: int) -> str:
     return stamp
 
 
-def _encoded(rec: Any, chain: str, file: str, redactor: Redactor) -> bytes:
+def _check_storable(rec: HfRecord, chain: str, file: str, redactor: Redactor) -> None:
+    """What :func:`_encoded` and :func:`_stamp` would refuse, refused in the first pass (the
+    payload encoded only when the walk found no canonical text for it)."""
+    _stamp(rec.recorded_at, rec.seq)
+    if rec.canonical is None or rec.schema_version != HF_SCHEMA_VERSION:
+        _encoded(rec, chain, file, redactor)
+
+
+def _encoded(rec: HfRecord, chain: str, file: str, redactor: Redactor) -> bytes:
     if rec.schema_version != HF_SCHEMA_VERSION:
         raise ImportRefusedError(
             f"seq {rec.seq}: schema_version {rec.schema_version!r} is not "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..redact import MARKER_PREFIX
+from ..routing.decision import SOURCE_LEGACY
 
 __all__ = [
     "CLAIM",
@@ -24,8 +25,8 @@ __all__ = [
     "ReplaySummary",
     "claim_of",
     "decision_of",
+    "decisive_redaction",
     "first_difference",
-    "is_redacted",
     "quick_decision",
 ]
 
@@ -128,26 +129,57 @@ def first_difference(
     return None
 
 
-def is_redacted(context: Mapping[str, Any]) -> bool:
-    """Whether a stored context holds a redaction marker anywhere (it may then no longer decide
-    what the unredacted one did)."""
+#: The context fields every decision reads: together they pick the winning policy (the match
+#: keys of ``core/routing/index.py:context_keys``; ``role`` defaults from ``principal_id``, and
+#: ``model_requirement`` also picks the model).
+MATCH_FIELDS: Final = (
+    "repo",
+    "repo_class",
+    "principal_id",
+    "role",
+    "model_requirement",
+    "request_face",
+)
+#: The legacy route's fields a decision reads when no policy matched (it reports that route);
+#: ``mechanism`` and ``mechanism_detail`` are never read.
+LEGACY_FIELDS: Final = ("provider_binding", "account_id", "model")
 
-    def walk(value: Any) -> bool:
-        if isinstance(value, str):
-            return MARKER_PREFIX in value
-        if isinstance(value, Mapping):
-            return any(walk(k) or walk(v) for k, v in value.items())
-        if isinstance(value, list):
-            return any(walk(v) for v in value)
-        return False
 
-    return walk(context)
+def _marked(value: Any) -> bool:
+    """Whether a redaction marker sits in a string of ``value`` (values only: the resolver
+    reads no key of a context's objects but its fixed field names)."""
+    if isinstance(value, str):
+        return MARKER_PREFIX in value
+    if isinstance(value, Mapping):
+        return any(_marked(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_marked(v) for v in value)
+    return False
+
+
+def decisive_redaction(context: Mapping[str, Any], *, policy_source: Any, applied: bool) -> bool:
+    """Whether a redaction marker sits in a field of ``context`` that the decision replayed from
+    it read, so the unredacted value might have decided otherwise: a match field (always read),
+    an account (read when a policy won and was applied, ``applied``), or the legacy route's
+    provider, account or model (read when no policy matched, ``policy_source`` legacy). A marker
+    anywhere else (``legacy_route.mechanism_detail``, the accounts of a legacy decision) changes
+    nothing the resolver decides: a difference there is a mismatch, not lost input.
+
+    Sound because a clean match field makes the replay take the branch the recording took."""
+    if any(_marked(context.get(name)) for name in MATCH_FIELDS):
+        return True
+    if applied and _marked(context.get("accounts")):
+        return True
+    legacy = context.get("legacy_route")
+    if policy_source == SOURCE_LEGACY and isinstance(legacy, Mapping):
+        return any(_marked(legacy.get(name)) for name in LEGACY_FIELDS)
+    return False
 
 
 @dataclass
 class ReplaySummary:
     """What a replay found: replayed = matched + mismatched; unreplayable by reason; records
-    that carry no decision are ``skipped``."""
+    that carry no decision are ``skipped`` (they count for nothing)."""
 
     matched: int = 0
     mismatched: int = 0
@@ -163,8 +195,21 @@ class ReplaySummary:
 
     @property
     def ok(self) -> bool:
-        """No mismatch (unreplayable records are reported, not failures)."""
-        return self.mismatched == 0
+        """Every record that carries a decision was replayed and matched: no mismatch and
+        nothing unreplayable."""
+        return self.mismatched == 0 and not self.unreplayable
+
+    @property
+    def verdict(self) -> str:
+        """``matched`` (:attr:`ok`), ``mismatch`` (any mismatch), or ``incomplete`` (none, but
+        some records could not be replayed)."""
+        if self.mismatched:
+            return "mismatch"
+        return "incomplete" if self.unreplayable else "matched"
+
+    @property
+    def unreplayable_count(self) -> int:
+        return sum(self.unreplayable.values())
 
     def match(self, kind: str) -> None:
         self.matched += 1
@@ -201,6 +246,7 @@ class ReplaySummary:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "verdict": self.verdict,
             "replayed": self.replayed,
             "matched": self.matched,
             "mismatched": self.mismatched,
