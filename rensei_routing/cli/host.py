@@ -167,7 +167,12 @@ def serve(
             f"(LISTEN/NOTIFY, polling every {watch_s:g}s)"
         )
         if service.store_error is not None:
-            note(f"warning: {service.store_error}")
+            held = (
+                f"serving the held snapshot {latest.ruleset_rev}, flagged"
+                if latest is not None
+                else "holding no snapshot: answering 503 until it is reached"
+            )
+            note(f"warning: control store unreachable, {held}: {service.store_error}")
     else:
         watcher = None
         service = snapshot_service(
