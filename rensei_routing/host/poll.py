@@ -14,6 +14,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -160,10 +161,14 @@ def _older(offer: _Offer, kept: RulesetSnapshot) -> str:
     return f"older than {kept.ruleset_rev}"
 
 
+#: Endpoints fetched at once in one poll.
+_MAX_PARALLEL: Final = 8
+
+
 def _poll_endpoints(
     cache: HostCache, endpoints: list[str], token_file: str | None, now: datetime
 ) -> str:
-    """Ask every endpoint, in order, then offer the cache their verified copies newest first
+    """Ask every endpoint (at once), then offer the cache their verified copies newest first
     (:meth:`_Offer.rank`) until it holds one: it adopts it (newer), finds it unchanged (what it
     holds, or an earlier seal of it), or refuses it (older than what it holds or last adopted,
     another hash for the same revision, compiled in the future), and a refusal goes on to the
@@ -186,10 +191,16 @@ def _poll_endpoints(
         raise
     held = _held_or_none(cache)
     etag = _held_etag(cache)
-    offers = [
-        _ask(cache, source, i, token=token, etag=etag, held=held)
-        for i, source in enumerate(endpoints)
-    ]
+
+    def ask(item: tuple[int, str]) -> _Offer:
+        return _ask(cache, item[1], item[0], token=token, etag=etag, held=held)
+
+    if len(endpoints) == 1:
+        offers = [ask((0, endpoints[0]))]
+    else:  # at once: a poll waits for the slowest replica, not for the sum of them
+        workers = min(len(endpoints), _MAX_PARALLEL)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
+            offers = list(pool.map(ask, enumerate(endpoints)))
     refused: dict[int, RenseiRoutingError] = {}
     kept: tuple[_Offer, str] | None = None
     candidates = sorted((o for o in offers if o.snapshot is not None), key=_Offer.rank)
