@@ -88,7 +88,7 @@ def test_a_host_fetches_from_the_next_replica_and_records_the_failed_fetch(
         config = HostConfig(endpoint=f"{dead},{live}", token_file=str(token_file))
         line = poll_once(cache, config, now=T0 + timedelta(seconds=1))
         assert line.startswith("adopted: org_a@1")
-        assert f"from {live} after failed fetch(es): {dead}" in line
+        assert f"from {live}; failed fetch(es): {dead}: cannot fetch" in line
         again = poll_once(cache, config, now=T0 + timedelta(seconds=2))
         assert again.startswith("not modified: org_a@1") and dead in again
     held = cache.load()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -184,3 +185,30 @@ def test_a_replica_that_loses_the_database_keeps_serving_flagged(
         rensei("policy", "save", str(EXAMPLES / "policies.json"), "--home", str(homes[1]))
         for serve in (a, b):
             _until(lambda s=serve: _revision(s, token) == 2, "revision 2 after recovery")
+
+
+def test_a_replica_started_with_the_database_down_says_it_holds_nothing(
+    tmp_path: Path, own_cluster: Cluster
+) -> None:
+    """Issue 29, I2: a replica whose database is down when it starts holds no snapshot and
+    answers 503; its log says exactly that (never "serving the held snapshot"), and once the
+    database is back it serves the org's snapshot, unflagged, compiled once."""
+    (home,) = make_replicas(tmp_path, own_cluster.url, n=1)
+    token = token_of(home)
+    _pg_ctl(own_cluster, "-m", "immediate", "-w", "stop")
+    with serving(home, "--watch-interval", "0.2") as serve:
+        serve.wait_for(r"warning: control store unreachable, holding no snapshot: answering 503")
+        for _ in range(2):  # the watcher's retries, each logged
+            serve.wait_for(r"control store unreachable, holding no snapshot: answering 503 until")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get(serve.url, token)
+        assert refused.value.code == 503
+        refused.value.close()
+        assert "serving the held snapshot" not in serve.log()
+        _restart(own_cluster)
+        _until(lambda: _get(serve.url, token)[1]["X-Ruleset-Store"] == "ok", "the database back")
+        assert _get(serve.url, token)[1]["X-Ruleset-Rev"] == "acme@1"
+        assert "serving the held snapshot" not in serve.log()
+    # the first request and the watcher both found the org never compiled once the database
+    # was back: the data was compiled once, under the compile lock, not once by each
+    assert _compiles(own_cluster.url) == 1

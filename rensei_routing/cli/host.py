@@ -131,8 +131,10 @@ def serve(
     home: Path,
 ) -> None:
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
-    SIGTERM; writes to policies or org data are recompiled in the background. SIGTERM stops
-    accepting and lets responses in flight finish (up to --drain seconds)."""
+    SIGTERM; writes to policies or org data are recompiled in the background. Also GET
+    /api/daemon/routing/config (no token): this home's host cache status, as `host status
+    --json` gives it. SIGTERM stops accepting and lets responses in flight finish (up to
+    --drain seconds)."""
     from ..control.listener import Limits, RunningServer
     from ..control.server import ahead_of_clock, make_app
     from ..control.snapshots import (
@@ -167,7 +169,12 @@ def serve(
             f"(LISTEN/NOTIFY, polling every {watch_s:g}s)"
         )
         if service.store_error is not None:
-            note(f"warning: {service.store_error}")
+            held = (
+                f"serving the held snapshot {latest.ruleset_rev}, flagged"
+                if latest is not None
+                else "holding no snapshot: answering 503 until it is reached"
+            )
+            note(f"warning: control store unreachable, {held}: {service.store_error}")
     else:
         watcher = None
         service = snapshot_service(
@@ -181,7 +188,14 @@ def serve(
             latest = latest_snapshot(h)
         except RenseiRoutingError:
             latest = None  # unreadable or unverifiable: the first request answers 503 saying why
-    app = make_app(now=now, token=token, service=service, jwks=home_jwks(h))
+    cache = host_cache(h.path)  # this home's own host cache: the daemon side's status route
+    app = make_app(
+        now=now,
+        token=token,
+        service=service,
+        jwks=home_jwks(h),
+        host_status=lambda: host_status_data(cache, now=now()),
+    )
     if latest is not None and (warning := ahead_of_clock(latest, now())):
         note(f"warning: {warning}")
     _logging()
@@ -312,8 +326,8 @@ def host_trust(
     "--endpoint",
     "endpoints",
     multiple=True,
-    help="Base URL of a `rensei serve` endpoint; repeat it for replicas (tried in order, the "
-    "first that answers wins; each failed fetch is recorded).",
+    help="Base URL of a `rensei serve` endpoint; repeat it for replicas (every one is asked "
+    "and the newest verified copy any offers is held; each failure is named).",
 )
 @click.option(
     "--token-file",
@@ -401,22 +415,35 @@ def host_sync(
     "--listen",
     default=None,
     metavar="HOST:PORT",
-    help="Also serve GET /api/daemon/routing/config (the cache status) on this address.",
+    help="Also serve GET /api/daemon/routing/config (the cache status) on this address; "
+    "with no snapshot source configured, serve only that (nothing to poll).",
 )
 @home_option
 def host_run(interval: float | None, jitter: float | None, listen: str | None, home: Path) -> None:
     """Poll the configured source until SIGTERM: fetch, verify, persist; a failure keeps the
-    last known-good copy and is recorded for `rensei host status`."""
+    last known-good copy and is recorded for `rensei host status`. The source is read once, at
+    start: after `rensei host sync` changes it, restart `host run`."""
     cache = host_cache(home)
     config = cache.config()
-    if not config.has_source:
-        raise CommandError("no snapshot source configured: run `rensei host sync` first")
+    if not config.has_source and not listen:
+        raise CommandError(
+            "no snapshot source configured: run `rensei host sync` first (or give --listen "
+            "to serve the status alone)"
+        )
     period = config.interval_s if interval is None else interval
     spread = config.jitter_s if jitter is None else jitter
     _logging()
     server = _status_server(cache, listen) if listen else None
     with _stop_on_sigterm() as stop:
-        run_polls(cache, config, period=period, spread=spread, stop=stop, clock=now, log=log)
+        if config.has_source:
+            run_polls(cache, config, period=period, spread=spread, stop=stop, clock=now, log=log)
+        else:
+            note(
+                "no snapshot source configured: nothing to poll, serving the status alone "
+                "(`rensei host sync`, then restart `host run`, to poll)"
+            )
+            while not stop.wait(0.5):
+                pass
     if server is not None:
         server.stop()
     note("stopped")

@@ -11,7 +11,8 @@ lost or the listening connection is down.
 
 Fail-static: when the database cannot be reached, the step fails, the service keeps serving the
 snapshot it holds (whole, verified, as it was) flagged ``X-Ruleset-Store: unreachable``, and the
-watcher retries every ``poll_s``; its first good step clears the flag.
+watcher retries every ``poll_s``; its first good step clears the flag. A replica that holds no
+snapshot (the database was down when it started) answers 503 meanwhile, and its log says so.
 """
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ class ReplicaWatcher:
         if published is not None:
             self._service.offer(published)
 
+    def _unreachable(self) -> str:
+        """What the replica does while the store cannot be reached: serve the snapshot it
+        holds (flagged), or, holding none (the database was down at start), answer 503."""
+        held = self._service.held()
+        if held is None:
+            return (
+                "control store unreachable, holding no snapshot: answering 503 until it is reached"
+            )
+        return f"control store unreachable, serving the held snapshot {held.ruleset_rev}"
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -91,7 +102,7 @@ class ReplicaWatcher:
                 self._service.last_error = None
             except StoreError as e:
                 self._service.store_failed("watch", str(e))
-                log.warning("control store unreachable, serving the held snapshot: %s", e)
+                log.warning("%s: %s", self._unreachable(), e)
                 self.first_step.set()
                 self._stop.wait(min(self._poll_s, RETRY_S))
                 continue
@@ -114,7 +125,7 @@ class ReplicaWatcher:
             store.wait_change(self._poll_s)
         except StoreError as e:  # the listening connection broke: look again soon
             self._service.store_failed("watch", str(e))
-            log.warning("control store unreachable, serving the held snapshot: %s", e)
+            log.warning("%s: %s", self._unreachable(), e)
             self._stop.wait(min(self._poll_s, RETRY_S))
 
     def start(self) -> None:

@@ -4,7 +4,9 @@
   caller holding the home's bearer token; compiled on the fly for an org never compiled; a
   policy or org-data write is noticed on the next request and recompiled in the background
   while the previous snapshot keeps serving; a failing validator is a 503 naming it.
-- ``GET /api/daemon/routing/config`` (host side): the status of the host's snapshot cache.
+- ``GET /api/daemon/routing/config`` (host side, no token): the status of a host's snapshot
+  cache, 200 with ``snapshot`` null when none is held or no source is configured (``host run
+  --listen`` serves it, and ``serve`` for its own home's cache).
 - ``GET /.well-known/jwks.json`` (control side, no token: public keys only): the signing key as
   a JWKS document (``kty=OKP, crv=Ed25519``), under the key id snapshots carry.
 

@@ -360,19 +360,30 @@ def replica_service(
     snapshot keeps serving, flagged."""
     from .replicas import ReplicaWatcher
 
+    signer = Signer.of(home)
+
     def first() -> RulesetSnapshot | None:
         return latest_snapshot(home)
 
+    def compile_once() -> RulesetSnapshot:
+        """The org's first snapshot on a request: compiled under the compile lock only when
+        no replica (nor this one's watcher, racing it after the database came back) built one
+        from the current data meanwhile, else the one that did."""
+        with control_store(home, write=True, vocabulary=vocabulary) as store:
+            result = store.compile_current(
+                compiled_at=format_timestamp(clock()),
+                signing_key_id=signer.key_id,
+                sign=signer.sign,
+                validators=validators,
+                only_if_stale=True,
+            )
+            return (
+                result.snapshot if result is not None else store.load_snapshot(lookup=signer.lookup)
+            )
+
     service = SnapshotService(
         latest=first,
-        compile_now=lambda: (
-            compile_snapshot(
-                home,
-                compiled_at=format_timestamp(clock()),
-                validators=validators,
-                vocabulary=vocabulary,
-            ).snapshot
-        ),
+        compile_now=compile_once,
         needs_refresh=lambda held: False,
         refresh=lambda held: None,
         clock=clock,
@@ -380,7 +391,7 @@ def replica_service(
     watcher = ReplicaWatcher(
         service,
         open_store=lambda: open_control_store(home, write=True, vocabulary=vocabulary),
-        signer=Signer.of(home),
+        signer=signer,
         clock=clock,
         reseal_after=timedelta(seconds=reseal_after),
         validators=validators,

@@ -1,8 +1,10 @@
-"""The host's fetch step: one fetch + verify + persist from the configured source (a file or a
-``rensei serve`` endpoint), and the poll loop that repeats it.
+"""The host's fetch step: one fetch + verify + persist from the configured source (a file, or
+one or several ``rensei serve`` replicas, every one asked and the newest verified copy held),
+and the poll loop that repeats it.
 
-Owns the order (read or fetch, record the fetch, accept into the cache); the verification and
-succession rules are the cache's and the core's. The clock and the stop signal are the caller's.
+Owns the order (read or fetch, rank the replicas' copies, accept into the cache, record the
+fetch); the verification and succession rules are the cache's and the core's. The clock and the
+stop signal are the caller's.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import logging
 import random
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from ..core.snapshot.envelope import RulesetSnapshot
-from ..errors import DamagedCacheError, RenseiRoutingError, SnapshotError
+from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment, verify_snapshot
+from ..errors import DamagedCacheError, FetchError, RenseiRoutingError, SnapshotError
 from ..files import read_limited, token_from_file
 from .cache import HostCache, HostConfig
 
@@ -64,13 +68,15 @@ def _held_etag(cache: HostCache) -> str | None:
 
 
 def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
-    """One fetch + verify + persist at ``now``; the line to report (naming the replicas that
-    failed before one answered, when the endpoint names several).
+    """One fetch + verify + persist at ``now``; the line to report. With several endpoints
+    every one is asked and the host ends holding the newest verified copy any of them offered
+    (:func:`_poll_endpoints`); the line names where it came from and every endpoint that failed
+    or whose copy was not adopted.
 
     Raises:
-        SnapshotError (and its refusals): the last known-good copy is kept.
+        SnapshotError (and its refusals): no source offered a copy the host can hold; the last
+            known-good copy is kept.
     """
-    failed = ""
     if config.source_file is not None:
         source = config.source_file
         try:
@@ -78,55 +84,170 @@ def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
         except (OSError, ValueError) as e:
             cache.record_fetch(now=now, source=source, ok=False, detail=str(e))
             raise SnapshotError(f"cannot read {source}: {e}") from e
-    elif config.endpoint is not None:
-        source, body, failed = _fetch_first(cache, config.endpoint, config.token_file, now)
-        if body is None:  # 304: what we hold is what is served
-            held = _held_or_none(cache)
-            return f"not modified: {held.ruleset_rev if held else '-'}{failed}"
-        data = body
-    else:
-        raise SnapshotError("no snapshot source configured (rensei host sync)")
-    accepted = cache.accept(data, now=now, source=source)
-    verb = "adopted" if accepted.adopted else "unchanged"
-    snap = accepted.snapshot
-    return f"{verb}: {snap.ruleset_rev} (compiled {snap.compiled_at}){failed}"
+        accepted = cache.accept(data, now=now, source=source)
+        verb = "adopted" if accepted.adopted else "unchanged"
+        snap = accepted.snapshot
+        return f"{verb}: {snap.ruleset_rev} (compiled {snap.compiled_at})"
+    if config.endpoint is not None:
+        return _poll_endpoints(cache, endpoints_of(config.endpoint), config.token_file, now)
+    raise SnapshotError("no snapshot source configured (rensei host sync)")
 
 
 def endpoints_of(endpoint: str) -> list[str]:
     """The replicas a host's ``endpoint`` names: one base URL, or several separated by commas
-    (``host sync --endpoint A --endpoint B``), tried in that order."""
+    (``host sync --endpoint A --endpoint B``), asked in that order."""
     return [e.strip() for e in endpoint.split(",") if e.strip()]
 
 
-def _fetch_first(
-    cache: HostCache, endpoint: str, token_file: str | None, now: datetime
-) -> tuple[str, bytes | None, str]:
-    """Fetch from the first of the endpoints that answers: ``(source, body or None for
-    not-modified, a note of the failed fetches before it)``. Every failed fetch is recorded.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Offer:
+    """What one endpoint answered in one poll: a verified copy (``data`` and ``snapshot``),
+    ``304 Not Modified`` (``snapshot`` is the held copy, ``data`` is ``None``), or a failure
+    (``error``). ``store_ok`` is its ``X-Ruleset-Store`` header (absent: ok)."""
 
-    Raises:
-        RenseiRoutingError: the token is unreadable, or every endpoint failed (the last error).
-    """
+    source: str
+    order: int
+    data: bytes | None = None
+    snapshot: RulesetSnapshot | None = None
+    store_ok: bool = True
+    error: RenseiRoutingError | None = None
+
+    def rank(self) -> tuple[int, datetime, bool, int]:
+        """Newest first: revision, then seal time, then an ``ok`` store over an unreachable
+        one, then the configured order."""
+        assert self.snapshot is not None
+        snap = self.snapshot
+        return (snap.revision, compiled_moment(snap), self.store_ok, -self.order)
+
+    def label(self) -> str:
+        assert self.snapshot is not None
+        flag = "" if self.store_ok else ", its store unreachable"
+        return f"{self.snapshot.ruleset_rev} (compiled {self.snapshot.compiled_at}{flag})"
+
+
+def _ask(
+    cache: HostCache,
+    source: str,
+    order: int,
+    *,
+    token: str,
+    etag: str | None,
+    held: RulesetSnapshot | None,
+) -> _Offer:
+    """One endpoint's answer, its body verified (not yet offered to the cache)."""
     from .fetch import fetch_snapshot
 
-    failures: list[str] = []
-    last: RenseiRoutingError | None = None
-    for source in endpoints_of(endpoint):
-        try:
-            token = token_from_file(token_file or "")
-            result = fetch_snapshot(source, token=token, etag=_held_etag(cache))
-        except RenseiRoutingError as e:
-            cache.record_fetch(now=now, source=source, ok=False, detail=str(e))
-            failures.append(f"{source}: {e}")
-            last = e
-            continue
-        note = f" from {source} after failed fetch(es): {'; '.join(failures)}" if failures else ""
-        if result.body is None:
-            cache.record_fetch(now=now, source=source, ok=True, detail="not modified")
-        return source, result.body, note
-    if last is None:
+    try:
+        result = fetch_snapshot(source, token=token, etag=etag)
+    except RenseiRoutingError as e:
+        return _Offer(source=source, order=order, error=e)
+    store_ok = result.headers.get("x-ruleset-store", "ok").strip().lower() != "unreachable"
+    if result.body is None:
+        if held is None:  # a 304 to no tag: nothing it confirms
+            return _Offer(source=source, order=order, error=FetchError(f"{source} answered 304"))
+        return _Offer(source=source, order=order, snapshot=held, store_ok=store_ok)
+    try:
+        snap = verify_snapshot(result.body, lookup=cache.lookup(), scope_of=cache.scope_of())
+    except SnapshotError as e:
+        return _Offer(source=source, order=order, error=e)
+    return _Offer(source=source, order=order, data=result.body, snapshot=snap, store_ok=store_ok)
+
+
+def _older(offer: _Offer, kept: RulesetSnapshot) -> str:
+    """Why ``offer``'s copy (ranked below ``kept``) was not adopted."""
+    assert offer.snapshot is not None
+    if offer.snapshot.revision == kept.revision:
+        return f"an earlier seal of {kept.ruleset_rev} (compiled {kept.compiled_at})"
+    return f"older than {kept.ruleset_rev}"
+
+
+#: Endpoints fetched at once in one poll.
+_MAX_PARALLEL: Final = 8
+
+
+def _poll_endpoints(
+    cache: HostCache, endpoints: list[str], token_file: str | None, now: datetime
+) -> str:
+    """Ask every endpoint (at once), then offer the cache their verified copies newest first
+    (:meth:`_Offer.rank`) until it holds one: it adopts it (newer), finds it unchanged (what it
+    holds, or an earlier seal of it), or refuses it (older than what it holds or last adopted,
+    another hash for the same revision, compiled in the future), and a refusal goes on to the
+    next copy. A ``304`` confirms the held copy. So a copy flagged ``X-Ruleset-Store:
+    unreachable`` is held only when no ``ok`` endpoint offered an acceptable one at least as
+    new. The fetch is recorded once, for the endpoint the held copy came from.
+
+    Raises:
+        SnapshotError: no endpoint offered a copy the cache holds (a single endpoint's own
+            error, e.g. a ``FetchError`` or a ``RollbackError``; with several, one naming each).
+        ConfigurationError: the token file is unreadable.
+    """
+    if not endpoints:
         raise SnapshotError("no snapshot endpoint configured (rensei host sync --endpoint)")
-    raise last
+    where = ", ".join(endpoints)
+    try:
+        token = token_from_file(token_file or "")
+    except RenseiRoutingError as e:
+        cache.record_fetch(now=now, source=where, ok=False, detail=str(e))
+        raise
+    held = _held_or_none(cache)
+    etag = _held_etag(cache)
+
+    def ask(item: tuple[int, str]) -> _Offer:
+        return _ask(cache, item[1], item[0], token=token, etag=etag, held=held)
+
+    if len(endpoints) == 1:
+        offers = [ask((0, endpoints[0]))]
+    else:  # at once: a poll waits for the slowest replica, not for the sum of them
+        workers = min(len(endpoints), _MAX_PARALLEL)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fetch") as pool:
+            offers = list(pool.map(ask, enumerate(endpoints)))
+    refused: dict[int, RenseiRoutingError] = {}
+    kept: tuple[_Offer, str] | None = None
+    candidates = sorted((o for o in offers if o.snapshot is not None), key=_Offer.rank)
+    for offer in reversed(candidates):
+        if offer.data is None:
+            kept = (offer, "not modified")
+            break
+        try:
+            accepted = cache.accept(offer.data, now=now, source=offer.source)
+        except SnapshotError as e:
+            refused[offer.order] = e
+            continue
+        kept = (offer, "adopted" if accepted.adopted else "unchanged")
+        break
+    failures = [f"{o.source}: {o.error}" for o in offers if o.error is not None]
+    if kept is None:
+        errors = [o.error or refused[o.order] for o in offers]
+        if len(offers) == 1:
+            cache.record_fetch(now=now, source=where, ok=False, detail=str(errors[0]))
+            raise errors[0]
+        detail = "; ".join(f"{o.source}: {e}" for o, e in zip(offers, errors, strict=True))
+        cache.record_fetch(now=now, source=where, ok=False, detail=detail)
+        raise SnapshotError(f"no endpoint offered a snapshot this host can hold: {detail}")
+    offer, verb = kept
+    assert offer.snapshot is not None
+    snap = offer.snapshot
+    passed = [
+        f"{o.source}: {o.label()}: {refused.get(o.order) or _older(o, snap)}"
+        for o in offers
+        if o.snapshot is not None
+        and o is not offer
+        and (o.order in refused or o.rank()[:2] < offer.rank()[:2])
+    ]
+    notes = (f"; failed fetch(es): {'; '.join(failures)}" if failures else "") + (
+        f"; not adopted: {'; '.join(passed)}" if passed else ""
+    )
+    flag = "" if offer.store_ok else " (its store unreachable: X-Ruleset-Store)"
+    origin = f" from {offer.source}" if len(offers) > 1 else ""
+    cache.record_fetch(
+        now=now,
+        source=offer.source,
+        ok=True,
+        detail=f"{verb} {snap.ruleset_rev}{flag}{notes}",
+    )
+    if verb == "not modified":
+        return f"not modified: {snap.ruleset_rev}{origin}{flag}{notes}"
+    return f"{verb}: {snap.ruleset_rev} (compiled {snap.compiled_at}){origin}{flag}{notes}"
 
 
 def run_polls(
