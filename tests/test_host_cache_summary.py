@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from rensei_routing.cli import cli
 from rensei_routing.host.cache import host_cache
-from rensei_routing.host.status import host_status_data, summarise
+from rensei_routing.host.status import host_status_data
 from rensei_routing.ops.doctor import host_cache_check
 from rensei_routing.ops.quickstart import compile_serve_sync
 from rensei_routing.plugins.manager import get_plugin_manager, snapshot_validators, vocabulary
@@ -115,6 +115,8 @@ def test_every_reader_says_the_cached_snapshot_and_the_missing_source(
     moment = datetime.now(UTC) + timedelta(seconds=offset_s)
     console = host_cache_check(host_cache(quickstarted), now=moment)
     assert console.status == doctor and "nothing renews acme@1" in console.detail
+    from rensei_routing.host.status import summarise  # the one reading they all share
+
     summary = summarise(host_status_data(host_cache(quickstarted), now=moment))
     assert (summary.state, summary.held, summary.configured) == (state, "acme@1", False)
 
