@@ -122,7 +122,9 @@ def test_init_with_a_bad_key_id_leaves_no_home(places: dict[str, Path]) -> None:
     # --key-id is checked after the home is made: the new home goes again
     work = places["empty"].parent
     before = _tree(work)
-    _one_error_line(rensei("init", "--home", str(places["new"]), "--key-id", "no spaces"), "--key-id")
+    _one_error_line(
+        rensei("init", "--home", str(places["new"]), "--key-id", "no spaces"), "--key-id"
+    )
     assert _tree(work) == before
 
 

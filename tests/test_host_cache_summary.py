@@ -3,7 +3,9 @@ synced over HTTP from the home's own endpoint, then the dead source cleared) ``h
 said "no snapshot source configured: nothing is cached" while quickstart, ``explain --snapshot``
 and the console showed the snapshot cached, and ``doctor`` said the same wrong thing.
 ``host/status.py:summarise`` now says what is cached and whether a source renews it, and every
-reader says the same, at every age: fresh, degraded, expired; and with nothing cached.
+reader says the same, at every age: fresh, degraded, expired; and with nothing cached. Without a
+source ``host status`` still prints no ``Ruleset snapshot:`` line (document 000: "absent, not
+wrong"); its note names the cached snapshot instead.
 
 Real processes over a home built by quickstart's own step (``compile_serve_sync``: a real
 ``serve`` on loopback, a real sync), the clock shifted the documented way.
@@ -89,18 +91,21 @@ def test_every_reader_says_the_cached_snapshot_and_the_missing_source(
     home = str(quickstarted)
     status = rensei("host", "status", "--home", home, offset_s=offset_s)
     assert status.returncode == 0, status.stderr
-    first = status.stdout.splitlines()[0]
-    assert first.startswith("Ruleset snapshot: acme@1 (age ") and first.endswith(flag)
-    assert "nothing is cached" not in status.stdout + status.stderr
-    assert "no snapshot source configured: nothing renews acme@1" in status.stderr
-    assert "`rensei host sync --from FILE" in status.stderr
+    # no source: the `Ruleset snapshot:` line is absent, not wrong (document 000), and the
+    # note says what is cached, at its age, and what would renew it
+    assert status.stdout == "" and "nothing is cached" not in status.stderr
+    said = "note: no snapshot source configured: nothing renews the cached acme@1 (age "
+    note = next(x for x in status.stderr.splitlines() if x.startswith(said))
+    assert f"{flag}; next: " in note
+    assert "`rensei host sync --from FILE" in note
     doc = json.loads(rensei("host", "status", "--json", "--home", home, offset_s=offset_s).stdout)
     assert doc["snapshot"]["state"] == state and doc["source"]["configured"] is False
 
     found, detail = _doctor(quickstarted, offset_s)
     assert found == doctor, detail
-    assert detail.startswith("acme@1 (age ") and "nothing renews acme@1" in detail
-    assert "1 trusted key(s)" in detail
+    assert detail.startswith("acme@1 (age ") and detail.endswith(
+        f"{flag}; 1 trusted key(s); no snapshot source configured: nothing renews it"
+    )
 
     explained = rensei("explain", "--snapshot", CONTEXT, "--home", home, offset_s=offset_s)
     if state == "expired":
@@ -114,7 +119,8 @@ def test_every_reader_says_the_cached_snapshot_and_the_missing_source(
     # the console's doctor table runs the same check (console/state.py: host_cache_check)
     moment = datetime.now(UTC) + timedelta(seconds=offset_s)
     console = host_cache_check(host_cache(quickstarted), now=moment)
-    assert console.status == doctor and "nothing renews acme@1" in console.detail
+    assert console.status == doctor and console.detail.startswith("acme@1 (age ")
+    assert console.detail.endswith("no snapshot source configured: nothing renews it")
     from rensei_routing.host.status import summarise  # the one reading they all share
 
     summary = summarise(host_status_data(host_cache(quickstarted), now=moment))

@@ -169,8 +169,7 @@ def serve(
         watcher.first_step.wait(30)
         latest = service.held()
         note(
-            "a replica of the shared control database "
-            f"(LISTEN/NOTIFY, polling every {watch_s:g}s)"
+            f"a replica of the shared control database (LISTEN/NOTIFY, polling every {watch_s:g}s)"
         )
         if service.store_error is not None:
             note(f"warning: {service.store_error}")
@@ -445,16 +444,20 @@ def _status_server(cache: HostCache, listen: str) -> RunningServer:
 @home_option
 @json_option
 def host_status(home: Path, json_: bool) -> None:
-    """The `Ruleset snapshot:` line (what is cached, with or without a source to renew it),
-    the damaged copies set aside and the last fetch; a missing source is said on stderr."""
+    """The `Ruleset snapshot:` line, the damaged copies set aside and the last fetch. Without a
+    snapshot source the line is absent (not wrong), and a note on stderr says what is cached
+    and what would renew it."""
     status = host_status_data(host_cache(home), now=now())
     if json_:
         echo_json(status)
         return
     summary = summarise(status)
-    if summary.state == "none" and not summary.configured:  # nothing here at all
-        where = "no snapshot source configured" if home.exists() else f"no rensei home at {home}"
-        next_step(f"{where}: nothing is cached", TRUST_STEP, SYNC_STEP, then=True)
+    if not home.exists():
+        next_step(f"no rensei home at {home}: nothing is cached", TRUST_STEP, SYNC_STEP, then=True)
+        return
+    if not summary.configured:  # the line is absent, not wrong (document 000): say what is held
+        assert summary.missing is not None
+        next_step(printable(summary.missing), *summary.next_steps, then=True)
         return
     emit(printable(summary.line))
     for line in set_aside_lines(status):
@@ -468,8 +471,8 @@ def host_status(home: Path, json_: bool) -> None:
                 f"{last.get('detail')}"
             )
         )
-    if summary.missing is not None:
-        next_step(summary.missing, *summary.next_steps, then=True)
+    if summary.missing is not None:  # a source, and nothing cached yet
+        next_step(summary.missing, *summary.next_steps)
 
 
 @host.command(name="claim")

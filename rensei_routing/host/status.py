@@ -20,6 +20,7 @@ from ..errors import DamagedCacheError, ExpiredError, SnapshotError
 from .cache import HostCache
 
 __all__ = [
+    "NO_SOURCE",
     "SYNC_STEP",
     "TRUST_STEP",
     "CacheSummary",
@@ -30,6 +31,8 @@ __all__ = [
     "summarise",
 ]
 
+#: Said of a cache nothing renews (document 000: then no ``Ruleset snapshot:`` line is printed).
+NO_SOURCE: Final = "no snapshot source configured"
 #: What renews the cache, and what must come before the first sync.
 TRUST_STEP: Final = "rensei host trust KEY"
 SYNC_STEP: Final = "rensei host sync --from FILE (or --endpoint URL --token-file FILE)"
@@ -124,7 +127,9 @@ class CacheSummary:
     """What the host cache holds and whether anything renews it, read from one
     :func:`host_status_data`: what ``host status``, ``doctor``, ``explain --snapshot`` and the
     console say about it. A held snapshot is reported whether or not a source is configured
-    (quickstart leaves one cached and no source); a missing source is said beside it."""
+    (quickstart leaves one cached and no source), and a missing source beside it. (``host
+    status`` prints the ``Ruleset snapshot:`` line only with a source, as document 000 has it:
+    "absent, not wrong"; without one it names the cached snapshot in its note.)"""
 
     #: ``fresh``, ``degraded``, ``expired``, ``refused`` (held), or ``none``, ``damaged``,
     #: ``unreadable`` (nothing usable held).
@@ -135,8 +140,8 @@ class CacheSummary:
     line: str
     #: Whether a source (a file or endpoints) is configured to renew the cache.
     configured: bool
-    #: What is missing, one phrase (``no snapshot source configured: nothing is cached``), or
-    #: ``None`` when nothing is.
+    #: What is missing, one phrase (``no snapshot source configured: nothing is cached``, ``...:
+    #: nothing renews the cached acme@1 (age 4s)``), or ``None`` when nothing is.
     missing: str | None
     #: The commands that supply it, in order.
     next_steps: tuple[str, ...] = ()
@@ -160,10 +165,10 @@ def summarise(status: dict[str, Any]) -> CacheSummary:
     missing: str | None = None
     steps: tuple[str, ...] = ()
     if not configured and held is None and state == "none":
-        missing, steps = "no snapshot source configured: nothing is cached", (TRUST_STEP, SYNC_STEP)
+        missing, steps = f"{NO_SOURCE}: nothing is cached", (TRUST_STEP, SYNC_STEP)
     elif not configured:
-        what = held or "the cache"
-        missing, steps = f"no snapshot source configured: nothing renews {what}", (SYNC_STEP,)
+        cached = snapshot_line(status).removeprefix("Ruleset snapshot: ")
+        missing, steps = f"{NO_SOURCE}: nothing renews the cached {cached}", (SYNC_STEP,)
     elif state == "none":
         missing, steps = "nothing is cached yet", (SYNC_STEP,)
     return CacheSummary(

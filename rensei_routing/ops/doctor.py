@@ -24,7 +24,7 @@ from ..core.snapshot.envelope import compiled_moment
 from ..core.snapshot.freshness import format_age
 from ..errors import PluginError, RenseiRoutingError
 from ..host.cache import HostCache
-from ..host.status import host_status_data, summarise
+from ..host.status import NO_SOURCE, host_status_data, summarise
 from ..plugins.manager import (
     plugin_commands,
     plugin_infos,
@@ -313,7 +313,7 @@ def host_cache_check(cache: HostCache, *, now: datetime) -> Check:
     if last and not last.get("ok"):
         detail += f"; last fetch failed: {last.get('detail')}"
     if not summary.configured:
-        detail += f"; {summary.missing}"
+        detail += f"; {NO_SOURCE}: nothing renews it"
     if not summary.usable:
         return Check(name="host cache", status=FAIL, detail=status.get("error") or detail)
     bad = summary.state == "degraded" or (last and not last.get("ok"))
