@@ -1,7 +1,7 @@
 """Every home is created 0700, whoever creates it (``init``, ``host trust``, ``host sync``
-after a trust, ``restore``), whatever the umask; ``init`` into an existing directory its group or others may
-enter tightens it to 0700 and says so; a host-only home (trust + sync, never ``init``) passes
-``doctor``, which checks only what applies to it."""
+after a trust, ``restore``), whatever the umask; ``init`` into an existing directory its group
+or others may enter tightens it to 0700 and says so; a host-only home (trust + sync, never
+``init``) passes ``doctor``, which checks only what applies to it."""
 
 from __future__ import annotations
 
