@@ -501,7 +501,8 @@ def host_status(home: Path, json_: bool) -> None:
     "receipt_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the admission receipt (signed by this host's key) to this file.",
+    help="Write the admission receipt (signed by this host's key) to this file, off the home; "
+    "one that cannot be written refuses the claim before it is recorded.",
 )
 @home_option
 @json_option
