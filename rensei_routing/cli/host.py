@@ -169,7 +169,8 @@ def serve(
         watcher.first_step.wait(30)
         latest = service.held()
         note(
-            f"a replica of the shared control database (LISTEN/NOTIFY, polling every {watch_s:g}s)"
+            "a replica of the shared control database "
+            f"(LISTEN/NOTIFY, polling every {watch_s:g}s)"
         )
         if service.store_error is not None:
             note(f"warning: {service.store_error}")
