@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import TracebackType
 
 from .errors import ConfigurationError
 
 __all__ = [
+    "PendingWrite",
     "atomic_write",
     "fsync_dir",
     "make_private_dir",
     "missing_output_dir",
     "mode_is_private",
     "read_limited",
+    "removed_on_failure",
     "token_from_file",
 ]
 
@@ -99,6 +103,106 @@ def atomic_write(path: Path, data: bytes | Iterable[bytes], *, mode: int = 0o644
         raise
     fsync_dir(path.parent)
     return total
+
+
+class PendingWrite:
+    """An output made ready before the work that produces it (``host claim --receipt``): the
+    temp file is created in the target's directory at once, so a place that cannot be written
+    (a read-only mount, a full disk, a directory its owner may not write) fails before any
+    work; :meth:`write` fills and fsyncs it, :meth:`commit` renames it over the target (the
+    atomic, durable step of :func:`atomic_write`), and leaving the ``with`` block uncommitted
+    removes it, so a refused output leaves nothing behind.
+
+    Raises (constructor, :meth:`write`, :meth:`commit`):
+        OSError: the file cannot be created, written or renamed (the target is untouched).
+    """
+
+    def __init__(self, path: Path, *, mode: int = 0o644) -> None:
+        self.path = Path(path)
+        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        self._fd: int | None = os.open(self._tmp, flags, mode)
+        self._done = False
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` into the temp file and fsync it (once, before :meth:`commit`)."""
+        assert self._fd is not None, "write() once, before commit()"
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+
+    def commit(self) -> None:
+        """Rename the written temp file over the target, and fsync the directory."""
+        assert self._fd is None, "write() before commit()"
+        os.replace(self._tmp, self.path)
+        self._done = True
+        fsync_dir(self.path.parent)
+
+    def discard(self) -> None:
+        """Remove the temp file (nothing is left of an output that was not committed)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if not self._done:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+
+    def __enter__(self) -> PendingWrite:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.discard()
+
+
+def _topmost_missing(path: Path) -> Path | None:
+    """The highest directory of ``path``'s ancestry (``path`` included) that does not exist;
+    ``None`` when ``path`` exists (a dangling symlink counts as existing)."""
+    path = Path(path).absolute()
+    if path.exists() or path.is_symlink():
+        return None
+    while not (path.parent.exists() or path.parent.is_symlink()) and path.parent != path:
+        path = path.parent
+    return path
+
+
+@contextlib.contextmanager
+def removed_on_failure(*paths: Path) -> Iterator[None]:
+    """Whatever of ``paths`` did not exist when the block began (each with the missing
+    directories above it) is removed if the block raises, and those that existed get back the
+    mode they had: a command that fails leaves no file or directory it created. Name only paths
+    the block alone may create (never a database's WAL another process may hold).
+
+    Raises:
+        whatever the block raises (a removal that fails is ignored: the first error stands).
+    """
+    missing: list[Path] = []
+    modes: dict[Path, int] = {}
+    for path in paths:
+        top = _topmost_missing(path)
+        if top is None:
+            with contextlib.suppress(OSError):
+                modes[Path(path)] = os.stat(path, follow_symlinks=False).st_mode & 0o7777
+        elif top not in missing:
+            missing.append(top)
+    try:
+        yield
+    except BaseException:
+        for path, mode in modes.items():  # e.g. a home directory init tightened to 0700
+            with contextlib.suppress(OSError):
+                if not path.is_symlink() and os.stat(path).st_mode & 0o7777 != mode:
+                    os.chmod(path, mode)
+        for top in reversed(missing):
+            if top.is_dir() and not top.is_symlink():
+                shutil.rmtree(top, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    top.unlink()
+        raise
 
 
 def read_limited(path: Path, limit: int) -> bytes:

@@ -106,7 +106,7 @@ def test_snapshot_and_policies_are_exclusive(host: Path, tmp_path: Path) -> None
 
 def test_no_cached_snapshot_is_a_clear_error(tmp_path: Path) -> None:
     result = _run("explain", CONTEXT, "--snapshot", "--home", str(tmp_path / "nothing"))
-    assert result.exit_code == 1 and "no cached snapshot" in result.stderr
+    assert result.exit_code == 1 and "nothing is cached" in result.stderr  # as host status says
 
 
 @pytest.mark.parametrize(

@@ -61,8 +61,12 @@ def test_quickstart_runs_the_main_job_and_twice(tmp_path: Path, runner: CliRunne
     assert doc["lastFetch"]["ok"] is True
     # ... whose endpoint is stopped: no dead source is left for `host run` to poll
     assert doc["source"]["endpoint"] is None and doc["source"]["configured"] is False
+    # ... and `host status` names what it cached (no `Ruleset snapshot:` line without a
+    # source: document 000), with what renews it; never "nothing is cached" (issue 29)
     text = runner.invoke(cli, ["host", "status", "--home", str(home)])
-    assert "http://127." not in text.output and "rensei host sync" in text.output
+    assert "http://127." not in text.output and text.stdout == ""
+    assert "nothing renews the cached quickstart@1 (age " in text.stderr
+    assert "rensei host sync" in text.stderr and "nothing is cached" not in text.output
     # the suggested explain works
     line = next(x for x in out.splitlines() if "explain --snapshot" in x)
     context = line.split("--snapshot ", 1)[1].strip("'")

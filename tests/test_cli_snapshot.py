@@ -188,6 +188,14 @@ def test_host_commands_refuse_cleanly(runner: CliRunner, tmp_path: Path) -> None
     missing = tmp_path / "missing.json"
     line = _fails_cleanly(_run(runner, "host", "sync", "--from", str(missing), "--home", str(host)))
     assert "cannot read" in line
+    assert not host.exists()  # a failed first sync leaves no host state (issue 29, new user 8)
+    # once the host has a cache (a trusted key), a failed sync is recorded for `host status`
+    from rensei_routing import signing
+
+    good_key = tmp_path / "good.pub"
+    good_key.write_text(signing.generate().public_key.to_text() + "\n")
+    assert _run(runner, "host", "trust", str(good_key), "--home", str(host)).exit_code == 0
+    _fails_cleanly(_run(runner, "host", "sync", "--from", str(missing), "--home", str(host)))
     status = _run(runner, "host", "status", "--home", str(host), "--json")
     last = json.loads(status.stdout)["lastFetch"]
     assert last["ok"] is False

@@ -84,10 +84,6 @@ CONFIRMATIONS: dict[str, tuple[Case, str]] = {
     ),
     "host trust": (lambda r: ["host", "trust", str(r / "home" / "keys" / "host.pub")], "trusted"),
     "host sync": (lambda r: ["host", "sync", "--from", str(r / "snapshot.json")], "unchanged"),
-    "host session start": (
-        lambda r: ["host", "session", "start", "--receipt", str(r / "receipt-2.json")],
-        "started under",
-    ),
     "host session end": (
         lambda r: ["host", "session", "end", "SESSION_ID"],
         "ended",
@@ -152,6 +148,28 @@ def test_with_json_stdout_is_one_document_and_nothing_is_confirmed(
     assert done.exit_code == 0, done.output
     json.loads(done.stdout)
     assert word not in done.stderr
+
+
+def test_session_start_prints_its_id_on_stdout_and_confirms_on_stderr(
+    built: Path, tmp_path: Path
+) -> None:
+    # the session id is the result (issue 29, new user 9: it was on stderr alone), so
+    # `id=$(rensei host session start ...)` works; the confirmation stays on stderr
+    root = _copy(built, tmp_path)
+    argv = ["host", "session", "start", "--receipt", str(root / "receipt-2.json")]
+    done = _run(*_with_home(root, argv))
+    assert done.exit_code == 0, done.output
+    session_id = done.stdout.strip()
+    assert done.stdout == session_id + "\n" and session_id.startswith("sess_")
+    assert f"{session_id} started under" in done.stderr
+    listed = _run(*_with_home(root, ["host", "session", "list", "--json"])).stdout
+    assert session_id in {s["sessionId"] for s in json.loads(listed)}
+    other = _copy(built, tmp_path / "json")  # --json: one document, no confirmation
+    argv = ["host", "session", "start", "--receipt", str(other / "receipt-2.json"), "--json"]
+    done = _run(*_with_home(other, argv))
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["sessionId"].startswith("sess_")
+    assert "started under" not in done.stderr
 
 
 @pytest.mark.parametrize(

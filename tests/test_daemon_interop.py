@@ -203,6 +203,10 @@ def test_init_refuses_a_bad_key_id(
     home = tmp_path / "c"
     done = _run(runner, "init", *args, "--home", str(home))
     assert done.exit_code != 0 and message in done.stderr and done.stderr.count("\n") == 1
+    assert not home.exists()  # a failed init leaves nothing (issue 29, new user 8)
+    _ok(runner, "init", "--home", str(home))
+    done = _run(runner, "init", *args, "--home", str(home))
+    assert done.exit_code != 0 and message in done.stderr and done.stderr.count("\n") == 1
     assert Home(home).snapshot_key_id() == Home(home).public_key().key_id  # nothing set
 
 

@@ -1,7 +1,7 @@
-"""Every home is created 0700, whoever creates it (``init``, ``host trust``, ``host sync``,
-``restore``), whatever the umask; ``init`` into an existing directory its group or others may
-enter tightens it to 0700 and says so; a host-only home (trust + sync, never ``init``) passes
-``doctor``, which checks only what applies to it."""
+"""Every home is created 0700, whoever creates it (``init``, ``host trust``, ``host sync``
+after a trust, ``restore``), whatever the umask; ``init`` into an existing directory its group
+or others may enter tightens it to 0700 and says so; a host-only home (trust + sync, never
+``init``) passes ``doctor``, which checks only what applies to it."""
 
 from __future__ import annotations
 
@@ -70,12 +70,12 @@ def test_a_host_only_home_is_0700_and_passes_doctor(tmp_path: Path, runner: CliR
 
 
 @pytest.mark.usefixtures("umask_022")
-def test_sync_alone_creates_a_0700_home(tmp_path: Path, runner: CliRunner) -> None:
+def test_sync_alone_creates_no_home_when_it_fails(tmp_path: Path, runner: CliRunner) -> None:
     _, exported = _control(tmp_path, runner)
     host = tmp_path / "synced"
     result = runner.invoke(cli, ["--home", str(host), "host", "sync", "--from", str(exported)])
-    assert result.exit_code == 1  # nothing trusted yet: refused, but the home is private
-    assert _mode(host) == 0o700 and _mode(host / "host") == 0o700
+    assert result.exit_code == 1  # nothing trusted yet: refused, and a failed command leaves
+    assert not host.exists()  # no state (issue 29, new user 8): test_cli_no_trace.py
 
 
 def test_a_directory_that_is_no_home_still_fails_doctor(tmp_path: Path, runner: CliRunner) -> None:

@@ -20,7 +20,7 @@ from ..core.shadow.report import ShadowReport
 from ..core.shadow.spawn import Spawn
 from ..core.snapshot.freshness import StampedDecision
 from ..errors import HomeError, InputError, PartialRecordError
-from ..files import missing_output_dir
+from ..files import PendingWrite, missing_output_dir
 from ..plugins.manager import SeamRegistry, has_observers, notify_recorded
 from ..shadow.batch import DEFAULT_BATCH, Recorded
 from ..shadow.batch import record_spawns as batch_record
@@ -153,6 +153,47 @@ def refuse_home_target(home: Home, target: Path) -> None:
         home.keys_dir.resolve()
     ):
         raise InputError(f"refusing to write {target}: it is part of the home {home.path}")
+
+
+@contextmanager
+def prepared_output(target: Path | None, *, mode: int = 0o644) -> Iterator[PendingWrite | None]:
+    """The output ``target`` made ready before the work that produces it (its temp file created
+    beside it), removed unless committed; ``None`` without a target.
+
+    Raises:
+        CommandError: the file cannot be created there (a read-only mount, no permission, a
+            full disk): nothing was done yet.
+    """
+    if target is None:
+        yield None
+        return
+    try:
+        pending = PendingWrite(target, mode=mode)
+    except OSError as e:
+        raise CommandError(
+            f"cannot write {target}: {e.strerror or e}; nothing was decided or recorded"
+        ) from e
+    with pending:
+        yield pending
+
+
+def refuse_inside_home(home: Home, target: Path) -> None:
+    """Refuse an output anywhere inside the home (``host claim --receipt``: a receipt is handed
+    to work off the home; written into it, it could replace the database, a key, the host
+    cache or a segment). The target's directory and the target are resolved (symlinks
+    followed), as the rename and a cautious reader would.
+
+    Raises:
+        InputError: the target is inside the home.
+    """
+    root = home.path.resolve()
+    target = Path(target)
+    for where in {target.absolute().parent.resolve() / target.name, target.resolve()}:
+        if where == root or root in where.parents:
+            raise InputError(
+                f"refusing to write {target}: it is inside the home {home.path} (its database, "
+                "keys and host cache live there): write it off the home"
+            )
 
 
 def record_spawns(

@@ -12,7 +12,8 @@ from ..core.routing.resolver import explain
 from ..core.routing.validation import validate_policies
 from ..core.snapshot.freshness import Freshness, StampedDecision, format_age
 from ..errors import InputError, SnapshotError
-from ..host.cache import HostCache
+from ..host.cache import host_cache
+from ..host.status import cached_snapshot
 from ._batch import run_batch
 from ._clock import now
 from ._inputs import SOURCE, read_context, read_policy_file
@@ -52,8 +53,7 @@ def _snapshot(
     if cached:
         if policies is not None:
             raise click.UsageError("--snapshot and --policies are exclusive")
-        cache = HostCache(Path(home) / "host")
-        snap, fresh = cache.current(now=now(), config=cache.config())
+        snap, fresh = cached_snapshot(host_cache(home), now=now())
         bundle = snap.sections.get("policyBundle")
         try:
             policy_set = PolicySnapshot.from_dict(

@@ -26,10 +26,16 @@ from ..core.snapshot.envelope import SCOPE_HEADER, SIGNATURE_SCOPES
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
 from ..errors import ConfigurationError, KeyFormatError, RenseiRoutingError, SnapshotError
-from ..files import read_limited
+from ..files import read_limited, removed_on_failure
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
-from ..host.status import host_status_data, set_aside_lines, snapshot_line
+from ..host.status import (
+    SYNC_STEP,
+    TRUST_STEP,
+    host_status_data,
+    set_aside_lines,
+    summarise,
+)
 from ._clock import now
 from ._output import emit, next_step, note, printable
 from ._render import denial, outcome_lines
@@ -391,8 +397,9 @@ def host_sync(
             "source_file": None if source_file is None else str(source_file.resolve()),
         }
     )
-    cache.save_config(config)
-    result = poll_once(cache, config, now=now())
+    with removed_on_failure(cache.directory):  # a first sync that fails leaves no host state
+        cache.save_config(config)
+        result = poll_once(cache, config, now=now())
     note(result)
 
 
@@ -465,21 +472,22 @@ def _status_server(cache: HostCache, listen: str) -> RunningServer:
 @home_option
 @json_option
 def host_status(home: Path, json_: bool) -> None:
-    """The `Ruleset snapshot:` line (absent when no source is configured) and the last fetch."""
+    """The `Ruleset snapshot:` line, the damaged copies set aside and the last fetch. Without a
+    snapshot source the line is absent (not wrong), and a note on stderr says what is cached
+    and what would renew it."""
     status = host_status_data(host_cache(home), now=now())
     if json_:
         echo_json(status)
         return
-    if not status["source"]["configured"]:
-        where = "no snapshot source configured" if home.exists() else f"no rensei home at {home}"
-        next_step(
-            f"{where}: nothing is cached",
-            "rensei host trust KEY",
-            "rensei host sync --from FILE (or --endpoint URL --token-file FILE)",
-            then=True,
-        )
+    summary = summarise(status)
+    if not home.exists():
+        next_step(f"no rensei home at {home}: nothing is cached", TRUST_STEP, SYNC_STEP, then=True)
         return
-    emit(printable(snapshot_line(status)))
+    if not summary.configured:  # the line is absent, not wrong (document 000): say what is held
+        assert summary.missing is not None
+        next_step(printable(summary.missing), *summary.next_steps, then=True)
+        return
+    emit(printable(summary.line))
     for line in set_aside_lines(status):
         emit(printable(line))
     last = status["lastFetch"]
@@ -491,6 +499,8 @@ def host_status(home: Path, json_: bool) -> None:
                 f"{last.get('detail')}"
             )
         )
+    if summary.missing is not None:  # a source, and nothing cached yet
+        next_step(summary.missing, *summary.next_steps)
 
 
 @host.command(name="claim")
@@ -519,7 +529,8 @@ def host_status(home: Path, json_: bool) -> None:
     "receipt_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the admission receipt (signed by this host's key) to this file.",
+    help="Write the admission receipt (signed by this host's key) to this file, off the home; "
+    "one that cannot be written refuses the claim before it is recorded.",
 )
 @home_option
 @json_option
@@ -537,38 +548,55 @@ def host_claim(
     plugin authorizer); record the decision in the audit log. An admitted claim gets an
     admission receipt, signed by this host's key, for `rensei host session start`. Exit 0
     admitted, 1 refused (not granted, not authorized, expired snapshot, ...)."""
-    from ..files import atomic_write
     from ..host.claims import claim_payload, claim_request, decide_cached
     from ..host.sessions import HostSessions
-    from ._store import home_of, require_output_dir
+    from ._store import home_of, prepared_output, refuse_inside_home, require_output_dir
 
+    h = home_of(home)
     if receipt_file is not None:
         require_output_dir(receipt_file)
-    h = home_of(home)
+        refuse_inside_home(h, receipt_file)
     h.info()  # refuse before deciding anything if the audit log cannot be written
-    moment = now()
-    cache = host_cache(home)
-    request = claim_request(pool_id, project, host=host_id, harness=harness)
-    decision = decide_cached(cache, request, moment, session().authorization)
-    payload = claim_payload(decision, pool_id, project)
-    reason, detail = payload["reason"], payload["detail"]
-    with HostSessions(h, cache, redactor=session().redactor()) as sessions:
-        receipt = (
-            sessions.issue(
-                decision,
-                pool=pool_id,
-                project=project,
-                admitted_at=moment,
-                lease_ms=lease_s * 1000,
+    # the receipt's file is made ready (and written) before the claim is recorded: an output
+    # that cannot be written refuses the claim with nothing admitted, stored or left behind
+    with prepared_output(receipt_file, mode=0o600) as output:
+        moment = now()
+        cache = host_cache(home)
+        request = claim_request(pool_id, project, host=host_id, harness=harness)
+        decision = decide_cached(cache, request, moment, session().authorization)
+        payload = claim_payload(decision, pool_id, project)
+        reason, detail = payload["reason"], payload["detail"]
+        with HostSessions(h, cache, redactor=session().redactor()) as sessions:
+            receipt = (
+                sessions.issue(
+                    decision,
+                    pool=pool_id,
+                    project=project,
+                    admitted_at=moment,
+                    lease_ms=lease_s * 1000,
+                )
+                if decision.allowed
+                else None
             )
-            if decision.allowed
-            else None
-        )
-        sessions.record_claim(payload, moment, receipt)
+            if receipt is not None and output is not None:
+                try:
+                    output.write(receipt.to_bytes())
+                except OSError as e:
+                    raise CommandError(
+                        f"cannot write {receipt_file}: {e.strerror or e}; the claim was not "
+                        "recorded"
+                    ) from e
+            sessions.record_claim(payload, moment, receipt)
+        if receipt is not None and output is not None:
+            try:
+                output.commit()
+            except OSError as e:  # the same directory, just written: all but impossible
+                raise CommandError(
+                    f"claim admitted and recorded (receipt {receipt.receipt_id}), but "
+                    f"{receipt_file} could not be renamed into place: {e.strerror or e}"
+                ) from e
     if receipt is not None:
         payload = {**payload, "receipt": receipt.to_dict()}
-        if receipt_file is not None:
-            atomic_write(receipt_file, receipt.to_bytes(), mode=0o600)
     if decision.reason == "snapshot-expired":
         raise CommandError(decision.detail)
     if decision.reason == "snapshot-unavailable":

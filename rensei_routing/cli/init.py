@@ -15,6 +15,7 @@ from ..control.snapshots import (
     start_snapshots_after,
 )
 from ..errors import ConfigurationError
+from ..files import removed_on_failure
 from ..store.control import attach_postgres, is_postgres_url
 from ..store.home import DEFAULT_ORG
 from ._output import note
@@ -69,22 +70,23 @@ def init(
     (and the same keys/: copy it from the first replica)."""
     if store_url is not None and not is_postgres_url(store_url):
         raise CommandError("--store must be a postgresql:// URL")
-    info = home_of(home).init(org=org)
-    where = str(home_of(home).db_path)
-    if store_url is not None:
-        where = attach_postgres(home_of(home), store_url)
-    elif home_of(home).store_url() is not None:
-        with control_store(home_of(home)) as store:
-            where = store.where
-    ensure_serve_token(home_of(home))
-    if start_after is not None:
-        start_snapshots_after(home_of(home), start_after)
-    if key_id is not None:
-        try:
-            set_snapshot_key_id(home_of(home), key_id)
-        except ConfigurationError as e:
-            raise CommandError(str(e)) from e
-    kid = snapshot_key_id(home_of(home))
+    with removed_on_failure(*home_of(home).init_outputs()):  # a failed init leaves nothing
+        info = home_of(home).init(org=org)
+        where = str(home_of(home).db_path)
+        if store_url is not None:
+            where = attach_postgres(home_of(home), store_url)
+        elif home_of(home).store_url() is not None:
+            with control_store(home_of(home)) as store:
+                where = store.where
+        ensure_serve_token(home_of(home))
+        if start_after is not None:
+            start_snapshots_after(home_of(home), start_after)
+        if key_id is not None:
+            try:
+                set_snapshot_key_id(home_of(home), key_id)
+            except ConfigurationError as e:
+                raise CommandError(str(e)) from e
+        kid = snapshot_key_id(home_of(home))
     for warning in info.warnings:
         note(f"warning: {warning}")
     home_dir = info.path.resolve()

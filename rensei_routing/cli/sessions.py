@@ -74,7 +74,8 @@ def receipt() -> None:
 @json_option
 def receipt_verify(file: Path, keyfile: Path | None, home: Path, json_: bool) -> None:
     """Check one receipt offline: well formed, and signed by the host's key over exactly its
-    fields. Exit 0 valid, 1 refused (with the reason)."""
+    fields. FILE: the receipt (`host claim --receipt FILE`) or `host claim --json`'s output.
+    Exit 0 valid, 1 refused (with the reason)."""
     found = _read_receipt(file)
     try:
         if keyfile is not None:
@@ -117,7 +118,8 @@ def session_group() -> None:
     "receipt_file",
     required=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The admission receipt of `rensei host claim --receipt FILE`.",
+    help="The admission receipt of `rensei host claim --receipt FILE` (or that claim's "
+    "`--json` output, which carries it).",
 )
 @click.option(
     "--on-revoke",
@@ -149,7 +151,9 @@ def session_start(
     json_: bool,
 ) -> None:
     """Start a session under a receipt issued by this host (once per receipt, within its
-    lease), if the budget posture admits it. Prints the session id."""
+    lease), if the budget posture admits it. Prints the session id on stdout (the confirmation
+    on stderr). FILE: the receipt (`host claim --receipt FILE`) or `host claim --json`'s
+    output."""
     from ..host.sessions import DEFAULT_LOCAL_CAP, BudgetLimits, epoch_ms
 
     found = _read_receipt(receipt_file)
@@ -166,6 +170,7 @@ def session_start(
     if json_:
         echo_json({**row.to_dict(epoch_ms(moment)), "budget": budget.reason})
         return
+    emit(row.session_id)  # the result (for `id=$(rensei host session start ...)`)
     note(f"{row.session_id} started under {row.receipt_id} ({budget.reason})")
 
 

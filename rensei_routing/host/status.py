@@ -1,21 +1,41 @@
 """The host cache's status as data: the source, the bounds, the held snapshot with its age and
 state (fresh / degraded / expired / refused), the last adopted revision, the damaged copies set
-aside, the last fetch; and its ``Ruleset snapshot:`` and ``Set aside:`` lines.
+aside, the last fetch; its ``Ruleset snapshot:`` and ``Set aside:`` lines; and the one summary
+of what is cached and whether a source renews it (:func:`summarise`).
 
 Read-only over the cache; the clock is the caller's. Used by ``host status``, the
-``/api/daemon/routing/config`` endpoint, ``doctor`` and quickstart.
+``/api/daemon/routing/config`` endpoint, ``doctor``, ``explain --snapshot``, the console and
+quickstart, so they all say the same thing about one cache.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from ..core.snapshot.freshness import format_age
+from ..core.snapshot.envelope import RulesetSnapshot
+from ..core.snapshot.freshness import Freshness, format_age
 from ..errors import DamagedCacheError, ExpiredError, SnapshotError
 from .cache import HostCache
 
-__all__ = ["host_status_data", "set_aside_lines", "snapshot_line"]
+__all__ = [
+    "NO_SOURCE",
+    "SYNC_STEP",
+    "TRUST_STEP",
+    "CacheSummary",
+    "cached_snapshot",
+    "host_status_data",
+    "set_aside_lines",
+    "snapshot_line",
+    "summarise",
+]
+
+#: Said of a cache nothing renews (document 000: then no ``Ruleset snapshot:`` line is printed).
+NO_SOURCE: Final = "no snapshot source configured"
+#: What renews the cache, and what must come before the first sync.
+TRUST_STEP: Final = "rensei host trust KEY"
+SYNC_STEP: Final = "rensei host sync --from FILE (or --endpoint URL --token-file FILE)"
 
 
 def host_status_data(cache: HostCache, *, now: datetime) -> dict[str, Any]:
@@ -100,3 +120,82 @@ def set_aside_lines(status: dict[str, Any]) -> list[str]:
         for e in status.get("setAside") or []
         if e.get("present")
     ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheSummary:
+    """What the host cache holds and whether anything renews it, read from one
+    :func:`host_status_data`: what ``host status``, ``doctor``, ``explain --snapshot`` and the
+    console say about it. A held snapshot is reported whether or not a source is configured
+    (quickstart leaves one cached and no source), and a missing source beside it. (``host
+    status`` prints the ``Ruleset snapshot:`` line only with a source, as document 000 has it:
+    "absent, not wrong"; without one it names the cached snapshot in its note.)"""
+
+    #: ``fresh``, ``degraded``, ``expired``, ``refused`` (held), or ``none``, ``damaged``,
+    #: ``unreadable`` (nothing usable held).
+    state: str
+    #: The held copy's ``{org}@{rev}``, or ``None``.
+    held: str | None
+    #: The ``Ruleset snapshot: ...`` line.
+    line: str
+    #: Whether a source (a file or endpoints) is configured to renew the cache.
+    configured: bool
+    #: What is missing, one phrase (``no snapshot source configured: nothing is cached``, ``...:
+    #: nothing renews the cached acme@1 (age 4s)``), or ``None`` when nothing is.
+    missing: str | None
+    #: The commands that supply it, in order.
+    next_steps: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        """Whether a decision may be taken from the held copy (fresh or degraded)."""
+        return self.state in ("fresh", "degraded")
+
+
+def summarise(status: dict[str, Any]) -> CacheSummary:
+    """The :class:`CacheSummary` of a :func:`host_status_data`."""
+    snap = status["snapshot"]
+    configured = bool(status["source"]["configured"])
+    if snap is not None:
+        state, held = str(snap["state"]), str(snap["rulesetRev"])
+    else:
+        error, damaged = status.get("error"), status.get("damaged")
+        state = ("damaged" if damaged else "unreadable") if error else "none"
+        held = None
+    missing: str | None = None
+    steps: tuple[str, ...] = ()
+    if not configured and held is None and state == "none":
+        missing, steps = f"{NO_SOURCE}: nothing is cached", (TRUST_STEP, SYNC_STEP)
+    elif not configured:
+        cached = snapshot_line(status).removeprefix("Ruleset snapshot: ")
+        missing, steps = f"{NO_SOURCE}: nothing renews the cached {cached}", (SYNC_STEP,)
+    elif state == "none":
+        missing, steps = "nothing is cached yet", (SYNC_STEP,)
+    return CacheSummary(
+        state=state,
+        held=held,
+        line=snapshot_line(status),
+        configured=configured,
+        missing=missing,
+        next_steps=steps,
+    )
+
+
+def cached_snapshot(cache: HostCache, *, now: datetime) -> tuple[RulesetSnapshot, Freshness]:
+    """The held snapshot and its age at ``now``, to decide from (``explain --snapshot``); when
+    nothing is cached, the refusal says what ``host status`` says, and what to run.
+
+    Raises:
+        ExpiredError: older than RefuseAfter.
+        SnapshotError: nothing cached, or the held copy does not verify.
+    """
+    try:
+        return cache.current(now=now, config=cache.config())
+    except ExpiredError:
+        raise
+    except SnapshotError as e:
+        summary = summarise(host_status_data(cache, now=now))
+        if summary.held is not None or summary.state != "none" or summary.missing is None:
+            raise
+        steps = " then ".join(f"`{c}`" for c in summary.next_steps)
+        raise SnapshotError(f"{summary.missing}: run {steps}") from e

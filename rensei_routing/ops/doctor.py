@@ -24,7 +24,7 @@ from ..core.snapshot.envelope import compiled_moment
 from ..core.snapshot.freshness import format_age
 from ..errors import PluginError, RenseiRoutingError
 from ..host.cache import HostCache
-from ..host.status import host_status_data, snapshot_line
+from ..host.status import NO_SOURCE, host_status_data, summarise
 from ..plugins.manager import (
     plugin_commands,
     plugin_infos,
@@ -299,23 +299,26 @@ def home_checks(home: Home, *, now: datetime) -> list[Check]:
 
 
 def host_cache_check(cache: HostCache, *, now: datetime) -> Check:
-    """The host cache at ``now``: its snapshot's state, trusted keys, the last fetch."""
+    """The host cache at ``now`` (:func:`~rensei_routing.host.status.summarise`, as ``host
+    status`` reads it): its snapshot's state, trusted keys, the last fetch, and a missing
+    source beside a held snapshot."""
     try:
         status = host_status_data(cache, now=now)
         trusted = len(cache.trusted_keys())
     except Exception as e:  # a config or key file we cannot read is a finding
         return Check(name="host cache", status=FAIL, detail=f"unreadable: {e}")
-    if not status["source"]["configured"]:
-        return Check(name="host cache", status=OK, detail="no snapshot source configured")
-    snap = status["snapshot"]
-    line = snapshot_line(status).removeprefix("Ruleset snapshot: ")
-    detail = f"{line}; {trusted} trusted key(s)"
+    summary = summarise(status)
+    if summary.state == "none" and not summary.configured:  # a home that is no host
+        return Check(name="host cache", status=OK, detail=f"{summary.missing}")
+    detail = f"{summary.line.removeprefix('Ruleset snapshot: ')}; {trusted} trusted key(s)"
     last = status["lastFetch"] or {}
     if last and not last.get("ok"):
         detail += f"; last fetch failed: {last.get('detail')}"
-    if snap is None or status.get("error") or snap["state"] in ("expired", "refused"):
+    if not summary.configured:
+        detail += f"; {NO_SOURCE}: nothing renews it"
+    if not summary.usable:
         return Check(name="host cache", status=FAIL, detail=status.get("error") or detail)
-    bad = snap["state"] == "degraded" or (last and not last.get("ok"))
+    bad = summary.state == "degraded" or (last and not last.get("ok"))
     return Check(name="host cache", status=WARN if bad else OK, detail=detail)
 
 

@@ -215,6 +215,21 @@ class Home:
         """``<home>/keys/host.pub``."""
         return self.keys_dir / "host.pub"
 
+    def init_outputs(self) -> tuple[Path, ...]:
+        """What ``init`` may create here: the home (and its missing parents), ``keys/`` and its
+        files, ``config.toml``, and, only while the database does not exist, the database and
+        its WAL/SHM/journal (an existing database's companions belong to whoever has it open).
+        ``init`` removes what of these it created when it fails
+        (:func:`~rensei_routing.files.removed_on_failure`)."""
+        keys = (self.keys_dir, self.private_key_path, self.public_key_path)
+        fresh = not (self.db_path.exists() or self.db_path.is_symlink())
+        db = (
+            tuple(Path(f"{self.db_path}{s}") for s in ("", "-wal", "-shm", "-journal"))
+            if fresh
+            else ()
+        )
+        return (self.path, *keys, self.keys_dir / "serve.token", self.config_path, *db)
+
     def init(self, *, org: str | None = None) -> HomeInfo:
         """Create the home, its database and host key; idempotent.
 

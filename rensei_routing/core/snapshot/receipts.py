@@ -183,10 +183,13 @@ class Receipt:
 
 
 def parse_receipt(data: bytes) -> Receipt:
-    """A receipt file's bytes, read strictly (no duplicate keys, no NaN).
+    """A receipt file's bytes, read strictly (no duplicate keys, no NaN): the receipt itself
+    (``host claim --receipt FILE``), or the claim's ``--json`` output, whose ``receipt`` member
+    is the same receipt (what is signed is the receipt's fields, so either file verifies).
 
     Raises:
-        ReceiptError: ``malformed`` (too large, not UTF-8 JSON, not a receipt).
+        ReceiptError: ``malformed`` (too large, not UTF-8 JSON, not a receipt, the output of
+            a refused claim).
     """
     if len(data) > MAX_RECEIPT_BYTES:
         raise ReceiptError("malformed", f"larger than {MAX_RECEIPT_BYTES} bytes")
@@ -194,4 +197,13 @@ def parse_receipt(data: bytes) -> Receipt:
         doc = p.STRICT_DECODER.decode(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ReceiptError("malformed", f"not a JSON document: {e}") from e
+    if isinstance(doc, dict) and "receiptId" not in doc and ("admitted" in doc or "receipt" in doc):
+        # `rensei host claim --json`: the claim's record with the receipt inside
+        if doc.get("receipt") is None:
+            raise ReceiptError(
+                "malformed",
+                "the output of a refused claim (`host claim --json`, admitted: false) carries "
+                "no receipt",
+            )
+        doc = doc["receipt"]
     return Receipt.from_dict(doc)
