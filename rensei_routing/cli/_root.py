@@ -292,6 +292,19 @@ def home_option(f: F) -> F:
     )(f)
 
 
+def unused_home_option(f: F) -> F:
+    """``--home DIR`` on a command that reads no home (its inputs are files, plugins or a fleet
+    URL): accepted and ignored, so every command takes ``--home`` and a script may pass it to
+    each. The value is not passed to the command."""
+    return click.option(
+        "--home",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        expose_value=False,
+        help="Accepted and ignored: this command reads no home (every command takes --home).",
+    )(f)
+
+
 def json_option(f: F) -> F:
     """``--json``: machine-readable output on stdout."""
     return click.option("json_", "--json", is_flag=True, help="Output as JSON.")(f)

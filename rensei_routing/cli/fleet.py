@@ -16,7 +16,7 @@ import click
 from .. import signing
 from ..errors import FleetError, FleetForkError
 from ._output import emit, note, printable
-from ._root import CommandError, cli, echo_json, json_option
+from ._root import CommandError, cli, echo_json, json_option, unused_home_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,6 +54,7 @@ def fleet() -> None:
 @click.argument("host_id", metavar="HOST_ID")
 @click.argument("keyfile", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @_url_option("--to")
+@unused_home_option
 @json_option
 def fleet_trust(host_id: str, keyfile: Path, url: str, json_: bool) -> None:
     """Trust KEYFILE (a host's public key, ed25519:<base64>: its <home>/keys/host.pub) as the
@@ -76,6 +77,7 @@ def fleet_trust(host_id: str, keyfile: Path, url: str, json_: bool) -> None:
     "paths", metavar="FILE...", nargs=-1, required=True, type=click.Path(path_type=Path)
 )
 @_url_option("--to")
+@unused_home_option
 @json_option
 def fleet_ingest(paths: tuple[Path, ...], url: str, json_: bool) -> None:
     """Verify and load hosts' audit exports (`rensei audit export NAME.jsonl`, each with its
@@ -140,6 +142,7 @@ def _ingested_line(r: Any) -> str:
     default=None,
     help="The snapshot revision hosts should run (default: the newest any host of the org cites).",
 )
+@unused_home_option
 @json_option
 def fleet_report_command(url: str, stale_after: int, revision: int | None, json_: bool) -> None:
     """Agreement across the fleet by host, repo, role, mechanism and seam; each host's head,

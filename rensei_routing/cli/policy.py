@@ -13,7 +13,14 @@ from ..errors import InputError, MalformedError, PolicyValidationError
 from ._inputs import read_json, read_verified_policy_file
 from ._output import emit, next_step, note, printable
 from ._render import issue_line
-from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._root import (
+    CommandError,
+    cli,
+    echo_json,
+    home_option,
+    json_option,
+    unused_home_option,
+)
 from ._session import session
 from ._store import now_rfc3339, open_policy_store
 
@@ -29,6 +36,7 @@ def policy() -> None:
 
 @policy.command(name="validate")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+@unused_home_option
 @json_option
 def policy_validate(file: Path, json_: bool) -> None:
     """Check a policy FILE ('-' for stdin); list every problem, structural (not JSON, a

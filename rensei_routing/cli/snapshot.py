@@ -31,7 +31,14 @@ from ..store.home import Home
 from ._clock import now, now_text
 from ._inputs import SOURCE, _named, read_document
 from ._output import emit, next_step, note, printable
-from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._root import (
+    CommandError,
+    cli,
+    echo_json,
+    home_option,
+    json_option,
+    unused_home_option,
+)
 from ._session import session
 from ._store import home_of, refuse_home_target, require_output_dir
 
@@ -233,6 +240,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     show_default=True,
     help="header: require headerSignature; hash-only: accept a signature over the hash alone.",
 )
+@unused_home_option
 @json_option
 def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bool) -> None:
     """Check a snapshot file independently against trusted public keys; say why it fails."""
