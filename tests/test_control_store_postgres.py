@@ -258,7 +258,8 @@ def test_the_control_audit_records_through_the_cli(tmp_path: Path, pg_url: str) 
         assert runner.invoke(cli, [*args, "--home", home]).exit_code == 0
     out = runner.invoke(cli, ["snapshot", "events", "--home", home])
     assert out.exit_code == 0, out.output
-    lines = [line.split("\t") for line in out.output.splitlines()]
+    header, *lines = [line.split("\t") for line in out.output.splitlines()]
+    assert header == ["seq", "at", "kind", "revision", "content_hash"]
     assert [(line[0], line[2], line[3]) for line in lines] == [
         ("1", "policy.save", "1"),
         ("2", "snapshot.compile", "1"),

@@ -6,6 +6,7 @@ snapshot rules (core) and no SQL (store).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 import click
 
@@ -43,6 +44,9 @@ from ._session import session
 from ._store import home_of, refuse_home_target, require_output_dir
 
 _REV = click.IntRange(min=1, max=2**53 - 1)
+
+#: ``snapshot events``' header line (its text output's columns).
+EVENTS_HEADER: Final = ("seq", "at", "kind", "revision", "content_hash")
 
 
 @cli.group(name="org")
@@ -302,12 +306,15 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bo
 @json_option
 def snapshot_events(after: int, limit: int, home: Path, json_: bool) -> None:
     """The control side's audit records, oldest first: every policy save, org load, compile
-    and re-seal, each committed with its write (in PostgreSQL for a --store home)."""
+    and re-seal, each committed with its write (in PostgreSQL for a --store home). Text: a
+    header line, then one tab-separated line per record: seq, at, kind, revision,
+    content_hash."""
     with control_store(home_of(home)) as store:
         events = store.events(after=after, limit=limit)
     if json_:
         echo_json([e.to_dict() for e in events])
         return
+    emit("\t".join(EVENTS_HEADER))
     for e in events:
         cells = (str(e.seq), e.at, e.kind, str(e.revision), e.content_hash)
         emit("\t".join(printable(c) for c in cells))
