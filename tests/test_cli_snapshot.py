@@ -245,7 +245,9 @@ def test_events_print_a_header_then_one_line_per_record(home: Path, runner: CliR
         ("2", "org.load", "1"),
         ("3", "snapshot.compile", "1"),
     ]
-    assert all(len(r) == len(header) and re.fullmatch(r"(sha256:)?[0-9a-f]{64}", r[4]) for r in rows)
+    assert all(
+        len(r) == len(header) and re.fullmatch(r"(sha256:)?[0-9a-f]{64}", r[4]) for r in rows
+    )
     later = _run(runner, "snapshot", "events", "--after", "3", "--home", str(home))
     assert later.stdout.splitlines() == ["\t".join(header)]  # nothing after: the header alone
     as_json = json.loads(_run(runner, "snapshot", "events", "--json", "--home", str(home)).stdout)
