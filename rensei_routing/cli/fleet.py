@@ -104,7 +104,7 @@ def fleet_ingest(paths: tuple[Path, ...], url: str, json_: bool) -> None:
             label = "ALARM" if isinstance(error, FleetForkError) else "refused"
             note(printable(f"{label}: {path}: {error}"))
     if refused:
-        raise CommandError(f"{len(refused)} of {len(outcomes)} export(s) refused")
+        raise CommandError(f"{len(refused):,} of {len(outcomes):,} export(s) refused")
 
 
 def _refusal(path: Path, error: FleetError) -> dict[str, Any]:
@@ -181,7 +181,7 @@ def _report_lines(report: Any) -> list[str]:
     t = report.total
     kinds = ", ".join(f"{k} {n:,}" for k, n in t.divergence if n and k != "none") or "none"
     lines = [
-        f"fleet: {len(report.hosts)} host(s), {t.spawns:,} shadow record(s), agreed "
+        f"fleet: {len(report.hosts):,} host(s), {t.spawns:,} shadow record(s), agreed "
         f"{t.agreed:,} ({_rate(t)}); divergence: {kinds}; held {t.held:,}, rejected "
         f"{t.rejected:,}; direct-http {t.direct_http:,}; other records {report.other_records:,}"
     ]

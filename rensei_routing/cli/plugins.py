@@ -59,7 +59,7 @@ def plugins_check(name: str, examples: int) -> None:
     for problem in problems:
         emit(printable(problem))
     if problems:
-        raise CommandError(f"plugin {name!r}: {len(problems)} problem(s)")
+        raise CommandError(f"plugin {name!r}: {len(problems):,} problem(s)")
     emit(printable(f"ok: plugin {name!r}"))
 
 

@@ -74,7 +74,7 @@ def policy_validate(file: Path, json_: bool) -> None:
             }
         )
     elif total == 0 and snapshot is not None:
-        emit(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
+        emit(f"valid: {len(snapshot.policies):,} policies, {snapshot.content_hash}")
     else:
         for issue in issues:
             emit(issue_line(issue))
@@ -83,8 +83,8 @@ def policy_validate(file: Path, json_: bool) -> None:
 
 
 def _count(total: int, omitted: int) -> str:
-    more = f" ({omitted} not listed)" if omitted else ""
-    return f"{total} validation issue(s){more}"
+    more = f" ({omitted:,} not listed)" if omitted else ""
+    return f"{total:,} validation issue(s){more}"
 
 
 @policy.command(name="save")
@@ -123,7 +123,8 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
         )
     else:
         note(
-            f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash}"
+            f"saved revision {saved.revision}: {len(saved.policies):,} policies, "
+            f"{saved.content_hash}"
         )
 
 
@@ -169,6 +170,6 @@ def policy_history(home: Path, json_: bool) -> None:
         emit("no revisions saved yet")
         next_step("nothing to show", "rensei policy save FILE")
     for r in rows:
-        count = "?" if r.policy_count is None else str(r.policy_count)
+        count = "?" if r.policy_count is None else f"{r.policy_count:,}"
         cells = (str(r.revision), str(r.saved_at), f"{count} policies", str(r.content_hash))
         emit("\t".join(printable(c) for c in cells))

@@ -71,10 +71,10 @@ def org_load(source: str, home: Path) -> None:
         )
         return
     note(
-        f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
-        f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
-        f"{len(data.providers)} provider(s), {len(data.model_profiles)} model profile(s), "
-        f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
+        f"saved org data revision {revision}: {len(data.profiles):,} profile(s), "
+        f"{len(data.grants):,} grant(s), {len(data.pools):,} pool(s), {len(data.hosts):,} host(s), "
+        f"{len(data.providers):,} provider(s), {len(data.model_profiles):,} model profile(s), "
+        f"{len(data.cells):,} cell(s), {len(data.posteriors):,} posterior(s)"
     )
 
 
@@ -98,15 +98,15 @@ def org_show(home: Path, json_: bool) -> None:
         emit(printable(f"  grant {grant['profileId']:<23} project: {project}"))
     emit(
         printable(
-            f"  {len(data.hosts)} host(s), {len(data.providers)} provider(s), "
-            f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
+            f"  {len(data.hosts):,} host(s), {len(data.providers):,} provider(s), "
+            f"{len(data.cells):,} cell(s), {len(data.posteriors):,} posterior(s)"
         )
     )
     auth = data.authorization
     if auth is not None:
         emit(
             printable(
-                f"  authorization: {len(auth['cedarPolicies'])} Cedar policy(ies), schema "
+                f"  authorization: {len(auth['cedarPolicies']):,} Cedar policy(ies), schema "
                 f"{'declared' if auth['cedarSchema'] is not None else 'none'}, default-permit "
                 f"{'declared' if auth['defaultPermit'] else 'off'}"
             )
@@ -145,7 +145,7 @@ def snapshot_compile(home: Path, json_: bool) -> None:
     else:
         note(
             f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
-            f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
+            f"{snap.header.signing_key_id}; {len(result.validators):,} validator(s) passed)"
         )
     _empty_inputs(home_of(home))
 
@@ -185,7 +185,7 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
     emit(
         printable(
             f"  policies      revision {bundle.get('revision')}, "
-            f"{len(bundle.get('policies') or [])} policy(ies)"
+            f"{len(bundle.get('policies') or []):,} policy(ies)"
         )
     )
 
@@ -203,7 +203,9 @@ def snapshot_history(home: Path, json_: bool) -> None:
         return
     for r in rows:
         emit(
-            printable(f"{r.ruleset_rev:<28} {r.compiled_at}  {r.content_hash[:16]}...  {r.size} B")
+            printable(
+                f"{r.ruleset_rev:<28} {r.compiled_at}  {r.content_hash[:16]}...  {r.size:,} B"
+            )
         )
 
 
@@ -223,7 +225,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
         atomic_write(target, data)
     except OSError as e:
         raise CommandError(f"cannot write {target}: {e.strerror or e}") from e
-    note(f"exported {snap.ruleset_rev} to {target} ({len(data)} bytes)")
+    note(f"exported {snap.ruleset_rev} to {target} ({len(data):,} bytes)")
 
 
 @snapshot.command(name="verify")
