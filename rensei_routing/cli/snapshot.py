@@ -122,8 +122,9 @@ def snapshot() -> None:
 @home_option
 @json_option
 def snapshot_compile(home: Path, json_: bool) -> None:
-    """Compile the current policies and org data into the next signed snapshot. A failing
-    validator publishes nothing and is named (exit 1)."""
+    """Compile the current policies and org data into the next signed snapshot (signature over
+    the content hash, headerSignature over the header). A failing validator publishes nothing
+    and is named (exit 1)."""
     ctx = session()
     result = compile_snapshot(
         home_of(home),
