@@ -4,6 +4,7 @@ every refusal is one stderr line, a non-zero exit, and no row or file written.""
 from __future__ import annotations
 
 import json
+import re
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,45 @@ def test_plugin_validators_gate_the_compile(home: Path) -> None:
     assert _rows(home, "ruleset_snapshots") == 0
     # without the plugin the same data compiles
     assert _run(CliRunner(), "snapshot", "compile", "--home", str(home)).exit_code == 0
+
+
+def test_events_print_a_header_then_one_line_per_record(home: Path, runner: CliRunner) -> None:
+    assert _run(runner, "snapshot", "compile", "--home", str(home)).exit_code == 0
+    out = _run(runner, "snapshot", "events", "--home", str(home))
+    assert out.exit_code == 0, out.output
+    header, *rows = [line.split("\t") for line in out.stdout.splitlines()]
+    assert header == ["seq", "at", "kind", "revision", "content_hash"]
+    assert [(r[0], r[2], r[3]) for r in rows] == [
+        ("1", "policy.save", "1"),
+        ("2", "org.load", "1"),
+        ("3", "snapshot.compile", "1"),
+    ]
+    assert all(
+        len(r) == len(header) and re.fullmatch(r"(sha256:)?[0-9a-f]{64}", r[4]) for r in rows
+    )
+    later = _run(runner, "snapshot", "events", "--after", "3", "--home", str(home))
+    assert later.stdout.splitlines() == ["\t".join(header)]  # nothing after: the header alone
+    as_json = json.loads(_run(runner, "snapshot", "events", "--json", "--home", str(home)).stdout)
+    assert [e["seq"] for e in as_json] == [1, 2, 3]  # no header in JSON
+
+
+@pytest.mark.parametrize(
+    ("scope", "meaning"),
+    [
+        ("header", "(scope header: each snapshot must carry headerSignature (its header, revision"),
+        ("hash-only", "(scope hash-only: a signature over the content hash alone is accepted)"),
+    ],
+)
+def test_host_trust_says_what_its_scope_means(
+    home: Path, runner: CliRunner, tmp_path: Path, scope: str, meaning: str
+) -> None:
+    host = tmp_path / f"h-{scope}"
+    for argv in (
+        ["host", "trust", str(home / "keys/host.pub"), "--scope", scope],
+        ["host", "trust", "--from-home", str(home), "--scope", scope],
+    ):
+        done = _run(runner, *argv, "--home", str(host))
+        assert done.exit_code == 0, done.output
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("trusted key ") and meaning in line, line
+        assert f"({scope})" not in line  # the bare word said nothing

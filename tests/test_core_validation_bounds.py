@@ -180,7 +180,8 @@ def test_cli_validate_and_save_report_the_omitted_count(
     doc = json.loads(result.stdout)
     assert doc["valid"] is False and len(doc["issues"]) == MAX_ISSUES
     assert doc["issues_omitted"] == total - MAX_ISSUES
-    assert f"{total} validation issue(s) ({total - MAX_ISSUES} not listed)" in result.stderr
+    assert f"{total:,} validation issue(s) ({total - MAX_ISSUES:,} not listed)" in result.stderr
+    assert "4,950 validation issue(s) (3,950 not listed)" in result.stderr
     saved = runner.invoke(cli, ["policy", "save", str(path), "--home", str(home.path)])
     assert saved.exit_code == 1 and "nothing was saved" in saved.stderr
     assert "Traceback" not in saved.output

@@ -66,32 +66,64 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of every node that runs only for a type checker: the bodies of
+    ``if TYPE_CHECKING:`` (their ``else:`` runs, and is kept)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for stmt in node.body:
+                skipped.update(id(n) for n in ast.walk(stmt))
+    return skipped
+
+
+def _in_functions(tree: ast.Module) -> set[int]:
+    """The ids of every node inside a function or lambda (it runs when called, not at import)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            for child in ast.iter_child_nodes(node):
+                inside.update(id(n) for n in ast.walk(child))
+    return inside
+
+
+def _literal_import(node: ast.Call) -> str | None:
+    """``importlib.import_module("rensei_routing.x")`` / ``import_module(...)`` /
+    ``__import__(...)`` with a literal module name: the module it imports."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if called not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    return None
+
+
 def _imports(name: str, *, top_level_only: bool = False) -> Iterator[tuple[str, int]]:
     """Every module of the package that ``name`` imports (resolved; a name imported from a
-    package that is a module of its own counts as that module), with its line. Imports under
-    ``if TYPE_CHECKING:`` are skipped (they never run)."""
+    package that is a module of its own counts as that module), with its line: at module level
+    and inside functions, classes, ``try``/``except``, ``with``, ``match`` and every other
+    block, and ``importlib.import_module`` of a literal name. Imports under ``if
+    TYPE_CHECKING:`` are skipped (they never run); ``top_level_only`` keeps only what runs at
+    import time (nothing inside a function)."""
     path = MODULES[name]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    yield from _imports_in(path.read_text(encoding="utf-8"), package, top_level_only=top_level_only)
 
-    def walk(nodes: list[ast.stmt], nested: bool) -> Iterator[ast.stmt]:
-        for node in nodes:
-            if isinstance(node, ast.If) and _is_type_checking(node):
-                continue
-            yield node
-            if top_level_only and isinstance(
-                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
-            ):
-                continue
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(node, field, None)
-                if isinstance(inner, list):
-                    yield from walk([n for n in inner if isinstance(n, ast.stmt)], True)
-                elif field == "handlers" and inner:
-                    for h in inner:
-                        yield from walk(h.body, True)
 
-    for node in walk(tree.body, False):
+def _imports_in(
+    source: str, package: str, *, top_level_only: bool = False
+) -> Iterator[tuple[str, int]]:
+    """:func:`_imports` of the module ``source`` in ``package``."""
+    tree = ast.parse(source)
+    skipped = _type_checking_only(tree)
+    if top_level_only:
+        skipped |= _in_functions(tree)
+
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("rensei_routing"):
@@ -107,6 +139,64 @@ def _imports(name: str, *, top_level_only: bool = False) -> Iterator[tuple[str, 
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 yield (sub if sub in MODULES else target), node.lineno
+        elif isinstance(node, ast.Call):
+            literal = _literal_import(node)
+            if literal and literal.startswith("rensei_routing"):
+                yield literal, node.lineno
+
+
+_EVERYWHERE = """
+from typing import TYPE_CHECKING
+import importlib
+from rensei_routing import errors
+if TYPE_CHECKING:
+    from rensei_routing.store import db
+else:
+    from rensei_routing.core import canonical
+try:
+    pass
+except ImportError:
+    from rensei_routing.core import redact
+class C:
+    from rensei_routing import signing
+def f(x):
+    from rensei_routing.host import cache
+    with open(x):
+        import rensei_routing.control.server
+    match x:
+        case 1:
+            from rensei_routing.cli import _root
+    try:
+        pass
+    except OSError:
+        from rensei_routing.ops import doctor
+    importlib.import_module("rensei_routing.console.app")
+"""
+
+
+def test_the_import_walk_sees_every_place_an_import_runs() -> None:
+    """Inside functions, ``except`` handlers, ``match`` cases, ``with`` blocks, class bodies,
+    the ``else:`` of ``if TYPE_CHECKING``, and ``importlib.import_module`` of a literal name;
+    never the body of ``if TYPE_CHECKING:``. (The walk this replaced dropped ``except``
+    handlers, ``match`` cases, that ``else:`` and ``import_module``.)"""
+    seen = {t for t, _ in _imports_in(_EVERYWHERE, "rensei_routing.x")}
+    at_import = {t for t, _ in _imports_in(_EVERYWHERE, "rensei_routing.x", top_level_only=True)}
+    run_at_import = {
+        "rensei_routing.errors",
+        "rensei_routing.core.canonical",
+        "rensei_routing.core.redact",
+        "rensei_routing.signing",
+    }
+    in_f = {
+        "rensei_routing.host.cache",
+        "rensei_routing.control.server",
+        "rensei_routing.cli._root",
+        "rensei_routing.ops.doctor",
+        "rensei_routing.console.app",
+    }
+    assert seen == run_at_import | in_f
+    assert at_import == run_at_import
+    assert "rensei_routing.store.db" not in seen
 
 
 def _edges(*, top_level_only: bool = False) -> dict[str, set[str]]:

@@ -8,14 +8,15 @@ The substitutions, each for a shared test machine, and nothing else:
 
 - free ports instead of 55432 (PostgreSQL), 8787 (replica a) and 8788 (replica b); the newest
   ``/usr/lib/postgresql/<major>/bin`` instead of ``.../15/bin`` if 15 is not the one installed;
-- as root, what the README tells root to do: ``chown postgres $D`` and every ``$PG/...`` command
-  through ``runuser -u postgres --`` (PostgreSQL refuses to run as root);
 - after the second ``serve ... &`` line the script waits (bounded) for both ports to listen, and
   before the ``sleep 4; rensei host status`` line it waits (bounded) until every host holds
   acme@2, where a person typing needs no wait beyond the README's sleeps;
 - the block runs in a temporary working directory (``mktemp -d`` inside it too, through
   ``TMPDIR``), which links ``rensei_routing`` and ``plugins`` to the checkout: the two
   directories the block reads, so everything it writes stays out of the repository.
+
+Nothing is substituted for root: the block itself runs PostgreSQL's server commands as the
+``postgres`` user when it runs as root (``$AS``), as CI runs it.
 
 The block runs in its own process group; whatever happens, the test kills the group (the
 replica, the hosts) and stops the cluster (``pg_ctl -m immediate``; the postmaster leaves the
@@ -75,16 +76,24 @@ def _hosts_hold(rev: str) -> str:
     return f"for _ in $(seq 120); do {check} && break; sleep 0.25; done; {check}"
 
 
-def script_for(lines: list[str], pg: Path, ports: dict[str, int], *, root: bool) -> str:
+def _machine(line: str, pg: Path, ports: dict[str, int]) -> str:
+    """One line with this machine's ports and PostgreSQL directory (nothing else changes)."""
+    for printed, port in ports.items():
+        line = line.replace(printed, str(port))
+    return line.replace("/usr/lib/postgresql/15/bin", str(pg))
+
+
+def database_lines(lines: list[str]) -> list[str]:
+    """The block's database lines (through ``URL=...``) and its last line (which stops it)."""
+    end = next(i for i, line in enumerate(lines) if line.startswith("URL="))
+    return [*lines[: end + 1], lines[-1]]
+
+
+def script_for(lines: list[str], pg: Path, ports: dict[str, int]) -> str:
     """The bash script: the block's lines with the substitutions the module docstring lists."""
     out = ["set -eu"]
     for line in lines:
-        for printed, port in ports.items():
-            line = line.replace(printed, str(port))
-        line = line.replace("/usr/lib/postgresql/15/bin", str(pg))
-        if root:
-            line = line.replace("D=$(mktemp -d);", "D=$(mktemp -d); chown postgres $D;")
-            line = line.replace("$PG/", "runuser -u postgres -- $PG/")
+        line = _machine(line, pg, ports)
         if line.startswith("sleep 4; rensei host status"):
             out.append(_hosts_hold("acme@2"))
         out.append(line)
@@ -93,11 +102,11 @@ def script_for(lines: list[str], pg: Path, ports: dict[str, int], *, root: bool)
     return "\n".join(out)
 
 
-def _stop_clusters(tmp: Path, pg: Path, *, root: bool) -> None:
+def _stop_clusters(tmp: Path, pg: Path) -> None:
     """Stop every cluster the block started under ``tmp`` (``mktemp -d`` through TMPDIR)."""
     for pid_file in tmp.glob("*/data/postmaster.pid"):
         argv = [str(pg / "pg_ctl"), "-D", str(pid_file.parent), "-m", "immediate", "-w", "stop"]
-        if root:
+        if os.geteuid() == 0:
             argv = ["runuser", "-u", "postgres", "--", *argv]
         subprocess.run(argv, capture_output=True, check=False, timeout=120)
 
@@ -151,6 +160,42 @@ def test_a_host_only_home_has_no_evidence_to_export(tmp_path: Path, runner: CliR
     assert not (tmp_path / "h1.checkpoint").exists() and not (host / "keys").exists()
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_database_lines_run_as_printed_by_whoever_runs_them() -> None:
+    """The block's first lines start PostgreSQL as printed, as root too (CI's user: initdb
+    refused root at the first line, so nothing after it ran), and its last line's ``$AS
+    $PG/pg_ctl ... stop`` stops it."""
+    pg = find_bindir()
+    base = Path(tempfile.mkdtemp(prefix="rensei-readme-db-"))
+    base.chmod(0o755)  # the postgres user reaches $D through it (as /tmp lets it)
+    tmp = base / "tmp"
+    tmp.mkdir()
+    lines = database_lines(scaling_lines())
+    stop = lines[-1].split("; ", 1)[1].split("#", 1)[0].strip()  # after `kill $(jobs -pr);`
+    ports = {"55432": _free_port()}
+    script = "\n".join(
+        [
+            "set -eu",
+            *(_machine(line, pg, ports) for line in lines[:-1]),
+            f'{pg}/psql -At "$URL" -c "SELECT current_database(), current_user"',
+            _machine(stop, pg, ports),
+        ]
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["TMPDIR"] = str(tmp)
+    try:
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=base, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "control|rensei" in done.stdout.splitlines()
+        assert stop.startswith("$AS $PG/pg_ctl") and stop.endswith(" stop"), stop
+        assert not list(tmp.glob("*/data/postmaster.pid"))  # stopped by the block's own line
+    finally:
+        _stop_clusters(tmp, pg)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_scaling_walk_through_runs_as_printed() -> None:
@@ -177,7 +222,7 @@ def test_the_scaling_walk_through_runs_as_printed() -> None:
         if not k.startswith("PG") and k not in ("RENSEI_ROUTING_LOAD_PLUGINS", "RENSEI_HOME")
     }
     env.update(HOME=str(user), TMPDIR=str(tmp), PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}")
-    script = script_for(scaling_lines(), pg, ports, root=root)
+    script = script_for(scaling_lines(), pg, ports)
     # files, not pipes: the block's background jobs hold its stdout open after bash exits
     with (base / "out").open("w") as out_f, (base / "err").open("w") as err_f:
         proc = subprocess.Popen(
@@ -253,5 +298,5 @@ def test_the_scaling_walk_through_runs_as_printed() -> None:
         with contextlib.suppress(ProcessLookupError):  # the group is gone already
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        _stop_clusters(tmp, pg, root=root)
+        _stop_clusters(tmp, pg)
         shutil.rmtree(base, ignore_errors=True)

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,23 @@ def test_the_tour_runs_as_printed_with_any_home(tmp_path: Path) -> None:
     backups = list(user.glob("rensei-backup-*"))
     assert len(backups) == 1 and (backups[0] / "rensei-backup.json").is_file()
     assert default_home.exists() == existed  # the default home was never touched
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_tour_backup_gets_a_new_name_on_a_second_run_the_same_day(tmp_path: Path) -> None:
+    """``backup DEST`` refuses an existing DEST, so a second run of the tour must not name the
+    first run's backup (``$(date +%F)`` did, all day)."""
+    (line,) = [line for line in tour_lines() if line.startswith("rensei backup ")]
+    dest = line.split("#", 1)[0].removeprefix("rensei backup ").strip()
+    env = {**os.environ, "HOME": str(tmp_path)}
+    names = []
+    for _ in range(2):
+        done = subprocess.run(
+            ["bash", "-c", f'printf "%s" {dest}'], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        names.append(done.stdout)
+        time.sleep(1.1)  # a second run of the tour, however soon after the first
+    first, second = names
+    assert first.startswith(f"{tmp_path}/rensei-backup-"), first
+    assert first != second

@@ -28,6 +28,13 @@ from ..errors import InputError, MalformedError, UnknownSeamError
 if TYPE_CHECKING:
     from ..plugins.manager import SeamRegistry
 
+    # click's parameter types are generic from 8.2 on; 8.1 (the oldest click setup.cfg allows)
+    # cannot subscript them at run time, so the subscript is for the type checker only.
+    _StrParam = click.ParamType[str, Any]
+    _TimeParam = click.ParamType[dt.datetime, Any]
+else:
+    _StrParam = _TimeParam = click.ParamType
+
 T = TypeVar("T")
 
 #: The whitespace JSON allows between tokens (RFC 8259): a line of only these is blank.
@@ -75,7 +82,7 @@ def _label(source: str) -> str:
     return "<stdin>" if source == "-" else source
 
 
-class SourceType(click.ParamType[str, Any]):
+class SourceType(_StrParam):
     """A document argument that may be a file path, ``-`` (stdin) or inline JSON: a path that
     names a directory is a usage error (exit 2), exactly as ``click.Path(dir_okay=False)``
     says it for every other file argument, so a directory where a file is expected exits 2
@@ -216,7 +223,7 @@ _RELATIVE = re.compile(r"(\d{1,9})([smhd])")
 _UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-class SinceType(click.ParamType[dt.datetime, Any]):
+class SinceType(_TimeParam):
     """``--since``: an RFC 3339 time (``Z`` or an offset), a date (``YYYY-MM-DD``, midnight
     UTC), or an age such as ``90m``, ``24h``, ``7d`` (before now)."""
 

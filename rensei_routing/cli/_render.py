@@ -44,7 +44,7 @@ def chain_line(verdict: ChainVerdict) -> str:
     span = f"seq {first:,}..{last:,}" if last >= first else f"no records from seq {first:,}"
     line = (
         f"intact: {verdict.records:,} records in {verdict.segments} segments, {span}, "
-        f"head {result.head_hash}, {result.checkpoints_checked} checkpoint(s) checked"
+        f"head {result.head_hash}, {result.checkpoints_checked:,} checkpoint(s) checked"
     )
     if verdict.anchor is not None:
         names = ", ".join(s.name for s in verdict.pruned)

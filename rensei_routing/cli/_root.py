@@ -121,9 +121,44 @@ class OutputFailedError(CommandError):
     exit_code = 3
 
 
-class _Root(click.Group):
+class BareGroupError(click.UsageError):
+    """A group called without a command (``rensei``, ``rensei host``): its help on stderr, exit 2,
+    whatever click is installed (click 8.1 printed it on stdout and exited 0; 8.2 and later
+    raise their own usage error, whose help text the root must not escape)."""
+
+    exit_code = 2
+
+    def __init__(self, ctx: click.Context) -> None:
+        super().__init__("", ctx=ctx)
+        self.help = ctx.get_help()
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.help, err=True, color=self.ctx.color if self.ctx else None)
+
+
+class _Group(click.Group):
+    """Every built-in group: called without a command it shows its help as a usage error
+    (:class:`BareGroupError`), the same on every click the package allows."""
+
+    group_class: type[click.Group | type] | None = type  # a subgroup is a _Group too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            raise BareGroupError(ctx)
+        return super().parse_args(ctx, args)
+
+
+def _help_of_bare_group(e: click.ClickException) -> bool:
+    """Whether ``e`` shows a group's help (ours, or click >= 8.2's ``NoArgsIsHelpError`` from a
+    plugin's own group): its text is help we print as is, not input to escape."""
+    return isinstance(e, BareGroupError) or type(e).__name__ == "NoArgsIsHelpError"
+
+
+class _Root(_Group):
     """Turns every error we raise on purpose into one clear line and a non-zero exit, and keeps
     control characters that a usage error echoes from reaching the terminal."""
+
+    group_class = _Group
 
     def make_context(
         self,
@@ -135,7 +170,8 @@ class _Root(click.Group):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.ClickException as e:
-            setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
+            if not _help_of_bare_group(e):
+                setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -146,7 +182,8 @@ class _Root(click.Group):
         except RenseiRoutingError as e:
             raise CommandError(str(e)) from e
         except click.ClickException as e:  # usage errors of a subcommand echo their input
-            setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
+            if not _help_of_bare_group(e):
+                setattr(e, "message", printable(e.message))  # noqa: B010 (click types it Final)
             raise
 
     # Plugin commands: looked up only when a name is not built in (so a built-in command never
@@ -253,6 +290,19 @@ def home_option(f: F) -> F:
         callback=_inherit_home,
         help="Home directory holding the SQLite store and keys (default: the root --home, "
         f"env RENSEI_HOME, else ./{DEFAULT_HOME}).",
+    )(f)
+
+
+def unused_home_option(f: F) -> F:
+    """``--home DIR`` on a command that reads no home (its inputs are files, plugins or a fleet
+    URL): accepted and ignored, so every command takes ``--home`` and a script may pass it to
+    each. The value is not passed to the command."""
+    return click.option(
+        "--home",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        expose_value=False,
+        help="Accepted and ignored: this command reads no home (every command takes --home).",
     )(f)
 
 

@@ -338,7 +338,7 @@ def audit_checkpoint(output: Path | None, home: Path) -> None:
                 export_to=output, progress=progress, deliver=show if output is None else None
             )
     if output is not None:
-        note(f"checkpoint of {cp.size} records ({cp.head_hash}) written to {output}")
+        note(f"checkpoint of {cp.size:,} records ({cp.head_hash}) written to {output}")
 
 
 def _escaped(data: bytes) -> str:
@@ -365,7 +365,7 @@ def _record_text(record: AuditRecord) -> str:
     else:
         data = record.payload_bytes
         payload = (
-            f"payload:      UNPARSEABLE ({printable(error)}); {len(data)} stored bytes:\n"
+            f"payload:      UNPARSEABLE ({printable(error)}); {len(data):,} stored bytes:\n"
             f"payload_hex:  {data.hex()}\n"
             f"payload_text: {_escaped(data)}"
         )

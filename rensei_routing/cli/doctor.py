@@ -44,7 +44,7 @@ def doctor(home: Path, json_: bool) -> None:
             emit(printable(f"{c.status:<4}  {c.name:<{width}}  {c.detail}"))
     if failed:
         raise DoctorFailedError(
-            f"{len(failed)} check(s) failed: {', '.join(c.name for c in failed)}"
+            f"{len(failed):,} check(s) failed: {', '.join(c.name for c in failed)}"
         )
 
 

@@ -82,7 +82,7 @@ def _snapshot_live(policies: Path | None, home: Path) -> tuple[PolicySnapshot, s
         )
         if issues:
             note(
-                f"warning: {policies} has {len(issues)} validation issue(s) "
+                f"warning: {policies} has {len(issues):,} validation issue(s) "
                 f"(see rensei policy validate); resolving anyway"
             )
         return snapshot, state

@@ -17,7 +17,7 @@ import click
 from .. import signing
 from ..errors import FleetError, FleetForkError
 from ._output import emit, note, printable
-from ._root import CommandError, cli, echo_json, json_option
+from ._root import CommandError, cli, echo_json, json_option, unused_home_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,6 +56,7 @@ def fleet() -> None:
 @click.argument("host_id", metavar="HOST_ID")
 @click.argument("keyfile", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @_url_option("--to")
+@unused_home_option
 @json_option
 def fleet_trust(host_id: str, keyfile: Path, url: str, json_: bool) -> None:
     """Trust KEYFILE (a host's public key, ed25519:<base64>: its <home>/keys/host.pub) as the
@@ -78,6 +79,7 @@ def fleet_trust(host_id: str, keyfile: Path, url: str, json_: bool) -> None:
     "paths", metavar="FILE...", nargs=-1, required=True, type=click.Path(path_type=Path)
 )
 @_url_option("--to")
+@unused_home_option
 @json_option
 def fleet_ingest(paths: tuple[Path, ...], url: str, json_: bool) -> None:
     """Verify and load hosts' audit exports (`rensei audit export NAME.jsonl`, each with its
@@ -104,7 +106,7 @@ def fleet_ingest(paths: tuple[Path, ...], url: str, json_: bool) -> None:
             label = "ALARM" if isinstance(error, FleetForkError) else "refused"
             note(printable(f"{label}: {path}: {error}"))
     if refused:
-        raise CommandError(f"{len(refused)} of {len(outcomes)} export(s) refused")
+        raise CommandError(f"{len(refused):,} of {len(outcomes):,} export(s) refused")
 
 
 def _refusal(path: Path, error: FleetError) -> dict[str, Any]:
@@ -142,6 +144,7 @@ def _ingested_line(r: Any) -> str:
     default=None,
     help="The snapshot revision hosts should run (default: the newest any host of the org cites).",
 )
+@unused_home_option
 @json_option
 def fleet_report_command(url: str, stale_after: int, revision: int | None, json_: bool) -> None:
     """Agreement across the fleet by host, repo, role, mechanism and seam; each host's head,
@@ -180,7 +183,7 @@ def _report_lines(report: Any) -> list[str]:
     t = report.total
     kinds = ", ".join(f"{k} {n:,}" for k, n in t.divergence if n and k != "none") or "none"
     lines = [
-        f"fleet: {len(report.hosts)} host(s), {t.spawns:,} shadow record(s), agreed "
+        f"fleet: {len(report.hosts):,} host(s), {t.spawns:,} shadow record(s), agreed "
         f"{t.agreed:,} ({_rate(t)}); divergence: {kinds}; held {t.held:,}, rejected "
         f"{t.rejected:,}; direct-http {t.direct_http:,}; other records {report.other_records:,}"
     ]

@@ -297,12 +297,15 @@ def host_trust(
             control.info()  # an initialised home, or one line saying it is not
             key, home_kid = control.public_key(), control.snapshot_key_id()
             path = cache.trust(key, kid=home_kid, scope=scope)
-            note(f"trusted key {home_kid} ({scope}) of the home {control.path.resolve()} ({path})")
+            note(
+                f"trusted key {home_kid} ({_scope_words(scope)}) of the home "
+                f"{control.path.resolve()} ({path})"
+            )
             return
         if keyfile is not None:
             key = signing.load_public_key(keyfile)
             path = cache.trust(key, kid=kid, scope=scope)
-            note(f"trusted key {kid or key.key_id} ({scope}) ({path})")
+            note(f"trusted key {kid or key.key_id} ({_scope_words(scope)}) ({path})")
             return
         assert jwks_file is not None
         try:
@@ -316,9 +319,19 @@ def host_trust(
             raise CommandError(f"{jwks_file}: no usable Ed25519 key")
         for jwk_kid, key in found:
             path = cache.trust(key, kid=jwk_kid, scope=scope)
-            note(f"trusted key {jwk_kid} ({scope}) ({path})")
+            note(f"trusted key {jwk_kid} ({_scope_words(scope)}) ({path})")
     except (KeyFormatError, ConfigurationError) as e:
         raise CommandError(str(e)) from e
+
+
+def _scope_words(scope: str) -> str:
+    """What ``host trust``'s ``--scope`` means, in its output: the word alone said nothing."""
+    if scope == SCOPE_HEADER:
+        return (
+            "scope header: each snapshot must carry headerSignature (its header, revision and "
+            "compiledAt included, signed), not only a signature over its content hash"
+        )
+    return "scope hash-only: a signature over the content hash alone is accepted"
 
 
 @host.command(name="sync")

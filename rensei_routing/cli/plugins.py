@@ -9,7 +9,14 @@ import click
 from ..plugins.checks import check_plugin
 from ..plugins.info import plugin_infos
 from ._output import emit, printable
-from ._root import CommandError, builtin_command_names, cli, echo_json, json_option
+from ._root import (
+    CommandError,
+    builtin_command_names,
+    cli,
+    echo_json,
+    json_option,
+    unused_home_option,
+)
 from ._session import session
 
 
@@ -19,6 +26,7 @@ def plugins() -> None:
 
 
 @plugins.command(name="list")
+@unused_home_option
 @json_option
 def plugins_list(json_: bool) -> None:
     """List every loaded plugin: name, distribution and version, hooks implemented."""
@@ -40,6 +48,7 @@ def plugins_list(json_: bool) -> None:
     show_default=True,
     help="Generated stage sequences per seam for the classifier totality check.",
 )
+@unused_home_option
 def plugins_check(name: str, examples: int) -> None:
     """Load the installed plugin NAME alone (beside the built-ins) and check it: it loads, its
     hooks answer with the right types and clash with nothing, and each of its seam classifiers
@@ -50,7 +59,7 @@ def plugins_check(name: str, examples: int) -> None:
     for problem in problems:
         emit(printable(problem))
     if problems:
-        raise CommandError(f"plugin {name!r}: {len(problems)} problem(s)")
+        raise CommandError(f"plugin {name!r}: {len(problems):,} problem(s)")
     emit(printable(f"ok: plugin {name!r}"))
 
 
@@ -60,6 +69,7 @@ def seams() -> None:
 
 
 @seams.command(name="list")
+@unused_home_option
 @json_option
 def seams_list(json_: bool) -> None:
     """List every seam: name, plugin, request face, ordered legacy stages."""

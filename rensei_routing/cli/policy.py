@@ -13,7 +13,14 @@ from ..errors import InputError, MalformedError, PolicyValidationError
 from ._inputs import read_json, read_verified_policy_file
 from ._output import emit, next_step, note, printable
 from ._render import issue_line
-from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._root import (
+    CommandError,
+    cli,
+    echo_json,
+    home_option,
+    json_option,
+    unused_home_option,
+)
 from ._session import session
 from ._store import now_rfc3339, open_policy_store
 
@@ -29,6 +36,7 @@ def policy() -> None:
 
 @policy.command(name="validate")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+@unused_home_option
 @json_option
 def policy_validate(file: Path, json_: bool) -> None:
     """Check a policy FILE ('-' for stdin); list every problem, structural (not JSON, a
@@ -66,7 +74,7 @@ def policy_validate(file: Path, json_: bool) -> None:
             }
         )
     elif total == 0 and snapshot is not None:
-        emit(f"valid: {len(snapshot.policies)} policies, {snapshot.content_hash}")
+        emit(f"valid: {len(snapshot.policies):,} policies, {snapshot.content_hash}")
     else:
         for issue in issues:
             emit(issue_line(issue))
@@ -75,8 +83,8 @@ def policy_validate(file: Path, json_: bool) -> None:
 
 
 def _count(total: int, omitted: int) -> str:
-    more = f" ({omitted} not listed)" if omitted else ""
-    return f"{total} validation issue(s){more}"
+    more = f" ({omitted:,} not listed)" if omitted else ""
+    return f"{total:,} validation issue(s){more}"
 
 
 @policy.command(name="save")
@@ -115,7 +123,8 @@ def policy_save(file: Path, over_corrupt: bool, home: Path, json_: bool) -> None
         )
     else:
         note(
-            f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash}"
+            f"saved revision {saved.revision}: {len(saved.policies):,} policies, "
+            f"{saved.content_hash}"
         )
 
 
@@ -161,6 +170,6 @@ def policy_history(home: Path, json_: bool) -> None:
         emit("no revisions saved yet")
         next_step("nothing to show", "rensei policy save FILE")
     for r in rows:
-        count = "?" if r.policy_count is None else str(r.policy_count)
+        count = "?" if r.policy_count is None else f"{r.policy_count:,}"
         cells = (str(r.revision), str(r.saved_at), f"{count} policies", str(r.content_hash))
         emit("\t".join(printable(c) for c in cells))

@@ -65,7 +65,7 @@ def policy_import(file: Path, format_: str, home: Path, json_: bool) -> None:
             for issue in e.issues:
                 click.echo(issue_line(issue), err=True)
             total = len(e.issues) + e.omitted
-            raise CommandError(f"{total} validation issue(s); nothing was saved") from e
+            raise CommandError(f"{total:,} validation issue(s); nothing was saved") from e
     if json_:
         echo_json(
             {
@@ -78,7 +78,7 @@ def policy_import(file: Path, format_: str, home: Path, json_: bool) -> None:
         )
         return
     note(
-        f"saved revision {saved.revision}: {len(saved.policies)} policies, {saved.content_hash} "
+        f"saved revision {saved.revision}: {len(saved.policies):,} policies, {saved.content_hash} "
         f"(HydraFlow revision {store_doc.revision}, {store_doc.content_hash}), imported from {file}"
     )
 

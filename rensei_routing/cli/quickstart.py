@@ -136,7 +136,7 @@ def _init_and_load(home: Home, out: _Outcome) -> None:
     )
     out.lines.append(
         f"loaded org data revision {org_rev} and policy revision {saved.revision} "
-        f"({len(saved.policies)} policies)"
+        f"({len(saved.policies):,} policies)"
     )
 
 
@@ -201,7 +201,7 @@ def _whatif(home: Home, out: _Outcome) -> None:
     proposed = read_verified_policy_file(CANDIDATE_FILE, vocabulary=vocabulary)
     issues = validate_policies(proposed.policies, vocabulary=vocabulary)
     if issues:  # a shipped file: a bug, said plainly
-        raise CommandError(f"{len(issues)} validation issue(s) in {CANDIDATE_FILE}")
+        raise CommandError(f"{len(issues):,} validation issue(s) in {CANDIDATE_FILE}")
     current, summary = ops.what_if(
         home,
         proposed,

@@ -6,6 +6,7 @@ snapshot rules (core) and no SQL (store).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 import click
 
@@ -31,11 +32,21 @@ from ..store.home import Home
 from ._clock import now, now_text
 from ._inputs import SOURCE, _named, read_document
 from ._output import emit, next_step, note, printable
-from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._root import (
+    CommandError,
+    cli,
+    echo_json,
+    home_option,
+    json_option,
+    unused_home_option,
+)
 from ._session import session
 from ._store import home_of, refuse_home_target, require_output_dir
 
 _REV = click.IntRange(min=1, max=2**53 - 1)
+
+#: ``snapshot events``' header line (its text output's columns).
+EVENTS_HEADER: Final = ("seq", "at", "kind", "revision", "content_hash")
 
 
 @cli.group(name="org")
@@ -60,10 +71,10 @@ def org_load(source: str, home: Path) -> None:
         )
         return
     note(
-        f"saved org data revision {revision}: {len(data.profiles)} profile(s), "
-        f"{len(data.grants)} grant(s), {len(data.pools)} pool(s), {len(data.hosts)} host(s), "
-        f"{len(data.providers)} provider(s), {len(data.model_profiles)} model profile(s), "
-        f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
+        f"saved org data revision {revision}: {len(data.profiles):,} profile(s), "
+        f"{len(data.grants):,} grant(s), {len(data.pools):,} pool(s), {len(data.hosts):,} host(s), "
+        f"{len(data.providers):,} provider(s), {len(data.model_profiles):,} model profile(s), "
+        f"{len(data.cells):,} cell(s), {len(data.posteriors):,} posterior(s)"
     )
 
 
@@ -87,15 +98,15 @@ def org_show(home: Path, json_: bool) -> None:
         emit(printable(f"  grant {grant['profileId']:<23} project: {project}"))
     emit(
         printable(
-            f"  {len(data.hosts)} host(s), {len(data.providers)} provider(s), "
-            f"{len(data.cells)} cell(s), {len(data.posteriors)} posterior(s)"
+            f"  {len(data.hosts):,} host(s), {len(data.providers):,} provider(s), "
+            f"{len(data.cells):,} cell(s), {len(data.posteriors):,} posterior(s)"
         )
     )
     auth = data.authorization
     if auth is not None:
         emit(
             printable(
-                f"  authorization: {len(auth['cedarPolicies'])} Cedar policy(ies), schema "
+                f"  authorization: {len(auth['cedarPolicies']):,} Cedar policy(ies), schema "
                 f"{'declared' if auth['cedarSchema'] is not None else 'none'}, default-permit "
                 f"{'declared' if auth['defaultPermit'] else 'off'}"
             )
@@ -111,8 +122,9 @@ def snapshot() -> None:
 @home_option
 @json_option
 def snapshot_compile(home: Path, json_: bool) -> None:
-    """Compile the current policies and org data into the next signed snapshot. A failing
-    validator publishes nothing and is named (exit 1)."""
+    """Compile the current policies and org data into the next signed snapshot (signature over
+    the content hash, headerSignature over the header). A failing validator publishes nothing
+    and is named (exit 1)."""
     ctx = session()
     result = compile_snapshot(
         home_of(home),
@@ -134,7 +146,7 @@ def snapshot_compile(home: Path, json_: bool) -> None:
     else:
         note(
             f"compiled {snap.ruleset_rev} (content {snap.content_hash[:16]}..., signed by "
-            f"{snap.header.signing_key_id}; {len(result.validators)} validator(s) passed)"
+            f"{snap.header.signing_key_id}; {len(result.validators):,} validator(s) passed)"
         )
     _empty_inputs(home_of(home))
 
@@ -174,7 +186,7 @@ def snapshot_show(revision: int | None, home: Path, json_: bool) -> None:
     emit(
         printable(
             f"  policies      revision {bundle.get('revision')}, "
-            f"{len(bundle.get('policies') or [])} policy(ies)"
+            f"{len(bundle.get('policies') or []):,} policy(ies)"
         )
     )
 
@@ -192,7 +204,9 @@ def snapshot_history(home: Path, json_: bool) -> None:
         return
     for r in rows:
         emit(
-            printable(f"{r.ruleset_rev:<28} {r.compiled_at}  {r.content_hash[:16]}...  {r.size} B")
+            printable(
+                f"{r.ruleset_rev:<28} {r.compiled_at}  {r.content_hash[:16]}...  {r.size:,} B"
+            )
         )
 
 
@@ -212,7 +226,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
         atomic_write(target, data)
     except OSError as e:
         raise CommandError(f"cannot write {target}: {e.strerror or e}") from e
-    note(f"exported {snap.ruleset_rev} to {target} ({len(data)} bytes)")
+    note(f"exported {snap.ruleset_rev} to {target} ({len(data):,} bytes)")
 
 
 @snapshot.command(name="verify")
@@ -233,6 +247,7 @@ def snapshot_export(target: Path, revision: int | None, home: Path) -> None:
     show_default=True,
     help="header: require headerSignature; hash-only: accept a signature over the hash alone.",
 )
+@unused_home_option
 @json_option
 def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bool) -> None:
     """Check a snapshot file independently against trusted public keys; say why it fails."""
@@ -294,12 +309,15 @@ def snapshot_verify(source: Path, trust: tuple[Path, ...], scope: str, json_: bo
 @json_option
 def snapshot_events(after: int, limit: int, home: Path, json_: bool) -> None:
     """The control side's audit records, oldest first: every policy save, org load, compile
-    and re-seal, each committed with its write (in PostgreSQL for a --store home)."""
+    and re-seal, each committed with its write (in PostgreSQL for a --store home). Text: a
+    header line, then one tab-separated line per record: seq, at, kind, revision,
+    content_hash."""
     with control_store(home_of(home)) as store:
         events = store.events(after=after, limit=limit)
     if json_:
         echo_json([e.to_dict() for e in events])
         return
+    emit("\t".join(EVENTS_HEADER))
     for e in events:
         cells = (str(e.seq), e.at, e.kind, str(e.revision), e.content_hash)
         emit("\t".join(printable(c) for c in cells))

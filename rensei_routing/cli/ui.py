@@ -114,8 +114,8 @@ def ui(
         shown = f"[{bind}]" if ":" in bind else bind
         address = f"http://{shown}:{server.port}/"
         note(f"console: {address} (read-only; Ctrl-C stops it)")
-        if open_:
-            webbrowser.open(address)
+        if open_ and not webbrowser.open(address):
+            note(f"warning: no web browser could be opened here: open {address} yourself")
         while server.alive and not stop.wait(0.5):
             pass
         console.verifier.stop()

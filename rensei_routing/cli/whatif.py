@@ -72,7 +72,7 @@ def policy_whatif(
     if issues:
         for issue in issues:
             click.echo(issue_line(issue), err=True)
-        raise CommandError(f"{len(issues)} validation issue(s) in {candidate}; nothing compared")
+        raise CommandError(f"{len(issues):,} validation issue(s) in {candidate}; nothing compared")
     where = home_of(home)
     where.info()
     with open_policy_store(home, write=False) as store, collector_paused():
@@ -125,7 +125,7 @@ def policy_whatif(
             printable(
                 f"what-if over {summary.contexts:,} recorded contexts: current revision "
                 f"{current.revision} ({loaded.state}) -> candidate {candidate} "
-                f"({len(proposed.policies)} policies, {proposed.content_hash})"
+                f"({len(proposed.policies):,} policies, {proposed.content_hash})"
             )
         )
         emit("\n".join(printable(line) for line in render_summary(summary).splitlines()))

@@ -2,9 +2,11 @@
 source configuration, and what the last fetch did.
 
 Adapter over one directory (``<home>/host``). Every snapshot is verified independently
-(content hash and Ed25519 signature against a trusted key) before it is persisted, an older
-revision or the held revision with another hash is refused, and the on-disk copy is written
-with temp-file-then-rename and re-verified whenever it is loaded. The read of the held copy, the
+(content hash, and against a trusted key both Ed25519 signatures: ``signature`` over the 32
+content-hash bytes, ``headerSignature`` over the signed header, unless the key is trusted
+``hash-only``) before it is persisted, an older revision or the held revision with another
+hash is refused, and the on-disk copy is written with temp-file-then-rename and re-verified
+whenever it is loaded. The read of the held copy, the
 succession check and the rename run under an exclusive lock on ``<home>/host/lock`` (``flock``),
 so concurrent syncs and pollers, in any number of processes, never replace a newer revision with
 an older one. ``held.json`` keeps the last adopted revision (the rollback floor, which survives a

@@ -161,13 +161,14 @@ class SignedHeader:
         }
 
     def signed_bytes(self) -> bytes:
-        """The exact bytes the Ed25519 signature is over."""
+        """The exact bytes ``headerSignature`` is over (``signature`` is over the 32 raw
+        content-hash bytes, :func:`hash_message`)."""
         return canonical_bytes(self.to_dict())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RulesetSnapshot:
-    """A signed, versioned ruleset snapshot: the header, its signature, the validators that
+    """A signed, versioned ruleset snapshot: the header, its two signatures, the validators that
     passed before it was published, and the five sections.
 
     ``validators`` is the envelope's one field no signature covers (SEMANTICS.md signs the
