@@ -229,6 +229,7 @@ def _report_lines(report: Any) -> list[str]:
     help="Truncate at this seq (default: the seq of the host's fork).",
 )
 @_url_option("--to")
+@unused_home_option
 @json_option
 def fleet_repair(host_id: str, at: int | None, url: str, json_: bool) -> None:
     """Truncate HOST_ID's held copy at SEQ after a fork was investigated, in one transaction:
