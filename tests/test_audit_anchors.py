@@ -267,6 +267,26 @@ def test_a_genuine_prune_verifies_anchored_and_every_count_is_of_records_present
     assert restored.exit_code == 0, restored.output
 
 
+def test_the_console_counts_the_records_present_after_a_genuine_prune(
+    tmp_path: Path, runner: CliRunner
+) -> None:
+    """The overview's record count and its "N record(s) verified" are of the 23 records held
+    (seq 10..32), not the next seq (33)."""
+    from .console_support import fetch, running_ui, wait_for
+
+    home, _, _ = _pruned_home(tmp_path, runner)
+    with running_ui(home.path, tmp_path / "ui.log") as base:
+
+        def verified() -> bool:
+            return b'chain-status">ok<' in fetch(base + "/")[1]
+
+        wait_for(verified, "the console's verification")
+        page = fetch(base + "/")[1].decode()
+    assert '<span id="chain-records">23</span> (seq 10..32: the records below were pruned' in page
+    assert "23 record(s) verified at " in page
+    assert "33 record(s)" not in page
+
+
 def test_a_checkpoint_inside_a_pruned_segment_is_unverifiable_not_passed(
     tmp_path: Path, runner: CliRunner
 ) -> None:

@@ -128,6 +128,7 @@ def overview_page(c: Console, q: Query) -> bytes:
         revisions = int(conn.execute("SELECT count(*) FROM policy_revisions").get or 0)
     with AuditLog.open(c.home, read_only=True) as log:
         head = log.head()
+        present = log.count()
     status, text = chain_state(c, head)
     home_rows = [
         ("home", esc(c.home.path)),
@@ -143,7 +144,16 @@ def overview_page(c: Console, q: Query) -> bytes:
         *_snapshot_rows(c),
     ]
     chain_rows = [
-        ("records", f'<span id="chain-records">{num(head[0])}</span>'),
+        (
+            "records",
+            f'<span id="chain-records">{num(present)}</span>'
+            + (
+                f" (seq {num(head[0] - present)}..{num(head[0] - 1)}: the records below were "
+                "pruned after their export)"
+                if 0 < present < head[0]
+                else ""
+            ),
+        ),
         (
             "last checkpoint",
             "none"

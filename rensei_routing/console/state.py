@@ -74,6 +74,9 @@ class Verified:
     full_at: datetime | None = None
     walked: int = 0
     full: bool = True
+    #: The first seq held (records below it were pruned after their export): the walk covered
+    #: ``result.records_checked - first_seq`` records.
+    first_seq: int = 0
 
 
 def _head(home: Home) -> tuple[int, str]:
@@ -192,7 +195,9 @@ class Verifier(_Watch):
             return False  # a full walk decides (and names the first broken seq)
         result, self._mark, walked = found
         head = (result.records_checked, result.head_hash)
-        self.last = Verified(result, None, self._clock(), head, last.full_at, walked, False)
+        self.last = Verified(
+            result, None, self._clock(), head, last.full_at, walked, False, last.first_seq
+        )
         return True
 
     def _walk(self, began: datetime) -> None:
@@ -206,12 +211,14 @@ class Verifier(_Watch):
         start = time.monotonic()
         with closing(AuditLog.open(self._home, read_only=True)) as log:
             result = log.verify()
+            first = max(0, result.records_checked - log.count()) if result else 0
         self._walk_end = time.monotonic()
         self._walk_s = self._walk_end - start
         if result:
             head = (result.records_checked, result.head_hash)
         self._mark = seen if result else None
-        self.last = Verified(result, None, self._clock(), head, began, result.records_checked)
+        walked = result.records_checked - first
+        self.last = Verified(result, None, self._clock(), head, began, walked, first_seq=first)
 
     def finish(self) -> None:
         self._watch.close()

@@ -47,7 +47,7 @@ def chain_state(c: Console, head: tuple[int, str]) -> tuple[str, str]:
             f"BROKEN: verification at {_when(c)} failed at {where}: {result.reason}"
             + (f" ({result.detail})" if result.detail else "")
         )
-    covered = f"{num(result.records_checked)} record(s) verified at {_when(c)}"
+    covered = f"{num(result.records_checked - last.first_seq)} record(s) verified at {_when(c)}"
     if last.head != head:
         newer = max(0, head[0] - last.head[0])
         return "warn", f"{covered}; {num(newer)} appended since, not verified yet"
