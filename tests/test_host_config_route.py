@@ -89,7 +89,7 @@ def test_host_run_listen_without_a_source_serves_the_status_absent(tmp_path: Pat
     finally:
         code = run.stop()
     assert code == 0 and "stopped" in run.lines[-1], run.lines
-    assert not any("Traceback" in line or "poll failed" in line for line in run.lines)
+    assert not any("Traceback" in line or "poll failed" in line for line in run.lines), run.lines
     assert _files(home) == before  # polled nothing, wrote nothing
 
 

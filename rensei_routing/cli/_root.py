@@ -76,7 +76,7 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "quickstart": (("quickstart",), "The main job in one run, on a fresh home, from the examples."),
     "restore": (("backup",), "Restore a backup as the home, verified before it replaces it."),
     "seams": (("plugins",), "Spawn seams registered by plugins."),
-    "serve": (("host",), "Serve the signed ruleset snapshot over HTTP until SIGTERM."),
+    "serve": (("serve",), "Serve the signed ruleset snapshot over HTTP until SIGTERM."),
     "shadow": (
         ("shadow",),
         "Shadow decisions: record spawns beside policy, report agreement, the kill switch.",

@@ -1,5 +1,5 @@
-"""``rensei serve`` (control side: the snapshot endpoint) and ``rensei host ...`` (the daemon
-side: trust, sync, run, status, claim). Holds no verification rules (core) and no caching
+"""``rensei host ...`` (the daemon side: trust, sync, run, status, claim; ``rensei serve``, the
+control side's endpoint, is ``cli/serve.py``). Holds no verification rules (core) and no caching
 logic (host.cache); owns the loops, signals and output.
 """
 
@@ -7,13 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
-import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -25,7 +19,7 @@ from ..core.snapshot.authz import (
 from ..core.snapshot.envelope import SCOPE_HEADER, SIGNATURE_SCOPES
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
-from ..errors import ConfigurationError, KeyFormatError, RenseiRoutingError, SnapshotError
+from ..errors import ConfigurationError, KeyFormatError, SnapshotError
 from ..files import read_limited, removed_on_failure
 from ..host.cache import HostCache, HostConfig, host_cache
 from ..host.poll import poll_once, run_polls
@@ -37,6 +31,7 @@ from ..host.status import (
     summarise,
 )
 from ._clock import now
+from ._daemon import log_to_stderr, stop_on_sigterm
 from ._output import emit, next_step, note, printable
 from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
@@ -48,187 +43,6 @@ if TYPE_CHECKING:  # imported where used: `host status` starts without the store
     from ..control.server import RunningServer
 
 log = logging.getLogger("rensei_routing.host")
-
-
-@contextmanager
-def _stop_on_sigterm() -> Iterator[threading.Event]:
-    """An event set by SIGTERM or SIGINT (restoring the previous handlers on exit)."""
-    stop = threading.Event()
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-def _logging() -> None:
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
-
-
-# -- serve ---------------------------------------------------------------------------------------
-
-
-@cli.command(name="serve", short_help="Serve the signed ruleset snapshot over HTTP until SIGTERM.")
-@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8787,
-    show_default=True,
-    help="Port to listen on (0: any free port, printed on stderr).",
-)
-@click.option(
-    "--reseal-after",
-    type=click.FloatRange(min=1),
-    default=120.0,
-    show_default=True,
-    help="Re-sign an unchanged snapshot older than this many seconds, so hosts stay fresh.",
-)
-@click.option(
-    "--drain",
-    "drain_s",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    help="On SIGTERM, seconds to let responses in flight finish before closing.",
-)
-@click.option(
-    "--max-connections",
-    type=click.IntRange(min=8),
-    default=1000,
-    show_default=True,
-    help="Open connections at most (capped by the descriptor limit); at the limit the oldest "
-    "connection still sending its request is closed.",
-)
-@click.option(
-    "--request-timeout",
-    "request_timeout_s",
-    type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
-    help="Seconds a request may take to arrive whole (headers are at most 16 KiB).",
-)
-@click.option(
-    "--watch-interval",
-    "watch_s",
-    type=click.FloatRange(min=0.05),
-    default=1.0,
-    show_default=True,
-    help="With a PostgreSQL store ([store] url): seconds between looks at the database when "
-    "no notification comes (the fallback to LISTEN/NOTIFY), and between retries while it is "
-    "unreachable.",
-)
-@home_option
-def serve(
-    bind: str,
-    port: int,
-    reseal_after: float,
-    drain_s: float,
-    max_connections: int,
-    request_timeout_s: float,
-    watch_s: float,
-    home: Path,
-) -> None:
-    """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
-    SIGTERM; writes to policies or org data are recompiled in the background. Also GET
-    /api/daemon/routing/config (no token): this home's host cache status, as `host status
-    --json` gives it. SIGTERM stops accepting and lets responses in flight finish (up to
-    --drain seconds)."""
-    from ..control.listener import Limits, RunningServer
-    from ..control.server import ahead_of_clock, make_app
-    from ..control.snapshots import (
-        ensure_serve_token,
-        home_jwks,
-        latest_snapshot,
-        replica_service,
-        snapshot_service,
-    )
-    from ..plugins.manager import snapshot_validators
-    from ._store import home_of
-
-    h = home_of(home)
-    h.info()
-    token = ensure_serve_token(h)
-    ctx = session()
-    shared = h.store_url() is not None
-    if shared:
-        service, watcher = replica_service(
-            h,
-            clock=now,
-            validators=snapshot_validators(ctx.pm),
-            vocabulary=ctx.vocabulary(),
-            reseal_after=reseal_after,
-            poll_s=watch_s,
-        )
-        watcher.start()
-        watcher.first_step.wait(30)
-        latest = service.held()
-        note(
-            "a replica of the shared control database "
-            f"(LISTEN/NOTIFY, polling every {watch_s:g}s)"
-        )
-        if service.store_error is not None:
-            held = (
-                f"serving the held snapshot {latest.ruleset_rev}, flagged"
-                if latest is not None
-                else "holding no snapshot: answering 503 until it is reached"
-            )
-            note(f"warning: control store unreachable, {held}: {service.store_error}")
-    else:
-        watcher = None
-        service = snapshot_service(
-            h,
-            clock=now,
-            validators=snapshot_validators(ctx.pm),
-            vocabulary=ctx.vocabulary(),
-            reseal_after=reseal_after,
-        )
-        try:
-            latest = latest_snapshot(h)
-        except RenseiRoutingError:
-            latest = None  # unreadable or unverifiable: the first request answers 503 saying why
-    cache = host_cache(h.path)  # this home's own host cache: the daemon side's status route
-    app = make_app(
-        now=now,
-        token=token,
-        service=service,
-        jwks=home_jwks(h),
-        host_status=lambda: host_status_data(cache, now=now()),
-    )
-    if latest is not None and (warning := ahead_of_clock(latest, now())):
-        note(f"warning: {warning}")
-    _logging()
-    with _stop_on_sigterm() as stop:
-        try:
-            limits = Limits(connection_limit=max_connections, request_timeout_s=request_timeout_s)
-            server = RunningServer(app, host=bind, port=port, limits=limits, drain_s=drain_s)
-        except OSError as e:
-            raise CommandError(f"cannot listen on {bind}:{port}: {e.strerror or e}") from e
-        note(f"serving http://{bind}:{server.port}/api/daemon/ruleset-snapshot")
-        if server.connection_limit < max_connections:
-            note(
-                f"warning: at most {server.connection_limit} connections (the descriptor limit, "
-                f"`ulimit -n`, is too low for --max-connections {max_connections})"
-            )
-        while server.alive and not stop.wait(0.5):
-            pass
-    if not stop.is_set():
-        raise CommandError("the HTTP loop ended unexpectedly (see the log above)")
-    server.stop()  # stops accepting, drains the responses in flight, then closes
-    if watcher is not None:
-        watcher.stop()
-    service.wait_idle(10)
-    note("stopped")
-
-
-# -- host ----------------------------------------------------------------------------------------
 
 
 @cli.group(name="host")
@@ -452,9 +266,9 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
         )
     period = config.interval_s if interval is None else interval
     spread = config.jitter_s if jitter is None else jitter
-    _logging()
+    log_to_stderr()
     server = _status_server(cache, listen) if listen else None
-    with _stop_on_sigterm() as stop:
+    with stop_on_sigterm() as stop:
         if config.has_source:
             run_polls(cache, config, period=period, spread=spread, stop=stop, clock=now, log=log)
         else:
