@@ -76,12 +76,12 @@ def _start(home: Path, chain: Path) -> subprocess.Popen[bytes]:
 
 
 def _halfway(home: Path, proc: subprocess.Popen[bytes], patience_s: float = 120) -> bool:
-    """Wait until the import has committed some batches but not all: ``False`` when it ended
+    """Wait until the import has committed some batches, at most half: ``False`` when it ended
     first (one transaction for the whole file shows no such state) or patience ran out."""
     deadline = time.monotonic() + patience_s
     while time.monotonic() < deadline and proc.poll() is None:
         state = _meta(home)
-        if state is not None and 0 < state["count"] < RECORDS:
+        if state is not None and 0 < state["count"] <= RECORDS // 2:
             return True
         time.sleep(0.005)
     return False

@@ -1,14 +1,17 @@
 """HydraFlow audit chains in and out of the home's audit log. Owns the ``hydraflow.chain.*``
 rows of the ``meta`` table (what was imported from each source chain) and nothing else; the
 wire rules are :mod:`rensei_routing.core.audit.hydraflow`'s, the chain's
-:mod:`rensei_routing.core.audit.chain`'s. Never reads the clock or a file: callers pass lines
-(a way to read them, twice) and receive lines.
+:mod:`rensei_routing.core.audit.chain`'s. Never reads the wall clock or a file: callers pass
+lines (a way to read them, twice) and receive lines.
 
 **Import** reads the source twice. The first pass verifies the whole chain by HydraFlow's rule
 and checks that every record can be stored, holding no lock, so a chain that breaks anywhere (or
 a record we cannot store, or a fork) writes nothing. The second pass appends in **bounded
 transactions** (:data:`BATCH_RECORDS` records or :data:`BATCH_BYTES` of payload, whichever comes
-first), so another writer of the home waits at most one batch, never the whole file; each batch
+first), so another writer of the home waits at most one batch, never the whole file. Between two
+batches the import rests a tenth of the last batch's time (:data:`REST_MIN_S` to
+:data:`REST_MAX_S`): SQLite's busy handler retries a waiting writer every few to 100 ms, and
+without a gap the import would take the lock again before any waiter looked; each batch
 re-verifies its lines and must end on the record hash the first pass saw there, so nothing that
 pass did not verify is written (a file changed in between stops the import at that batch).
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -65,6 +69,11 @@ _KEY: Final = "hydraflow.chain."
 BATCH_RECORDS: Final = 5_000
 #: Stored payload bytes per write transaction, for chains of large records.
 BATCH_BYTES: Final = 8 * 1024 * 1024
+#: The rest between two batches, a tenth of the last batch's time within these bounds (seconds):
+#: the gap in which a writer waiting on the busy handler (retrying every 1 to 100 ms) gets in.
+REST_SHARE: Final = 0.1
+REST_MIN_S: Final = 0.02
+REST_MAX_S: Final = 0.15
 #: The first pass keeps the record hash at every this many seqs (and every quarter batch of
 #: bytes, and the last); batches end there, so each is checked against what that pass verified.
 _MARK_EVERY: Final = 256
@@ -212,7 +221,11 @@ def import_chain(
     try:
         _skip(records, done.count)
         while done.count < total:
+            began = time.monotonic()
             done.add(log.append_stamped(_batch(records, done, found, file, redactor, limits)))
+            if done.count < total:  # let a waiting writer in before the next batch
+                spent = (time.monotonic() - began) * REST_SHARE
+                time.sleep(min(REST_MAX_S, max(REST_MIN_S, spent)))
     except (HydraflowChainError, ImportRefusedError) as e:
         raise ImportRefusedError(
             f"{file} changed while it was imported ({e}); {done.count:,} of its {total:,} "
