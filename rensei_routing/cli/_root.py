@@ -71,7 +71,7 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "plugins": (("plugins",), "Installed plugins: list them, check one."),
     "policy": (
         ("policy", "whatif", "policy_import"),
-        "Policy sets: validate, save as revisions, import, export, show, history.",
+        "Policy sets: validate, save as revisions, roll back, import, export, show, history.",
     ),
     "quickstart": (("quickstart",), "The main job in one run, on a fresh home, from the examples."),
     "restore": (("backup",), "Restore a backup as the home, verified before it replaces it."),
@@ -253,6 +253,18 @@ def home_option(f: F) -> F:
         callback=_inherit_home,
         help="Home directory holding the SQLite store and keys (default: the root --home, "
         f"env RENSEI_HOME, else ./{DEFAULT_HOME}).",
+    )(f)
+
+
+def actor_option(f: F) -> F:
+    """``--actor NAME``: who writes (else env ``RENSEI_ACTOR``, else the OS user), recorded
+    with every policy or enforcement write; a label, never a credential."""
+    return click.option(
+        "--actor",
+        metavar="NAME",
+        default=None,
+        help="Who is writing, recorded with the write (default: env RENSEI_ACTOR, else the "
+        "OS user). A label, never a credential.",
     )(f)
 
 
