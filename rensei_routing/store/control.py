@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 import apsw
@@ -44,8 +44,8 @@ __all__ = [
     "EVENT_ORG",
     "EVENT_POLICY",
     "EVENT_RESEAL",
-    "ControlEvent",
     "UNNAMED_ACTOR",
+    "ControlEvent",
     "ControlStore",
     "PolicyWrite",
     "Sign",
