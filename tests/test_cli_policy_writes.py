@@ -220,3 +220,25 @@ def test_a_save_over_a_corrupt_store_through_the_cli(
     line = one_error_line(run(runner, home, "policy", "rollback", "--to", "0"))
     assert "refusing to write over a corrupt store" in line
     assert state(home) == before
+
+
+def test_policy_import_is_audited_with_the_actor_rule(
+    runner: CliRunner, home: Home, tmp_path: Path
+) -> None:
+    from . import hydraflow_ref as ref
+
+    src = tmp_path / "policies.json"
+    src.write_text(ref.policy_store(list(ref.SAMPLE_POLICIES), revision=7))
+    done = run(
+        runner, home, "policy", "import", str(src), "--format", "hydraflow", "--actor", "eve"
+    )
+    assert done.exit_code == 0, done.output
+    (record,) = mutations(home)
+    assert (record["actor"], record["revision"], len(record["added"])) == ("eve", 1, 4)
+    leaky = [dict(p) for p in ref.SAMPLE_POLICIES]
+    leaky[1] = {**leaky[1], "match": {"principal_ids": [GITHUB_TOKEN.lower()]}}
+    src.write_text(ref.policy_store(leaky, revision=8))
+    before = state(home)
+    line = one_error_line(run(runner, home, "policy", "import", str(src), "--format", "hydraflow"))
+    assert "credential-shaped-value" in line and GITHUB_TOKEN[:12] not in line
+    assert state(home) == before
