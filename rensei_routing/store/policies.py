@@ -1,4 +1,5 @@
-"""Policy revisions in SQLite: validate, then write revision = current + 1; load ok/absent/corrupt.
+"""Policy revisions in SQLite: validate, then write revision = current + 1; load ok/absent/corrupt;
+every check of an audited write, run in its transaction (:func:`prepare_write`, both backends).
 
 Adapter: owns the ``policy_revisions`` table and nothing else. It never reads the clock (the
 caller passes ``saved_at``) and never decides routes.
@@ -320,7 +321,10 @@ class PolicyStore:
     def save(
         self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
     ) -> PolicySnapshot:
-        """Validate, then write the set as revision = current + 1 (the first is 1).
+        """Validate, then write the set as revision = current + 1 (the first is 1): the raw
+        write, with no mutation record and no scope, expected-revision or credential check
+        (``SqliteControlStore.write_policies`` over :meth:`write` is the audited one, which every
+        command uses; quickstart's fresh home and tests write through this one).
 
         Saving an empty set is a real revision. Nothing is written when anything fails.
         ``over_corrupt=True`` is the operator's explicit repair: it writes over a corrupt
