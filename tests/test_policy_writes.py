@@ -197,6 +197,26 @@ def test_a_save_at_the_expected_revision_commits_with_its_mutation_record(
     assert second.mutation.to_dict() == last
 
 
+def test_the_mutation_history_reads_back_through_the_store(ctl: ControlHome) -> None:
+    written = [
+        save(ctl, [pol("a", repo="acme/a")]),
+        save(ctl, [pol("b", repo="acme/b")], actor="bob"),
+        rollback(ctl, 1, actor="carol"),
+    ]
+    store = ctl.open(write=False)
+    try:
+        history = store.policy_mutations()
+    finally:
+        store.close()
+    assert history == [w.mutation for w in written]
+    assert [(m.action, m.actor, m.revision) for m in history] == [
+        ("save", "alice", 1),
+        ("save", "bob", 2),
+        ("rollback", "carol", 3),
+    ]
+    assert [m.to_dict() for m in history] == mutations(ctl)
+
+
 def test_a_stale_save_is_typed_names_the_winner_and_writes_nothing(ctl: ControlHome) -> None:
     save(ctl, [pol("a", repo="acme/a")])
     save(ctl, [pol("b", repo="acme/b")])

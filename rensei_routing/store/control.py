@@ -26,13 +26,13 @@ import apsw
 
 from ..core.audit.chain import checkpoint_origin
 from ..core.redact import DEFAULT_REDACTOR, Redactor
-from ..core.routing.edits import PolicyEdit, PolicyMutation
+from ..core.routing.edits import MUTATION_RECORD, PolicyEdit, PolicyMutation
 from ..core.routing.policy import PolicySnapshot, RoutingPolicy
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
-from ..errors import HomeError
+from ..errors import HomeError, MalformedError
 from .audit import AuditLog
 from .db import close_quietly, store_error
 from .home import Home
@@ -132,6 +132,11 @@ class ControlStore(Protocol):
 
     def load_policies(self, revision: int | None = None) -> SnapshotLoad:
         """The current (or ``revision``) policy revision (:meth:`PolicyStore.load`)."""
+        ...
+
+    def policy_mutations(self) -> list[PolicyMutation]:
+        """Every policy write's mutation record, oldest first (SQLite: read off the home's
+        audit chain, a walk of all of it; PostgreSQL: ``control_policy_mutations``)."""
         ...
 
     def policy_history(self) -> list[RevisionInfo]:
@@ -380,6 +385,18 @@ class SqliteControlStore:
     def load_policies(self, revision: int | None = None) -> SnapshotLoad:
         with self._lock:
             return self._policies.load(revision)
+
+    def policy_mutations(self) -> list[PolicyMutation]:
+        out: list[PolicyMutation] = []
+        with self._lock:
+            for record in self._audit_log().records():
+                try:
+                    payload = record.payload
+                except MalformedError:  # a damaged record: audit verify names it
+                    continue
+                if isinstance(payload, dict) and payload.get("record_type") == MUTATION_RECORD:
+                    out.append(PolicyMutation.from_dict(payload))
+        return out
 
     def policy_history(self) -> list[RevisionInfo]:
         with self._lock:

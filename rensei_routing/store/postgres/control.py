@@ -18,6 +18,7 @@ The bytes stored, their hashes, validation and succession are the SQLite store's
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ...core.canonical import canonical_bytes
 from ...core.routing.decision import STATE_ABSENT
-from ...core.routing.edits import PolicyEdit
+from ...core.routing.edits import PolicyEdit, PolicyMutation
 from ...core.routing.policy import PolicySnapshot, RoutingPolicy
 from ...core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ...core.snapshot.envelope import (
@@ -287,6 +288,14 @@ class PgControlStore:
                 raise NotFoundError(f"no policy revision {revision}")
             return SnapshotLoad(state=STATE_ABSENT, snapshot=PolicySnapshot.empty())
         return decode_revision(*row, vocabulary=self._vocabulary)
+
+    def policy_mutations(self) -> list[PolicyMutation]:
+        with self._tx("cannot read policy mutations") as conn:
+            rows = conn.execute(
+                "SELECT payload FROM control_policy_mutations WHERE org_id = %s ORDER BY revision",
+                (self.org_id,),
+            ).fetchall()
+        return [PolicyMutation.from_dict(json.loads(bytes(row[0]))) for row in rows]
 
     def policy_history(self) -> list[RevisionInfo]:
 
