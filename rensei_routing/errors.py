@@ -77,6 +77,64 @@ class PolicyValidationError(PolicyError):
         super().__init__(f"{total} validation issue(s):\n  " + "\n  ".join(lines))
 
 
+class PolicyWriteError(PolicyError):
+    """A policy save or rollback was refused before anything was written; ``code`` names why."""
+
+    code = "policy-write-refused"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{self.code}: {message}")
+
+
+class StaleRevisionError(PolicyWriteError):
+    """The save expected another current revision than the one that won; never retried."""
+
+    code = "stale-revision"
+
+    def __init__(self, expected: int, current: int) -> None:
+        self.expected = expected
+        self.current = current
+        super().__init__(
+            f"expected revision {expected}, but revision {current} is current (it won); "
+            "nothing was saved: look at it, then save again against it"
+        )
+
+
+class OutOfScopeError(PolicyWriteError):
+    """A scoped edit would add or change a policy outside its repository's slice."""
+
+    code = "out-of-scope"
+
+    def __init__(self, policy_id: str, scope: str, why: str) -> None:
+        self.policy_id = policy_id
+        self.scope = scope
+        super().__init__(
+            f"policy {policy_id!r} {why}, outside the slice of {scope}; nothing was saved"
+        )
+
+
+class CredentialValueError(PolicyWriteError):
+    """A new or changed policy (or the actor) holds a credential-shaped value."""
+
+    code = "credential-shaped-value"
+
+    def __init__(self, subject: str, label: str) -> None:
+        self.subject = subject
+        self.label = label
+        super().__init__(f"{subject} holds a value shaped like a {label}; nothing was saved")
+
+
+class RollbackTargetError(PolicyWriteError):
+    """A rollback's target revision never existed, or does not load (``reason``)."""
+
+    code = "rollback-target"
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        self.code = reason
+        super().__init__(message)
+
+
 # -- store --------------------------------------------------------------------------------------
 
 

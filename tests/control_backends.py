@@ -17,13 +17,21 @@ from rensei_routing.store.home import Home
 
 BACKENDS = ("sqlite", "postgresql")
 T = "2026-11-29T12:00:00.000000Z"
-_SQLITE_TABLES = ("policy_revisions", "org_data", "ruleset_snapshots", "control_events", "meta")
+_SQLITE_TABLES = (
+    "policy_revisions",
+    "org_data",
+    "ruleset_snapshots",
+    "control_events",
+    "meta",
+    "audit_records",
+)
 _PG_TABLES = (
     "control_orgs",
     "control_policy_revisions",
     "control_org_data",
     "control_snapshots",
     "control_events",
+    "control_policy_mutations",
 )
 
 

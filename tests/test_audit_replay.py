@@ -85,26 +85,26 @@ def test_an_edited_context_with_a_rehashed_chain_passes_verify_and_fails_replay(
     home: Path, runner: CliRunner
 ) -> None:
     records = _records(home)
-    _, payload = records[0]
+    _, payload = records[1]  # seq 0 is revision 1's policy-mutation record
     payload["explanation"]["context"]["principal_id"] = "reviewer"  # who asked, changed
     _rewrite(home, records)
     assert _run(runner, home, "audit", "verify").exit_code == 0  # the bytes hold together
     code, report = _replay(runner, home)
     assert code == 1
-    assert report["firstMismatch"]["seq"] == 0
+    assert report["firstMismatch"]["seq"] == 1
     assert report["firstMismatch"]["field"] in ("outcome", "reason", "policy_id", "decision_id")
     result = _run(runner, home, "audit", "replay")
     assert result.exit_code == 1
-    assert "mismatched 1 (first: seq 0, field" in result.stdout
+    assert "mismatched 1 (first: seq 1, field" in result.stdout
     assert result.stderr.startswith("Error: 1 replayed decision(s) disagree")
 
 
 def test_an_edited_decision_field_fails_replay(home: Path, runner: CliRunner) -> None:
     records = _records(home)
-    records[0][1]["effective_model"] = "glm-5.3"
+    records[1][1]["effective_model"] = "glm-5.3"  # seq 0 is a policy-mutation record
     _rewrite(home, records)
     code, report = _replay(runner, home)
-    assert (code, report["firstMismatch"]) == (1, {"seq": 0, "field": "effective_model"})
+    assert (code, report["firstMismatch"]) == (1, {"seq": 1, "field": "effective_model"})
 
 
 @pytest.mark.parametrize("rehash", [True, False])
@@ -125,7 +125,7 @@ def test_an_edited_revision_in_the_store_fails_replay(
             )
     code, report = _replay(runner, home)
     assert code == 1
-    assert report["firstMismatch"]["seq"] == 0
+    assert report["firstMismatch"]["seq"] == 1  # seq 0: revision 1's policy-mutation record
     assert report["firstMismatch"]["field"] == ("snapshot_hash" if rehash else "policy_revision")
     assert report["matched"] >= 1  # revision 2's decision still replays
 
@@ -154,7 +154,16 @@ def test_a_redacted_context_that_no_longer_decides_the_same_is_unreplayable(
         "accounts": [{"account_id": "anthropic-primary", "provider_binding": "anthropic"}],
     }
     assert _run(runner, home, "init").exit_code == 0
-    assert _run(runner, home, "policy", "save", str(policy_file)).exit_code == 0
+    # `policy save` refuses this repo id (credential-shaped, issue 30): the revision is written
+    # as a store from before that check could have it.
+    from rensei_routing.core.routing.policy import RoutingPolicy
+    from rensei_routing.store.policies import PolicyStore
+
+    with closing(Home(home).connect(write=True)) as conn:
+        PolicyStore(conn).save(
+            [RoutingPolicy.from_dict(d) for d in policies["policies"]],
+            saved_at="2026-11-29T12:00:00.000000Z",
+        )
     recorded = _run(runner, home, "explain", "--record", json.dumps(context))
     assert recorded.exit_code == 0, recorded.output
     _, payload = _records(home)[0]
@@ -168,10 +177,10 @@ def test_a_revision_this_home_never_held_is_a_mismatch(home: Path, runner: CliRu
     # no decision recorded here cites one (explain --record refuses --policies FILE): a record
     # that does was not decided here (tests/test_audit_replay_forged.py has the forgery)
     records = _records(home)
-    records[0][1]["policy_revision"] = 7
+    records[1][1]["policy_revision"] = 7  # seq 0 is a policy-mutation record
     _rewrite(home, records)
     code, report = _replay(runner, home)
-    assert (code, report["firstMismatch"]) == (1, {"seq": 0, "field": "policy_revision"})
+    assert (code, report["firstMismatch"]) == (1, {"seq": 1, "field": "policy_revision"})
     assert report["unreplayable"] == {}
 
 

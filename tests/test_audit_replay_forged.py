@@ -38,12 +38,18 @@ def _home(runner: CliRunner, path: Path, *, policies: bool) -> Path:
 
 
 def _forge(home: Path, edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Re-append seq 0's decision with ``edit`` applied, as the key holder can."""
+    """Re-append the recorded decision (the last record: a policy save's mutation record may
+    precede it) with ``edit`` applied, as the key holder can."""
     with AuditLog.open(Home(home)) as log:
-        forged = copy.deepcopy(log.get(0).payload)
+        forged = copy.deepcopy(log.get(log.head()[0] - 1).payload)
         edit(forged)
         log.append(forged, recorded_at=STAMP)
     return forged
+
+
+def _last(home: Path) -> int:
+    """The seq of the forged record (the last one)."""
+    return _state(home)[0] - 1
 
 
 def _state(home: Path) -> tuple[int, str]:
@@ -75,7 +81,7 @@ def test_a_plain_forgery_is_a_mismatch(tmp_path: Path, runner: CliRunner) -> Non
     _forge(home, _lie)
     code, report, _ = _replay(runner, home)
     assert code == 1
-    assert report["firstMismatch"] == {"seq": 1, "field": "account_id"}
+    assert report["firstMismatch"] == {"seq": _last(home), "field": "account_id"}
     assert report["unreplayable"] == {} and report["verdict"] == "mismatch"
 
 
@@ -95,7 +101,7 @@ def test_a_marker_in_a_field_the_decision_did_not_read_leaves_a_mismatch(
     assert MARKER in json.dumps(_context(forged))
     code, report, result = _replay(runner, home)
     assert code == 1, result.output
-    assert report["firstMismatch"] == {"seq": 1, "field": "account_id"}
+    assert report["firstMismatch"] == {"seq": _last(home), "field": "account_id"}
     assert report["unreplayable"] == {}
 
 
@@ -111,7 +117,7 @@ def test_a_marker_in_an_account_of_a_legacy_decision_leaves_a_mismatch(
 
     _forge(home, edit)
     code, report, _ = _replay(runner, home)
-    assert (code, report["firstMismatch"]) == (1, {"seq": 1, "field": "account_id"})
+    assert (code, report["firstMismatch"]) == (1, {"seq": _last(home), "field": "account_id"})
     assert report["unreplayable"] == {}
 
 
@@ -143,7 +149,7 @@ def test_a_marker_in_a_field_the_decision_read_is_unreplayable_and_exits_4(
     assert code == 4
     text = _run(runner, home, "audit", "replay")
     assert text.exit_code == 4
-    assert "unreplayable: redacted input: 1 (first: seq 1)" in text.stdout
+    assert f"unreplayable: redacted input: 1 (first: seq {_last(home)})" in text.stdout
     assert text.stderr.startswith("Error: 1 record(s) could not be replayed")
 
 
@@ -152,7 +158,7 @@ def test_a_revision_the_home_never_held_is_a_mismatch(tmp_path: Path, runner: Cl
     _forge(home, lambda d: (_lie(d), d.update(policy_revision=99)))
     code, report, _ = _replay(runner, home)
     assert code == 1
-    assert report["firstMismatch"] == {"seq": 1, "field": "policy_revision"}
+    assert report["firstMismatch"] == {"seq": _last(home), "field": "policy_revision"}
     assert report["unreplayable"] == {}
 
 

@@ -134,7 +134,7 @@ def test_restore_refuses_a_live_home_without_force(tmp_path: Path, runner: CliRu
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("home.replaced-")]
     assert len(aside) == 1 and _tree_digest(aside[0]) == before
     with AuditLog.open(home) as log:
-        assert log.count() == 10 and log.verify()
+        assert log.count() == 11 and log.verify()  # the policy save's record, then 10
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
 
 

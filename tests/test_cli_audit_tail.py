@@ -43,8 +43,10 @@ def test_tail_prints_one_readable_line_per_record_of_every_kind(tmp_path: Path) 
     lines = _ok("audit", "tail", "--home", home).stdout.splitlines()
     assert lines[0].split() == ["seq", "recorded_at", "kind", "outcome", "policy", "route"]
     rows = [line.split(None, 5) for line in lines[1:]]
-    assert [r[0] for r in rows] == ["0", "1", "2"]
-    decision, claim, session = rows
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"]
+    mutation, decision, claim, session = rows
+    assert mutation[2:5] == ["policy", "save:0->1", "+7/-0/~0"]  # the 7 example policies
+    assert mutation[5].startswith("by ")
     assert decision[2] == "decision" and decision[3].split("/")[0] in {
         "selected",
         "held",
@@ -57,7 +59,7 @@ def test_tail_prints_one_readable_line_per_record_of_every_kind(tmp_path: Path) 
     assert session[4] == "local@1" and session[5].startswith("pool local-a session ")
     # --json: the raw records, as stored
     raw = json.loads(_ok("audit", "tail", "--home", home, "--json").stdout)
-    assert [r["seq"] for r in raw] == [0, 1, 2]
+    assert [r["seq"] for r in raw] == [0, 1, 2, 3]
     assert {"record_hash", "prev_hash", "payload"} <= set(raw[0])
 
 

@@ -52,7 +52,7 @@ def test_a_healthy_home(tmp_path: Path, runner: CliRunner) -> None:
         "snapshot", "host cache", "plugins", "plugin hooks",
     }  # fmt: skip
     assert {s for s, _ in checks.values()} == {"ok"}
-    assert checks["audit chain"][1] == "2,000 records, 1 checkpoint(s)"
+    assert checks["audit chain"][1] == "2,001 records, 1 checkpoint(s)"  # and the save's
     text = runner.invoke(cli, ["doctor"])
     assert text.exit_code == 0
     assert all(line.split()[0] in {"ok", "warn", "fail"} for line in text.stdout.splitlines())
@@ -152,7 +152,7 @@ def test_checkpoints_from_before_the_strict_line_warn(
     code, checks = _doctor(runner)
     status, detail = checks["audit chain"]
     assert (code, status) == (0, "warn")
-    assert "2,000 records past the latest checkpoint of this version" in detail
+    assert "2,001 records past the latest checkpoint of this version" in detail
     monkeypatch.setattr(audit, "STRICT_PAYLOADS", line)  # (undo() would drop the home's env too)
     with AuditLog.open(home) as log:
         log.checkpoint()

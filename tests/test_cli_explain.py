@@ -255,9 +255,10 @@ def test_record_appends_every_decision_to_a_verifying_chain(
     assert batch.exit_code == single.exit_code == 0
     tail = runner.invoke(cli, ["audit", "tail", "-n", "10", "--json", *home])
     records = json.loads(tail.stdout)
-    assert len(records) == 7
+    assert len(records) == 8  # the policy save's mutation record, then 6 + 1 decisions
+    assert records[0]["payload"]["record_type"] == "policy-mutation"
     decision_ids = [json.loads(line)["decision_id"] for line in batch.stdout.splitlines()]
-    assert [r["payload"]["decision_id"] for r in records[:6]] == decision_ids
+    assert [r["payload"]["decision_id"] for r in records[1:7]] == decision_ids
     assert runner.invoke(cli, ["audit", "verify", *home]).exit_code == 0
     # A bad batch records nothing.
     bad = tmp_path / "bad.jsonl"
@@ -265,7 +266,7 @@ def test_record_appends_every_decision_to_a_verifying_chain(
     refused = runner.invoke(cli, ["explain-batch", str(bad), "--record", *home])
     assert refused.exit_code == 1
     again = runner.invoke(cli, ["audit", "tail", "-n", "20", "--json", *home])
-    assert len(json.loads(again.stdout)) == 7
+    assert len(json.loads(again.stdout)) == 8
 
 
 def _commands(group, prefix=()):

@@ -69,6 +69,7 @@ CONFIRMATIONS: dict[str, tuple[Case, str]] = {
         lambda r: ["policy", "import", str(r / "hydraflow-policies.json"), "--format", "hydraflow"],
         "saved revision",
     ),
+    "policy rollback": (lambda r: ["policy", "rollback", "--to", "1"], "rolled back"),
     "org load": (lambda r: ["org", "load", str(EXAMPLES / "org.json")], "org data"),
     "snapshot compile": (lambda r: ["snapshot", "compile"], "compiled"),
     "snapshot export": (lambda r: ["snapshot", "export", str(r / "again.json")], "exported"),

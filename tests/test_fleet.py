@@ -48,7 +48,18 @@ def make_host(runner: CliRunner, where: Path, name: str, first: int, count: int)
     line ``first``)."""
     home = where / name
     ok(runner.invoke(cli, ["--home", str(home), "init"]))
-    ok(runner.invoke(cli, ["--home", str(home), "policy", "save", str(SAMPLES / "policies.json")]))
+    # Written straight into the revision store: `policy save` would put its mutation record on
+    # the chain, and the counts and seqs here are the shadow records' alone.
+    from contextlib import closing
+
+    from rensei_routing.core.routing.structure import read_policy_document
+    from rensei_routing.store.policies import PolicyStore
+
+    doc = json.loads((SAMPLES / "policies.json").read_text(encoding="utf-8"))
+    with closing(Home(home).connect(write=True)) as conn:
+        PolicyStore(conn).save(
+            read_policy_document(doc).policies, saved_at="2026-11-29T12:00:00.000000Z"
+        )
     record(runner, home, first, count)
     return home
 

@@ -283,7 +283,9 @@ def test_imported_hydraflow_shadow_decisions_count_in_report_and_whatif(
     runner: CliRunner, home: Path, tmp_path: Path
 ) -> None:
     native, records = _native_home(runner, tmp_path, 300)
-    payloads = [_hydraflow_shape(r["payload"]) for r in records]
+    shadow = [r for r in records if r["payload"].get("record_type") == "shadow-decision"]
+    assert len(shadow) == len(records) - 1  # and the policy save's mutation record
+    payloads = [_hydraflow_shape(r["payload"]) for r in shadow]
     src = ref.write_chain(tmp_path / "shadow-decisions.jsonl", ref.chain_lines(payloads))
     _ok(runner, "policy", "save", str(SAMPLES / "policies.json"))
     _ok(runner, "audit", "import", str(src), "--format", "hydraflow")
@@ -323,7 +325,7 @@ def test_our_export_passes_hydraflows_verify_and_round_trips(
     _ok(runner, "--home", str(other), "init")
     _ok(runner, "--home", str(other), "policy", "save", str(SAMPLES / "policies.json"))
     _ok(runner, "--home", str(other), "audit", "import", str(out), "--format", "hydraflow")
-    back = _records(other)
+    back = _records(other)[1:]  # seq 0: that home's own policy save's mutation record
     assert [r["recorded_at"] for r in back] == [r["recorded_at"] for r in records]
     assert [r["payload"]["payload"]["value"] for r in back] == [r["payload"] for r in records]
     assert [r["payload"]["origin"]["record_hash"] for r in back] == [

@@ -71,7 +71,7 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "plugins": (("plugins",), "Installed plugins: list them, check one."),
     "policy": (
         ("policy", "whatif", "policy_import"),
-        "Policy sets: validate, save as revisions, import, export, show, history.",
+        "Policy sets: validate, save as revisions, roll back, import, export, show, history.",
     ),
     "quickstart": (("quickstart",), "The main job in one run, on a fresh home, from the examples."),
     "restore": (("backup",), "Restore a backup as the home, verified before it replaces it."),
@@ -303,6 +303,18 @@ def unused_home_option(f: F) -> F:
         default=None,
         expose_value=False,
         help="Accepted and ignored: this command reads no home (every command takes --home).",
+    )(f)
+
+
+def actor_option(f: F) -> F:
+    """``--actor NAME``: who writes (else env ``RENSEI_ACTOR``, else the OS user), recorded
+    with every policy or enforcement write; a label, never a credential."""
+    return click.option(
+        "--actor",
+        metavar="NAME",
+        default=None,
+        help="Who is writing, recorded with the write (default: env RENSEI_ACTOR, else the "
+        "OS user). A label, never a credential.",
     )(f)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from ..core.audit.chain import AuditRecord
+from ..core.redact import DEFAULT_REDACTOR
 from ..core.routing.decision import STATE_ABSENT, RouteDecision
 from ..core.routing.policy import PolicySnapshot
 from ..core.shadow.report import ShadowReport
@@ -77,7 +78,13 @@ def open_policy_store(home: Path, *, write: bool) -> Iterator[ControlStore]:
         HomeError: the home is not initialised (``rensei init``).
         StoreError: the database cannot be opened.
     """
-    store = open_control_store(home_of(home), write=write, vocabulary=session().vocabulary())
+    s = session()
+    store = open_control_store(
+        home_of(home),
+        write=write,
+        vocabulary=s.vocabulary(),
+        redactor=s.redactor() if write else DEFAULT_REDACTOR,
+    )
     try:
         yield store
     finally:

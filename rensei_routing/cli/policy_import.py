@@ -12,11 +12,12 @@ from pathlib import Path
 
 import click
 
+from ..control.policy_writes import save_policies
 from ..errors import PolicyValidationError
 from ..files import atomic_write
 from ._output import note
 from ._render import issue_line
-from ._root import CommandError, echo_json, home_option, json_option
+from ._root import CommandError, actor_option, echo_json, home_option, json_option
 from ._session import session
 from ._store import (
     home_of,
@@ -39,13 +40,15 @@ _FORMAT = click.option(
 @policy.command(name="import")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @_FORMAT
+@actor_option
 @home_option
 @json_option
-def policy_import(file: Path, format_: str, home: Path, json_: bool) -> None:
+def policy_import(file: Path, format_: str, actor: str | None, home: Path, json_: bool) -> None:
     """Check a HydraFlow policies.json FILE (its order-independent content hash, its shape) and
     save its policies as the next revision, validated like `policy save`. A corrupt store
     (unparseable, a wrong type, a hash mismatch) or an invalid policy set is refused (exit 1)
-    and nothing is written. HydraFlow's revision number is reported, not reused."""
+    and nothing is written. HydraFlow's revision number is reported, not reused. The save is
+    audited like `policy save` (its mutation record names the actor)."""
     from ..core.routing.interop import read_hydraflow
     from ..errors import PolicyStoreCorruptError
 
@@ -60,7 +63,13 @@ def policy_import(file: Path, format_: str, home: Path, json_: bool) -> None:
     store_doc = read_hydraflow(text, source=str(file), vocabulary=session().vocabulary())
     with open_policy_store(home, write=True) as store:
         try:
-            saved = store.save_policies(store_doc.policies, saved_at=now_rfc3339())
+            saved = save_policies(
+                store,
+                store_doc.policies,
+                saved_at=now_rfc3339(),
+                actor=actor,
+                redactor=session().redactor(),
+            ).snapshot
         except PolicyValidationError as e:
             for issue in e.issues:
                 click.echo(issue_line(issue), err=True)

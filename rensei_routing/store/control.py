@@ -19,19 +19,24 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 import apsw
 
+from ..core.audit.chain import checkpoint_origin
+from ..core.redact import DEFAULT_REDACTOR, Redactor
+from ..core.routing.edits import MUTATION_RECORD, PolicyEdit, PolicyMutation
 from ..core.routing.policy import PolicySnapshot, RoutingPolicy
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
-from ..errors import HomeError
+from ..errors import HomeError, MalformedError
+from .audit import AuditLog
 from .db import close_quietly, store_error
 from .home import Home
-from .policies import PolicyStore, RevisionInfo, SnapshotLoad
+from .policies import PolicyStore, PreparedWrite, RevisionInfo, SnapshotLoad
 from .snapshots import CompileResult, OrgStore, SnapshotInfo, SnapshotStore
 
 __all__ = [
@@ -39,8 +44,10 @@ __all__ = [
     "EVENT_ORG",
     "EVENT_POLICY",
     "EVENT_RESEAL",
+    "UNNAMED_ACTOR",
     "ControlEvent",
     "ControlStore",
+    "PolicyWrite",
     "Sign",
     "SqliteControlStore",
     "attach_postgres",
@@ -57,6 +64,19 @@ EVENT_POLICY: Final = "policy.save"
 EVENT_ORG: Final = "org.load"
 EVENT_COMPILE: Final = "snapshot.compile"
 EVENT_RESEAL: Final = "snapshot.reseal"
+#: The actor a library call that names none is recorded as (every command names one).
+UNNAMED_ACTOR: Final = "unnamed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyWrite:
+    """One committed policy write: the revision saved and its audited mutation record (on
+    SQLite, ``record_seq`` is its seq on the home's audit chain; on PostgreSQL ``None``: the
+    record is the revision's row of ``control_policy_mutations``)."""
+
+    snapshot: PolicySnapshot
+    mutation: PolicyMutation
+    record_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,13 +109,34 @@ class ControlStore(Protocol):
     where: str
 
     def save_policies(
-        self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
+        self,
+        policies: Iterable[RoutingPolicy],
+        *,
+        saved_at: str,
+        over_corrupt: bool = False,
+        expected_revision: int | None = None,
+        actor: str | None = None,
     ) -> PolicySnapshot:
-        """Validate, then store as the next policy revision (:meth:`PolicyStore.save`)."""
+        """Validate, then store as the next policy revision, audited (:meth:`write_policies`
+        of the whole set; ``actor`` ``None``: :data:`UNNAMED_ACTOR`)."""
+        ...
+
+    def write_policies(
+        self, edit: PolicyEdit, *, saved_at: str, over_corrupt: bool = False
+    ) -> PolicyWrite:
+        """Check ``edit`` against the current revision and store the result as the next one,
+        with its mutation record, in one transaction (``store.policies.prepare_write``: a
+        stale expected revision, a corrupt store, a missing rollback target, an out-of-scope
+        or credential-shaped policy, an invalid set are refused and nothing is written)."""
         ...
 
     def load_policies(self, revision: int | None = None) -> SnapshotLoad:
         """The current (or ``revision``) policy revision (:meth:`PolicyStore.load`)."""
+        ...
+
+    def policy_mutations(self) -> list[PolicyMutation]:
+        """Every policy write's mutation record, oldest first (SQLite: read off the home's
+        audit chain, a walk of all of it; PostgreSQL: ``control_policy_mutations``)."""
         ...
 
     def policy_history(self) -> list[RevisionInfo]:
@@ -188,10 +229,15 @@ def is_postgres_url(url: str) -> bool:
 
 
 def open_control_store(
-    home: Home, *, write: bool = False, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+    home: Home,
+    *,
+    write: bool = False,
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    redactor: Redactor = DEFAULT_REDACTOR,
 ) -> ControlStore:
     """The control store ``home`` is configured for: PostgreSQL when ``[store] url`` names one,
-    else the home's SQLite database. The caller closes it.
+    else the home's SQLite database (whose policy writes append their mutation records to the
+    home's audit log, redacted with ``redactor``). The caller closes it.
 
     Raises:
         HomeError: the home is not initialised or its config is unusable.
@@ -201,7 +247,12 @@ def open_control_store(
     url = home.store_url()
     if url is not None:
         return open_postgres(home, url, vocabulary=vocabulary)
-    return SqliteControlStore(home.connect(write=write), org_id=info.org, vocabulary=vocabulary)
+    return SqliteControlStore(
+        home.connect(write=write),
+        org_id=info.org,
+        vocabulary=vocabulary,
+        audit=lambda: AuditLog.open(home, redactor=redactor),
+    )
 
 
 def open_postgres(
@@ -254,9 +305,16 @@ class SqliteControlStore:
     time per home)."""
 
     def __init__(
-        self, conn: apsw.Connection, *, org_id: str, vocabulary: Vocabulary = DEFAULT_VOCABULARY
+        self,
+        conn: apsw.Connection,
+        *,
+        org_id: str,
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        audit: Callable[[], AuditLog] | None = None,
     ) -> None:
         self._conn = conn
+        self._audit_factory = audit
+        self._audit: AuditLog | None = None
         self._lock = threading.RLock()  # one transaction at a time when threads share it
         self.org_id = org_id
         self.where = str(conn.filename)
@@ -266,10 +324,7 @@ class SqliteControlStore:
         self._snapshots = SnapshotStore(conn, org_id=org_id)
 
     def _event(self, at: str, kind: str, revision: int, content_hash: str) -> None:
-        self._conn.execute(
-            "INSERT INTO control_events(at, kind, revision, content_hash) VALUES (?, ?, ?, ?)",
-            (at, kind, revision, content_hash),
-        )
+        _insert_event(self._conn, at, kind, revision, content_hash)
 
     def _write(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -279,19 +334,69 @@ class SqliteControlStore:
             raise store_error(what, e, self.where) from e
 
     def save_policies(
-        self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
+        self,
+        policies: Iterable[RoutingPolicy],
+        *,
+        saved_at: str,
+        over_corrupt: bool = False,
+        expected_revision: int | None = None,
+        actor: str | None = None,
     ) -> PolicySnapshot:
-        def run() -> PolicySnapshot:
-            saved = self._policies.save(policies, saved_at=saved_at, over_corrupt=over_corrupt)
-            self._event(saved_at, EVENT_POLICY, saved.revision, saved.content_hash)
-            return saved
+        edit = PolicyEdit(
+            actor=UNNAMED_ACTOR if actor is None else actor,
+            policies=tuple(policies),
+            expected_revision=expected_revision,
+        )
+        return self.write_policies(edit, saved_at=saved_at, over_corrupt=over_corrupt).snapshot
 
-        result: PolicySnapshot = self._write("cannot save policy revision", run)
-        return result
+    def _audit_log(self) -> AuditLog:
+        if self._audit is None:
+            factory = self._audit_factory
+            self._audit = (
+                AuditLog(Path(self.where), origin=checkpoint_origin(self.org_id))
+                if factory is None
+                else factory()
+            )
+        return self._audit
+
+    def write_policies(
+        self, edit: PolicyEdit, *, saved_at: str, over_corrupt: bool = False
+    ) -> PolicyWrite:
+        # The revision, its control event and its mutation record on the home's audit chain
+        # commit in the audit log's one BEGIN IMMEDIATE transaction, or none of them does.
+        done: list[PreparedWrite] = []
+
+        def change(conn: apsw.Connection) -> list[Any]:
+            prepared = PolicyStore(conn, vocabulary=self._vocabulary).write(
+                edit, saved_at=saved_at, over_corrupt=over_corrupt
+            )
+            snap = prepared.snapshot
+            _insert_event(conn, saved_at, EVENT_POLICY, snap.revision, snap.content_hash)
+            done.append(prepared)
+            return [prepared.mutation.to_dict()]
+
+        with self._lock:
+            appended = self._audit_log().append_within(change, recorded_at=saved_at)
+        prepared = done[-1]
+        return PolicyWrite(
+            snapshot=prepared.snapshot, mutation=prepared.mutation, record_seq=appended.first_seq
+        )
 
     def load_policies(self, revision: int | None = None) -> SnapshotLoad:
         with self._lock:
             return self._policies.load(revision)
+
+    def policy_mutations(self) -> list[PolicyMutation]:
+        out: list[PolicyMutation] = []
+        with self._lock:
+            for record in self._audit_log().records():
+                try:
+                    payload = record.payload
+                except MalformedError:  # a damaged record: audit verify names it
+                    continue
+                if isinstance(payload, dict) and payload.get("record_type") == MUTATION_RECORD:
+                    out.append(PolicyMutation.from_dict(payload))
+        return out
 
     def policy_history(self) -> list[RevisionInfo]:
         with self._lock:
@@ -430,4 +535,14 @@ class SqliteControlStore:
     def close(self) -> None:
         # Quietly, as every reader of the home closes: what failed was reported by the call
         # that failed, and a close must never turn a finished command into an error.
+        audit, self._audit = self._audit, None
+        if audit is not None:
+            audit.close()
         close_quietly(self._conn)
+
+
+def _insert_event(conn: apsw.Connection, at: str, kind: str, revision: int, digest: str) -> None:
+    conn.execute(
+        "INSERT INTO control_events(at, kind, revision, content_hash) VALUES (?, ?, ?, ?)",
+        (at, kind, revision, digest),
+    )

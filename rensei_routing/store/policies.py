@@ -1,4 +1,5 @@
-"""Policy revisions in SQLite: validate, then write revision = current + 1; load ok/absent/corrupt.
+"""Policy revisions in SQLite: validate, then write revision = current + 1; load ok/absent/corrupt;
+every check of an audited write, run in its transaction (:func:`prepare_write`, both backends).
 
 Adapter: owns the ``policy_revisions`` table and nothing else. It never reads the clock (the
 caller passes ``saved_at``) and never decides routes.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ import apsw
 from ..core import _parse as p
 from ..core.canonical import SHA256_PREFIX
 from ..core.routing.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
+from ..core.routing.edits import PolicyEdit, PolicyMutation
 from ..core.routing.policy import MAX_REVISION, PolicySnapshot, RoutingPolicy, policy_canonical
 from ..core.routing.validation import validate
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
@@ -26,15 +28,19 @@ from ..errors import (
     NotFoundError,
     PolicyValidationError,
     RevisionLimitError,
+    RollbackTargetError,
+    StaleRevisionError,
 )
 from .db import store_error
 
 __all__ = [
     "PolicyStore",
+    "PreparedWrite",
     "RevisionInfo",
     "SnapshotLoad",
     "decode_revision",
     "encode_policies",
+    "prepare_write",
     "revision_info",
 ]
 
@@ -149,6 +155,108 @@ def encode_policies(policies: Iterable[RoutingPolicy]) -> tuple[bytes, str]:
     return body, SHA256_PREFIX + hashlib.sha256(body).hexdigest()
 
 
+Row = tuple[int, str, bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedWrite:
+    """A policy write checked and planned inside its transaction: the row to insert and the
+    mutation record to commit with it."""
+
+    snapshot: PolicySnapshot
+    body: bytes
+    mutation: PolicyMutation
+
+
+def prepare_write(
+    edit: PolicyEdit,
+    *,
+    head: Row | None,
+    head_revision: int,
+    target_row: Callable[[int], Row | None],
+    saved_at: str,
+    over_corrupt: bool,
+    vocabulary: Vocabulary,
+) -> PreparedWrite:
+    """Every check of a policy write, in order, against the current row ``head`` (revision
+    ``head_revision``, 0 when none) read inside the write transaction: the expected revision,
+    a corrupt current revision, the rollback target (``target_row(n)``; 0 is the empty set),
+    the scope and credential rules (:meth:`PolicyEdit.plan`), validation, the revision limit.
+    Either backend calls it; nothing is written when it raises.
+
+    Raises:
+        StaleRevisionError, CorruptSnapshotError, RollbackTargetError, OutOfScopeError,
+        CredentialValueError, PolicyValidationError, RevisionLimitError.
+    """
+    if edit.expected_revision is not None and edit.expected_revision != head_revision:
+        raise StaleRevisionError(edit.expected_revision, head_revision)
+    current: tuple[RoutingPolicy, ...] = ()
+    if head is not None:
+        loaded = decode_revision(*head, vocabulary=vocabulary)
+        if loaded.state == STATE_CORRUPT:
+            if not over_corrupt:
+                raise CorruptSnapshotError(
+                    f"refusing to write over a corrupt store: {loaded.detail}; repair is an "
+                    "explicit operator act (rensei policy save --over-corrupt)"
+                )
+            if edit.scope is not None:
+                raise CorruptSnapshotError(
+                    f"a scoped edit carries the other policies forward, and revision "
+                    f"{head_revision} does not load ({loaded.detail}): repair with a whole set"
+                )
+        current = loaded.snapshot.policies
+    target: tuple[RoutingPolicy, ...] | None = None
+    if edit.rollback_to is not None:
+        target = _rollback_target(edit.rollback_to, target_row, vocabulary)
+    items, diff = edit.plan(current, target)
+    report = validate(items, vocabulary=vocabulary)
+    if not report:
+        raise PolicyValidationError(report.issues, omitted=report.omitted)
+    revision = head_revision + 1
+    if not 0 < revision <= MAX_REVISION:
+        raise RevisionLimitError(
+            f"no revision number left after {head_revision}: revisions stop at "
+            f"{MAX_REVISION}; nothing was saved"
+        )
+    body, content_hash = encode_policies(items)
+    mutation = PolicyMutation(
+        action=edit.action,
+        actor=edit.actor,
+        prior_revision=head_revision,
+        revision=revision,
+        content_hash=content_hash,
+        added=diff.added,
+        removed=diff.removed,
+        changed=diff.changed,
+        saved_at=saved_at,
+        rollback_to=edit.rollback_to,
+        scope=edit.scope,
+        expected_revision=edit.expected_revision,
+    )
+    snapshot = PolicySnapshot(revision=revision, policies=items, content_hash=content_hash)
+    return PreparedWrite(snapshot=snapshot, body=body, mutation=mutation)
+
+
+def _rollback_target(
+    revision: int, target_row: Callable[[int], Row | None], vocabulary: Vocabulary
+) -> tuple[RoutingPolicy, ...]:
+    if revision == 0:
+        return ()
+    row = target_row(revision) if 0 < revision <= MAX_REVISION else None
+    if row is None:
+        raise RollbackTargetError(
+            "no-such-revision",
+            f"policy revision {revision} never existed; nothing was saved",
+        )
+    loaded = decode_revision(*row, vocabulary=vocabulary)
+    if loaded.state == STATE_CORRUPT:
+        raise RollbackTargetError(
+            "target-corrupt",
+            f"policy revision {revision} does not load ({loaded.detail}); nothing was saved",
+        )
+    return loaded.snapshot.policies
+
+
 class PolicyStore:
     """Versioned policy sets over one apsw connection (a writer connection for ``save``)."""
 
@@ -213,7 +321,10 @@ class PolicyStore:
     def save(
         self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
     ) -> PolicySnapshot:
-        """Validate, then write the set as revision = current + 1 (the first is 1).
+        """Validate, then write the set as revision = current + 1 (the first is 1): the raw
+        write, with no mutation record and no scope, expected-revision or credential check
+        (``SqliteControlStore.write_policies`` over :meth:`write` is the audited one, which every
+        command uses; quickstart's fresh home and tests write through this one).
 
         Saving an empty set is a real revision. Nothing is written when anything fails.
         ``over_corrupt=True`` is the operator's explicit repair: it writes over a corrupt
@@ -258,6 +369,38 @@ class PolicyStore:
         except apsw.Error as e:
             raise store_error("cannot save policy revision", e, self._conn.filename) from e
         return PolicySnapshot(revision=revision, policies=items, content_hash=content_hash)
+
+    def write(
+        self, edit: PolicyEdit, *, saved_at: str, over_corrupt: bool = False
+    ) -> PreparedWrite:
+        """Check and plan ``edit`` against the current revision (:func:`prepare_write`) and
+        insert the next revision, inside the caller's write transaction: the caller commits
+        the returned mutation record in the same one (``SqliteControlStore`` appends it to
+        the audit chain).
+
+        Raises:
+            What :func:`prepare_write` raises; StoreError: the database failed.
+        """
+        head = self._row(None)
+        prepared = prepare_write(
+            edit,
+            head=head,
+            head_revision=0 if head is None else head[0],
+            target_row=self._row,
+            saved_at=saved_at,
+            over_corrupt=over_corrupt,
+            vocabulary=self._vocabulary,
+        )
+        snap = prepared.snapshot
+        try:
+            self._conn.execute(
+                "INSERT INTO policy_revisions(revision, content_hash, body, saved_at) "
+                "VALUES (?, ?, ?, ?)",
+                (snap.revision, snap.content_hash, prepared.body, saved_at),
+            )
+        except apsw.Error as e:
+            raise store_error("cannot save policy revision", e, self._conn.filename) from e
+        return prepared
 
     def history(self) -> list[RevisionInfo]:
         """Every revision, oldest first, with its policy count (``None`` when unparseable).

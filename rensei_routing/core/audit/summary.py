@@ -110,6 +110,18 @@ def _summary(payload: Any) -> RecordSummary:
             _text(payload.get("rulesetRev")),
             f"{_pool(payload, 'pool')} session {_text(payload.get('session_id'))}",
         )
+    if kind == "policy-mutation":
+        counts = (_get(payload, k) for k in ("added", "removed", "changed"))
+        ids = "/".join(
+            f"{sign}{len(n) if isinstance(n, list) else NONE}"
+            for sign, n in zip("+-~", counts, strict=True)
+        )
+        target = payload.get("rollback_to")
+        action = _text(payload.get("action")) + ("" if target is None else f"@{target}")
+        revisions = f"{_text(payload.get('prior_revision'))}->{_text(payload.get('revision'))}"
+        return RecordSummary(
+            "policy", f"{action}:{revisions}", ids, f"by {_text(payload.get('actor'))}"
+        )
     if kind == "hydraflow-import":
         inner = _summary(payload.get("payload"))
         chain, seq = _get(payload, "origin", "chain"), _get(payload, "origin", "seq")

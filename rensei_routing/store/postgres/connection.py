@@ -88,6 +88,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (org_id, seq)
     );
     """,
+    # 2: the audited record of every policy write (issue 30), one per policy revision, in the
+    #    transaction that stores the revision: its payload is the canonical JSON the SQLite
+    #    store appends to the home's audit chain (``core.routing.edits.PolicyMutation``).
+    """
+    CREATE TABLE control_policy_mutations(
+        org_id text NOT NULL,
+        revision bigint NOT NULL CHECK (revision > 0),
+        recorded_at text NOT NULL,
+        actor text NOT NULL,
+        payload bytea NOT NULL,
+        PRIMARY KEY (org_id, revision),
+        FOREIGN KEY (org_id, revision) REFERENCES control_policy_revisions(org_id, revision)
+    );
+    """,
 )
 
 

@@ -18,15 +18,17 @@ The bytes stored, their hashes, validation and succession are the SQLite store's
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from ...core.routing.decision import STATE_ABSENT, STATE_CORRUPT
-from ...core.routing.policy import MAX_REVISION, PolicySnapshot, RoutingPolicy
-from ...core.routing.validation import validate
+from ...core.canonical import canonical_bytes
+from ...core.routing.decision import STATE_ABSENT
+from ...core.routing.edits import PolicyEdit, PolicyMutation
+from ...core.routing.policy import PolicySnapshot, RoutingPolicy
 from ...core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ...core.snapshot.envelope import (
     RulesetSnapshot,
@@ -35,24 +37,19 @@ from ...core.snapshot.envelope import (
 )
 from ...core.snapshot.org import OrgData
 from ...core.snapshot.validators import SnapshotValidator
-from ...errors import (
-    CorruptSnapshotError,
-    HomeError,
-    NotFoundError,
-    PolicyValidationError,
-    RevisionLimitError,
-    SnapshotError,
-)
+from ...errors import HomeError, NotFoundError, SnapshotError
 from ..control import (
     EVENT_COMPILE,
     EVENT_ORG,
     EVENT_POLICY,
     EVENT_RESEAL,
+    UNNAMED_ACTOR,
     ControlEvent,
     Lookup,
+    PolicyWrite,
     Sign,
 )
-from ..policies import RevisionInfo, SnapshotLoad, decode_revision, encode_policies, revision_info
+from ..policies import RevisionInfo, SnapshotLoad, decode_revision, prepare_write, revision_info
 from ..snapshots import (
     MAX_SNAPSHOT_REVISION,
     CompileResult,
@@ -228,37 +225,58 @@ class PgControlStore:
         return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
 
     def save_policies(
-        self, policies: Iterable[RoutingPolicy], *, saved_at: str, over_corrupt: bool = False
+        self,
+        policies: Iterable[RoutingPolicy],
+        *,
+        saved_at: str,
+        over_corrupt: bool = False,
+        expected_revision: int | None = None,
+        actor: str | None = None,
     ) -> PolicySnapshot:
-        items = tuple(policies)
-        report = validate(items, vocabulary=self._vocabulary)
-        if not report:
-            raise PolicyValidationError(report.issues, omitted=report.omitted)
-        body, content_hash = encode_policies(items)
+        edit = PolicyEdit(
+            actor=UNNAMED_ACTOR if actor is None else actor,
+            policies=tuple(policies),
+            expected_revision=expected_revision,
+        )
+        return self.write_policies(edit, saved_at=saved_at, over_corrupt=over_corrupt).snapshot
+
+    def write_policies(
+        self, edit: PolicyEdit, *, saved_at: str, over_corrupt: bool = False
+    ) -> PolicyWrite:
+        # The org's row locked FOR UPDATE serialises every writer of the org: the expected
+        # revision is compared with the counter the insert takes its number from, and the
+        # revision, its control event and its mutation row commit together.
         with self._tx("cannot save policy revision") as conn:
             heads = self._heads(conn)
-            current = self._policy_row(conn, None)
-            if current is not None:
-                loaded = decode_revision(*current, vocabulary=self._vocabulary)
-                if loaded.state == STATE_CORRUPT and not over_corrupt:
-                    raise CorruptSnapshotError(
-                        f"refusing to write over a corrupt store: {loaded.detail}; repair is "
-                        "an explicit operator act (rensei policy save --over-corrupt)"
-                    )
-            revision = heads["policy_rev"] + 1
-            if not 0 < revision <= MAX_REVISION:
-                raise RevisionLimitError(
-                    f"no revision number left after {heads['policy_rev']}: revisions stop at "
-                    f"{MAX_REVISION}; nothing was saved"
-                )
+            prepared = prepare_write(
+                edit,
+                head=self._policy_row(conn, None),
+                head_revision=heads["policy_rev"],
+                target_row=lambda n: self._policy_row(conn, n),
+                saved_at=saved_at,
+                over_corrupt=over_corrupt,
+                vocabulary=self._vocabulary,
+            )
+            snap, mutation = prepared.snapshot, prepared.mutation
             conn.execute(
                 "INSERT INTO control_policy_revisions(org_id, revision, content_hash, body, "
                 "saved_at) VALUES (%s, %s, %s, %s, %s)",
-                (self.org_id, revision, content_hash, body, saved_at),
+                (self.org_id, snap.revision, snap.content_hash, prepared.body, saved_at),
             )
-            self._bump(conn, "policy_rev", revision)
-            self._event(conn, heads, saved_at, EVENT_POLICY, revision, content_hash)
-        return PolicySnapshot(revision=revision, policies=items, content_hash=content_hash)
+            conn.execute(
+                "INSERT INTO control_policy_mutations(org_id, revision, recorded_at, actor, "
+                "payload) VALUES (%s, %s, %s, %s, %s)",
+                (
+                    self.org_id,
+                    snap.revision,
+                    saved_at,
+                    mutation.actor,
+                    canonical_bytes(edit.redactor.redact(mutation.to_dict())),
+                ),
+            )
+            self._bump(conn, "policy_rev", snap.revision)
+            self._event(conn, heads, saved_at, EVENT_POLICY, snap.revision, snap.content_hash)
+        return PolicyWrite(snapshot=snap, mutation=mutation)
 
     def load_policies(self, revision: int | None = None) -> SnapshotLoad:
         if revision is not None and not 0 < revision < 2**63:
@@ -270,6 +288,14 @@ class PgControlStore:
                 raise NotFoundError(f"no policy revision {revision}")
             return SnapshotLoad(state=STATE_ABSENT, snapshot=PolicySnapshot.empty())
         return decode_revision(*row, vocabulary=self._vocabulary)
+
+    def policy_mutations(self) -> list[PolicyMutation]:
+        with self._tx("cannot read policy mutations") as conn:
+            rows = conn.execute(
+                "SELECT payload FROM control_policy_mutations WHERE org_id = %s ORDER BY revision",
+                (self.org_id,),
+            ).fetchall()
+        return [PolicyMutation.from_dict(json.loads(bytes(row[0]))) for row in rows]
 
     def policy_history(self) -> list[RevisionInfo]:
 
