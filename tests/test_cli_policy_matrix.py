@@ -277,3 +277,50 @@ def test_save_over_a_corrupt_revision_says_the_radius_was_not_computed(
     assert result.exit_code == 0, result.output
     radius = json.loads(result.stdout)["blast_radius"]
     assert radius["not_computed"].startswith("revision 1 is corrupt")
+
+
+def test_a_store_that_is_not_a_database_is_refused(runner: CliRunner, home: Path) -> None:
+    db = home / "rensei.db"
+    for extra in ("rensei.db-wal", "rensei.db-shm"):
+        (home / extra).unlink(missing_ok=True)
+    db.write_bytes(b"not a database " * 100)
+    before = _digest(home)
+    result = runner.invoke(cli, ["--home", str(home), "policy", "matrix"])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"Error: cannot open database {db}: file is not a database"
+    ]
+    assert _digest(home) == before
+
+
+def test_the_python_api_over_a_real_store(tmp_path: Path) -> None:
+    from rensei_routing.core.routing.policy import PolicySnapshot
+    from rensei_routing.errors import CorruptSnapshotError, NotFoundError
+    from rensei_routing.ops.matrix import MatrixRequest, blast_radius, compare, matrix_of
+    from rensei_routing.store.home import Home
+    from rensei_routing.store.policies import PolicyStore
+
+    home = Home(tmp_path / "api")
+    home.init()
+    conn = home.connect(write=True)
+    try:
+        store = PolicyStore(conn)
+        for policies in ([GLOBAL], [GLOBAL, REVIEWERS]):
+            snapshot = PolicySnapshot.from_dict({"policies": policies})
+            store.save(snapshot.policies, saved_at="2026-01-01T00:00:00.000000Z")
+        current = matrix_of(store.load, None, MatrixRequest(roles=("reviewer",)))
+        assert current.revision == 2 and current.counts()["held"] == 4
+        radius = blast_radius(store.load, 1, 2)
+        assert radius.summary().startswith("blast radius rev 1 -> rev 2: 4 of 56 cells move")
+        first, none = store.load(1).snapshot, PolicySnapshot.empty()
+        matrix, against_empty = compare(none, first, MatrixRequest(repo="acme/widgets"))
+        assert len(against_empty.changes) == matrix.axes.size == 56
+        with pytest.raises(NotFoundError):
+            matrix_of(store.load, 3, MatrixRequest())
+        with pytest.raises(NotFoundError):
+            blast_radius(store.load, 2, 3)
+        conn.execute("UPDATE policy_revisions SET body = CAST('[]' AS BLOB) WHERE revision = 1")
+        with pytest.raises(CorruptSnapshotError, match="revision 1 is corrupt"):
+            blast_radius(store.load, 1, 2)
+    finally:
+        conn.close()
