@@ -14,11 +14,11 @@ from ..core.routing.policy import PolicySnapshot
 from ..core.routing.structure import read_policy_document
 from ..core.routing.validation import MAX_ISSUES, ValidationIssue, validate
 from ..errors import (
-    CorruptSnapshotError,
     InputError,
     MalformedError,
     MatrixError,
     PolicyValidationError,
+    StoreError,
 )
 from ..ops.matrix import MatrixRequest, blast_radius, compare, load_set, matrix_of
 from ..store.control import ControlStore
@@ -203,11 +203,11 @@ _MATRIX_HEAD = (
 def save_blast_radius(store: ControlStore, before: int, after: int) -> dict[str, Any]:
     """What ``policy save`` reports about the revision it saved: the blast radius of moving
     from ``before`` to ``after`` (``summary`` one line, the rest the cells), or why there is
-    none (``not_computed``: the revision it replaced is corrupt, or the cells pass the bound).
-    Never raises a refusal: the save is already committed."""
+    none (``not_computed``: the revision it replaced is corrupt or cannot be read, or the cells
+    pass the bound). Never raises a refusal: the save is already committed."""
     try:
         radius = blast_radius(store.load_policies, before, after, vocabulary=session().vocabulary())
-    except (CorruptSnapshotError, MatrixError) as e:
+    except (StoreError, MatrixError) as e:
         why = str(e)
         return {"summary": f"blast radius not computed: {why}", "not_computed": why}
     return {"summary": radius.summary(), **radius.to_dict()}
