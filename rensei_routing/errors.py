@@ -135,6 +135,18 @@ class RollbackTargetError(PolicyWriteError):
         super().__init__(message)
 
 
+class MatrixError(PolicyError):
+    """A route matrix (or a blast radius) cannot be built as asked."""
+
+
+class MatrixAxisError(MatrixError):
+    """A matrix axis names what is not there: a repository id that is not ``owner/name``, or a
+    role, request face, requirement or repo class the vocabulary does not know."""
+
+
+class MatrixTooLargeError(MatrixError):
+    """A matrix would hold more cells than its bound; narrow its axes."""
+
 # -- store --------------------------------------------------------------------------------------
 
 

@@ -71,7 +71,8 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "plugins": (("plugins",), "Installed plugins: list them, check one."),
     "policy": (
         ("policy", "whatif", "policy_import"),
-        "Policy sets: validate, save as revisions, roll back, import, export, show, history.",
+        "Policy sets: validate, save as revisions, roll back, the route matrix and blast radius, "
+        "import, export, show, history.",
     ),
     "quickstart": (("quickstart",), "The main job in one run, on a fresh home, from the examples."),
     "restore": (("backup",), "Restore a backup as the home, verified before it replaces it."),

@@ -5,14 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..control.policy_writes import rollback_policies, save_policies
+from ..core.routing.decision import STATE_OK
+from ..core.routing.matrix import MatrixCell
+from ..core.routing.policy import PolicySnapshot
 from ..core.routing.structure import read_policy_document
 from ..core.routing.validation import MAX_ISSUES, ValidationIssue, validate
-from ..errors import InputError, MalformedError, PolicyValidationError
-from ..store.control import PolicyWrite
+from ..errors import (
+    InputError,
+    MalformedError,
+    MatrixError,
+    PolicyValidationError,
+    StoreError,
+)
+from ..ops.matrix import MatrixRequest, blast_radius, compare, load_set, matrix_of
+from ..store.control import ControlStore, PolicyWrite
+from ..store.policies import SnapshotLoad
 from ._inputs import read_json, read_verified_policy_file
 from ._output import emit, next_step, note, printable
 from ._render import issue_line
@@ -151,7 +163,10 @@ def policy_save(
                 redactor=session().redactor(),
             )
         )
-    _report(written, json_)
+        radius = save_blast_radius(
+            store, written.mutation.prior_revision, written.snapshot.revision
+        )
+    _report(written, json_, radius)
 
 
 @policy.command(name="rollback")
@@ -193,7 +208,10 @@ def policy_rollback(
                 redactor=session().redactor(),
             )
         )
-    _report(written, json_)
+        radius = save_blast_radius(
+            store, written.mutation.prior_revision, written.snapshot.revision
+        )
+    _report(written, json_, radius)
 
 
 def _written(write: Callable[[], PolicyWrite]) -> PolicyWrite:
@@ -207,7 +225,7 @@ def _written(write: Callable[[], PolicyWrite]) -> PolicyWrite:
         raise CommandError(f"{_count(total, e.omitted)}; nothing was saved") from e
 
 
-def _report(written: PolicyWrite, json_: bool) -> None:
+def _report(written: PolicyWrite, json_: bool, radius: dict[str, Any]) -> None:
     saved, m = written.snapshot, written.mutation
     if json_:
         echo_json(
@@ -222,6 +240,7 @@ def _report(written: PolicyWrite, json_: bool) -> None:
                 "changed": list(m.changed),
                 "rollback_to": m.rollback_to,
                 "scope_repo": m.scope,
+                "blast_radius": radius,
             }
         )
         return
@@ -240,6 +259,7 @@ def _report(written: PolicyWrite, json_: bool) -> None:
             f"{saved.content_hash} (after revision {m.prior_revision}; {ids}; by {m.actor})"
         )
     )
+    note(str(radius["summary"]))
 
 
 @policy.command(name="show")
@@ -287,3 +307,159 @@ def policy_history(home: Path, json_: bool) -> None:
         count = "?" if r.policy_count is None else f"{r.policy_count:,}"
         cells = (str(r.revision), str(r.saved_at), f"{count} policies", str(r.content_hash))
         emit("\t".join(printable(c) for c in cells))
+
+
+# -- the route matrix and the blast radius (docs/route-matrix.md) -------------------------------
+
+_MATRIX_HEAD = (
+    "repo",
+    "repo_class",
+    "role",
+    "face",
+    "requirement",
+    "outcome",
+    "reason",
+    "provider",
+    "account",
+    "model",
+    "policy",
+    "rung",
+)
+
+
+def save_blast_radius(store: ControlStore, before: int, after: int) -> dict[str, Any]:
+    """What ``policy save`` reports about the revision it saved: the blast radius of moving
+    from ``before`` to ``after`` (``summary`` one line, the rest the cells), or why there is
+    none (``not_computed``: the revision it replaced is corrupt or cannot be read, or the cells
+    pass the bound). Never raises a refusal: the save is already committed."""
+    try:
+        radius = blast_radius(store.load_policies, before, after, vocabulary=session().vocabulary())
+    except (StoreError, MatrixError) as e:
+        why = str(e)
+        return {"summary": f"blast radius not computed: {why}", "not_computed": why}
+    return {"summary": radius.summary(), **radius.to_dict()}
+
+
+def _cell_row(cell: MatrixCell) -> tuple[str, ...]:
+    d = cell.to_dict()
+    req = cell.requirement
+    return (
+        cell.repo or "-",
+        str(d["repo_class"]),
+        cell.role,
+        cell.face,
+        f"{req.kind}:{req.value}",
+        cell.outcome,
+        cell.reason,
+        cell.provider or "-",
+        cell.account or "-",
+        cell.model or "-",
+        cell.policy_id or "-",
+        "-" if cell.rung is None else str(cell.rung),
+    )
+
+
+def _against_set(against: str) -> PolicySnapshot | int:
+    """``--against``: a revision number, or a candidate policy FILE (validated)."""
+    if against.isdigit():
+        return int(against)
+    vocabulary = session().vocabulary()
+    snapshot = read_verified_policy_file(Path(against), vocabulary=vocabulary)
+    report = validate(snapshot.policies, vocabulary=vocabulary)
+    if not report:
+        first = report.issues[0]
+        raise CommandError(
+            f"{against}: {_count(report.total, report.omitted)}, first: "
+            f"{first.code} [{first.policy_id or '-'}]: {first.detail}"
+        )
+    return snapshot
+
+
+@policy.command(name="matrix")
+@click.option(
+    "--rev",
+    "revision",
+    type=click.IntRange(min=0, max=2**53 - 1),
+    help="Revision to show (default: current; 0 is the empty set).",
+)
+@click.option("--repo", default=None, help="One repository, owner/name (default: none).")
+@click.option("--repo-class", "repo_classes", multiple=True, help="Repo class axis (repeat).")
+@click.option("--role", "roles", multiple=True, help="Role axis (repeat; default: every role).")
+@click.option(
+    "--face", "faces", multiple=True, help="Request face axis (repeat; default: agentic, one-shot)."
+)
+@click.option(
+    "--requirement",
+    "requirements",
+    multiple=True,
+    help="Requirement axis, a family or class name or KIND:VALUE (repeat).",
+)
+@click.option(
+    "--against",
+    default=None,
+    metavar="M|FILE",
+    help="Diff: before = revision M (after = the shown one), or after = FILE (before = shown).",
+)
+@home_option
+@json_option
+def policy_matrix(
+    revision: int | None,
+    repo: str | None,
+    repo_classes: tuple[str, ...],
+    roles: tuple[str, ...],
+    faces: tuple[str, ...],
+    requirements: tuple[str, ...],
+    against: str | None,
+    home: Path,
+    json_: bool,
+) -> None:
+    """The effective-route matrix: every repo class x role x face x requirement cell of one
+    revision, resolved against it in one batch; with --against, the cells that move (the
+    blast radius).
+
+    A cell no policy claims is 'unmanaged' (legacy routing decides it). At most 5,000 cells;
+    narrow a larger one with the axis options. Reads only (docs/route-matrix.md).
+    """
+    request = MatrixRequest(
+        repo=repo,
+        roles=roles,
+        faces=faces,
+        requirements=requirements,
+        repo_classes=repo_classes,
+    )
+    vocabulary = session().vocabulary()
+    other = None if against is None else _against_set(against)
+    with open_policy_store(home, write=False) as store:
+        shown = load_set(store.load_policies, revision)
+        before = load_set(store.load_policies, other) if isinstance(other, int) else shown
+    radius = None
+    if other is None:
+        matrix = matrix_of(lambda _: _as_ok(shown), None, request, vocabulary=vocabulary)
+    elif isinstance(other, int):
+        matrix, radius = compare(before, shown, request, vocabulary=vocabulary)
+    else:
+        matrix, radius = compare(shown, other, request, vocabulary=vocabulary)
+    if json_:
+        doc = matrix.to_dict()
+        if radius is not None:
+            doc = {"matrix": doc, "blast_radius": radius.to_dict()}
+        echo_json(doc)
+        return
+    if radius is None:
+        emit("\t".join(_MATRIX_HEAD))
+        for cell in matrix.cells:
+            emit("\t".join(printable(c) for c in _cell_row(cell)))
+        counts = ", ".join(f"{n} {o}" for o, n in matrix.counts().items())
+        emit(printable(f"revision {matrix.revision}: {len(matrix.cells)} cells ({counts})"))
+        return
+    for change in radius.changes:
+        emit(
+            printable(
+                f"{change.after.label()}: {change.before.summary()} -> {change.after.summary()}"
+            )
+        )
+    emit(printable(radius.summary()))
+
+
+def _as_ok(snapshot: PolicySnapshot) -> SnapshotLoad:
+    return SnapshotLoad(state=STATE_OK, snapshot=snapshot)

@@ -34,6 +34,7 @@ from .html import esc, page
 from .pages_chain import audit_page, decision_page
 from .pages_fleet import fleet_page
 from .pages_home import overview_page, policies_page
+from .pages_matrix import matrix_page
 from .pages_shadow import divergences_page, shadow_page
 from .pages_whatif import whatif_page
 
@@ -53,6 +54,7 @@ _PAGES: Final[dict[str, Page]] = {
     "/divergences": divergences_page,
     "/whatif": whatif_page,
     "/policies": policies_page,
+    "/matrix": matrix_page,
     "/audit": audit_page,
     "/fleet": fleet_page,
 }

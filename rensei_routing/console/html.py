@@ -19,6 +19,7 @@ NAV: Final = (
     ("/divergences", "Divergences"),
     ("/whatif", "What-if"),
     ("/policies", "Policies"),
+    ("/matrix", "Matrix"),
     ("/audit", "Audit"),
     ("/fleet", "Fleet"),
 )
