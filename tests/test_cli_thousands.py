@@ -27,7 +27,8 @@ def _bare_numbers(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A control home with 1,001 recorded decisions and one compiled snapshot."""
+    """A control home with 1,001 recorded decisions after its policy save's record (1,002 records)
+and one compiled snapshot."""
     base = tmp_path_factory.mktemp("thousands")
     home = base / "h"
     contexts = (EXAMPLES / "contexts.jsonl").read_text().splitlines()
@@ -50,9 +51,9 @@ def test_checkpoint_counts_its_records_as_verify_does(home: Path, tmp_path: Path
     runner = CliRunner()
     done = runner.invoke(cli, ["audit", "checkpoint", "-o", str(tmp_path / "cp"), "--home", home])
     assert done.exit_code == 0, done.output
-    assert done.stderr.startswith("checkpoint of 1,001 records (sha256:"), done.stderr
+    assert done.stderr.startswith("checkpoint of 1,002 records (sha256:"), done.stderr
     verified = runner.invoke(cli, ["audit", "verify", "--home", str(home)])
-    assert "intact: 1,001 records" in verified.stdout, verified.stdout
+    assert "intact: 1,002 records" in verified.stdout, verified.stdout
     for text in (done.stderr, verified.stdout):
         assert _bare_numbers(text) == [], text
 

@@ -274,7 +274,7 @@ def test_the_scaling_walk_through_runs_as_printed() -> None:
         for file_host, host, added, head in first:
             assert file_host == host
             lines = (work / f"{host}.jsonl").read_text(encoding="utf-8").count("\n")
-            assert int(added.replace(",", "")) == lines == 3001  # as the README says
+            assert int(added.replace(",", "")) == lines == 3002  # as the README says
             heads[host] = head
         assert sorted(heads) == list(HOSTS)
         assert [(h, n, hd) for _, h, n, hd in again] == [(h, "0", heads[h]) for h in HOSTS]
@@ -288,7 +288,7 @@ def test_the_scaling_walk_through_runs_as_printed() -> None:
         for h in HOSTS:
             assert re.search(rf"^  {h}\s+3,000 spawns  agreed\s+\d+\.\d%", by_host, re.M), by_host
             assert re.search(
-                rf"^  {h}  3,001  {re.escape(heads[h][:19])}  .*  acme@2  2  ok$", out, re.M
+                rf"^  {h}  3,002  {re.escape(heads[h][:19])}  .*  acme@2  2  ok$", out, re.M
             ), out[-2000:]
 
         # the backup

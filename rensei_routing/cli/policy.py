@@ -62,7 +62,8 @@ _SCOPE = click.option(
 
 @cli.group()
 def policy() -> None:
-    """Policy sets: validate, save as revisions, roll back, import, export, show, history."""
+    """Policy sets: validate, save as revisions, roll back, the route matrix and blast radius,
+    import, export, show, history."""
 
 
 @policy.command(name="validate")
