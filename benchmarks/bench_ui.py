@@ -64,7 +64,13 @@ def _build(root: Path, count: int) -> Any:
 
 def _environ(path: str) -> dict[str, Any]:
     p, _, q = path.partition("?")
-    return {"REQUEST_METHOD": "GET", "PATH_INFO": p, "QUERY_STRING": q}
+    return {  # as the loopback console receives it (its Host rule: 127.0.0.1 and the port)
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": p,
+        "QUERY_STRING": q,
+        "HTTP_HOST": "127.0.0.1:8787",
+        "SERVER_PORT": "8787",
+    }
 
 
 def run(cfg: Config) -> BenchResult:
