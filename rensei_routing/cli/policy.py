@@ -11,7 +11,7 @@ import click
 
 from ..control.policy_writes import rollback_policies, save_policies
 from ..core.routing.decision import STATE_OK
-from ..core.routing.matrix import MatrixCell
+from ..core.routing.matrix import CELL_COLUMNS, MatrixCell
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.structure import read_policy_document
 from ..core.routing.validation import MAX_ISSUES, ValidationIssue, validate
@@ -312,22 +312,6 @@ def policy_history(home: Path, json_: bool) -> None:
 
 # -- the route matrix and the blast radius (docs/route-matrix.md) -------------------------------
 
-_MATRIX_HEAD = (
-    "repo",
-    "repo_class",
-    "role",
-    "face",
-    "requirement",
-    "outcome",
-    "reason",
-    "provider",
-    "account",
-    "model",
-    "policy",
-    "rung",
-)
-
-
 def save_blast_radius(store: ControlStore, before: int, after: int) -> dict[str, Any]:
     """What ``policy save`` reports about the revision it saved: the blast radius of moving
     from ``before`` to ``after`` (``summary`` one line, the rest the cells), or why there is
@@ -447,7 +431,7 @@ def policy_matrix(
         echo_json(doc)
         return
     if radius is None:
-        emit("\t".join(_MATRIX_HEAD))
+        emit("\t".join(CELL_COLUMNS))
         for cell in matrix.cells:
             emit("\t".join(printable(c) for c in _cell_row(cell)))
         counts = ", ".join(f"{n} {o}" for o, n in matrix.counts().items())

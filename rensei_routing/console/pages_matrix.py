@@ -10,7 +10,14 @@ axis's default). A bad value is a 400 page naming it; a revision that never exis
 
 from __future__ import annotations
 
-from ..core.routing.matrix import MAX_CELLS, UNMANAGED, BlastRadius, Matrix, MatrixCell
+from ..core.routing.matrix import (
+    CELL_COLUMNS,
+    MAX_CELLS,
+    UNMANAGED,
+    BlastRadius,
+    Matrix,
+    MatrixCell,
+)
 from ..core.routing.policy import MAX_REVISION
 from ..errors import MatrixError, NotFoundError
 from ..ops.matrix import MatrixRequest, compare, load_set, matrix_of
@@ -42,20 +49,7 @@ def _cell(cell: MatrixCell) -> list[str]:
     ]
 
 
-_HEAD = [
-    "repo",
-    "repo class",
-    "role",
-    "face",
-    "requirement",
-    "outcome",
-    "reason",
-    "provider",
-    "account",
-    "model",
-    "policy",
-    "rung",
-]
+_HEAD = [column.replace("_", " ") for column in CELL_COLUMNS]
 
 
 def _matrix_html(matrix: Matrix) -> str:

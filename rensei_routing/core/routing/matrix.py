@@ -30,6 +30,7 @@ from .resolver import explain_batch
 from .vocabulary import CAPABILITY, DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [
+    "CELL_COLUMNS",
     "DEFAULT_FACES",
     "MAX_CELLS",
     "UNCLASSIFIED",
@@ -47,6 +48,21 @@ __all__ = [
 
 #: The most cells one matrix (or one blast radius) resolves; past it the request is refused.
 MAX_CELLS: Final = 5_000
+#: A cell's columns, in the order every reader shows them (the CLI's header, the console's table).
+CELL_COLUMNS: Final = (
+    "repo",
+    "repo_class",
+    "role",
+    "face",
+    "requirement",
+    "outcome",
+    "reason",
+    "provider",
+    "account",
+    "model",
+    "policy",
+    "rung",
+)
 #: A cell's outcome when no policy claims it (legacy routing decides it).
 UNMANAGED: Final = "unmanaged"
 #: The repo-class axis value of a spawn that states no repo class.
