@@ -37,6 +37,7 @@ DOMAINS: dict[str, frozenset[str]] = {
     "audit": frozenset({"routing"}),
     "snapshot": frozenset({"routing", "audit"}),
     "shadow": frozenset({"routing", "audit"}),
+    "enforce": frozenset({"routing", "audit", "shadow"}),
 }
 #: Sides and services: never the CLI; the two sides never each other.
 SERVICES = ("control", "host", "shadow", "ops", "plugins", "fleet", "console")

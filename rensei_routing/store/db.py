@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_BUSY_TIMEOUT_MS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "SEGMENT_MIN_VERSION",
     "WAL_AUTOCHECKPOINT_PAGES",
     "WAL_SIZE_LIMIT",
     "close_quietly",
@@ -239,6 +240,9 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+#: The oldest schema a sealed audit segment file may have: step 5 added segments, and a
+#: segment's ``audit_records`` and codec tables have not changed since.
+SEGMENT_MIN_VERSION: Final = 5
 
 #: Several processes append to one log; apsw's recommended 100 ms is too short for that. A home
 #: sets its own in :data:`CONFIG_FILE` (see :mod:`.home`).
@@ -297,13 +301,17 @@ def connect(
     write: bool = False,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     vfs: str | None = None,
+    min_version: int = SCHEMA_VERSION,
 ) -> apsw.Connection:
     """Open the database at ``path``. The caller owns the connection and closes it.
 
     ``write=True`` creates a missing file, migrates it to this schema, and takes the write lock
     at ``BEGIN``. ``write=False`` opens read-only and changes nothing, so a copy on read-only
     media can be read and verified; a database on a read-only medium with no ``-wal``/``-shm``
-    beside it is opened as immutable (nothing can be writing to it).
+    beside it is opened as immutable (nothing can be writing to it). A read-only open refuses a
+    schema older than ``min_version`` (by default this one); a sealed audit segment, whose
+    records table has not changed since :data:`SEGMENT_MIN_VERSION`, is read at any version
+    from there on, so a schema step for other tables never strands a sealed segment.
 
     Every statement, the very first included, waits up to ``busy_timeout_ms`` for a lock
     (:func:`_connection` is the only place a connection is made). ``vfs`` names a registered
@@ -322,9 +330,9 @@ def connect(
         if not write:
             for setup in _READ_SETUP:
                 setup(conn)
-            if version < SCHEMA_VERSION:
+            if version < min_version:
                 raise SchemaVersionError(
-                    f"{path} has schema version {version}, older than {SCHEMA_VERSION}: "
+                    f"{path} has schema version {version}, older than {min_version}: "
                     "open it once with a writer (e.g. `rensei init`) to migrate it"
                 )
             Codec.load(conn).register(conn)

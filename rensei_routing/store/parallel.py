@@ -48,7 +48,7 @@ from ..core.audit.ranges import RangeOutcome, check_range, join
 from ..core.audit.verdict import GENESIS_HASH
 from ..errors import StoreError
 from .codec import Codec
-from .db import close_quietly, connect
+from .db import SEGMENT_MIN_VERSION, close_quietly, connect
 
 if TYPE_CHECKING:  # not imported by a worker process: its start-up is part of every verify
     from .home import ConnectOptions
@@ -194,7 +194,9 @@ def serve(path: Path, busy_timeout_ms: int) -> int:
     ends. Only ever started by :func:`_run`, which trusts what it reads back."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
-        conn = connect(path, write=False, busy_timeout_ms=busy_timeout_ms)
+        conn = connect(
+            path, write=False, busy_timeout_ms=busy_timeout_ms, min_version=SEGMENT_MIN_VERSION
+        )
     except Exception as e:
         _send(out, ("error", -1, f"{type(e).__name__}: {e}"))
         return 1

@@ -44,7 +44,7 @@ from ..core.audit.chain import (
 )
 from ..errors import StoreError
 from .codec import FUNCTION
-from .db import close_quietly, connect, store_error
+from .db import SEGMENT_MIN_VERSION, close_quietly, connect, store_error
 from .home import ConnectOptions
 
 if TYPE_CHECKING:
@@ -217,7 +217,13 @@ class Sealed:
             if not path.is_file():
                 raise StoreError(f"sealed audit segment {segment.name} is missing: {path}")
             o = self._options
-            found = connect(path, write=False, busy_timeout_ms=o.busy_timeout_ms, vfs=o.vfs)
+            found = connect(
+                path,
+                write=False,
+                busy_timeout_ms=o.busy_timeout_ms,
+                vfs=o.vfs,
+                min_version=SEGMENT_MIN_VERSION,
+            )
             self._conns[segment.name] = found
         return found
 
