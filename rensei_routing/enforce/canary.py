@@ -17,7 +17,7 @@ import apsw
 
 from ..core.audit.chain import encode_payload
 from ..core.enforce.bound import Canary
-from ..core.enforce.gate import PASS, GateBar
+from ..core.enforce.gate import DEFAULT_BAR, PASS, GateBar
 from ..core.enforce.records import arm_record, disarm_record
 from ..core.enforce.trip import DEFAULT_TRIP_WINDOW_S
 from ..core.redact import DEFAULT_REDACTOR, Redactor
@@ -112,7 +112,7 @@ def arm(
     *,
     now: dt.datetime,
     actor: str,
-    bar: GateBar = GateBar(),
+    bar: GateBar = DEFAULT_BAR,
     revision: int | None = None,
     trip_rate: float | None = None,
     trip_window_s: int | None = None,

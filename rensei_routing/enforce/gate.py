@@ -18,6 +18,7 @@ from ..core._parse import STRICT_DECODER
 from ..core.audit.hydraflow import imported_payload
 from ..core.enforce.bound import GOVERNED_TRANSPORT
 from ..core.enforce.gate import (
+    DEFAULT_BAR,
     GateBar,
     GateFigures,
     GateVerdict,
@@ -144,7 +145,7 @@ def run_gate(
     *,
     now: dt.datetime,
     actor: str,
-    bar: GateBar = GateBar(),
+    bar: GateBar = DEFAULT_BAR,
     revision: int | None = None,
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     redactor: Redactor = DEFAULT_REDACTOR,

@@ -13,6 +13,7 @@ from ..routing.decision import HELD, REJECTED, SELECTED, RouteDecision
 
 __all__ = [
     "AGREEMENT",
+    "DEFAULT_BAR",
     "DEFAULT_MIN_SAMPLES",
     "DEFAULT_WINDOW_S",
     "EVIDENCE_UNREADABLE",
@@ -133,6 +134,10 @@ class GateVerdict:
 
     def __bool__(self) -> bool:
         return self.verdict == PASS
+
+
+#: The bar of an arm that declares none.
+DEFAULT_BAR: Final = GateBar()
 
 
 def gate_verdict(figures: GateFigures, bar: GateBar, *, readable: bool = True) -> GateVerdict:
