@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -319,3 +320,27 @@ def test_go_refuses_a_fork_and_a_tampered_consistency_proof(tlogverify: Path, lo
     path = log.write("flipped.body", _flip_line(good, 2))
     done = _run(tlogverify, "consistency", log.dir / "log.vkey", old_note, path)
     assert done.returncode == 1 and "consistency" in done.stderr, done.stderr
+
+
+def test_go_verifies_the_documented_examples(tlogverify: Path, tmp_path: Path) -> None:
+    """docs/formats.md's tree examples, as a stranger would check them: with Go."""
+    text = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
+    found = re.finditer(r"<!-- example: ([a-z0-9-]+) -->\n```[a-z]*\n(.*?)\n```", text, re.S)
+    ex = {m[1]: m[2] + "\n" for m in found}
+    for name in ("tree-log-vkey", "tree-witness-vkey", "tree-checkpoint-3", "tlog-proof"):
+        (tmp_path / name).write_text(ex[name], encoding="utf-8")
+    (tmp_path / "add-checkpoint").write_text(ex["add-checkpoint"], encoding="utf-8")
+    vkey = tmp_path / "tree-log-vkey"
+    done = _run(
+        tlogverify,
+        "proof",
+        vkey,
+        tmp_path / "tlog-proof",
+        "-witness",
+        tmp_path / "tree-witness-vkey",
+    )
+    assert done.returncode == 0, done.stderr
+    done = _run(
+        tlogverify, "consistency", vkey, tmp_path / "tree-checkpoint-3", tmp_path / "add-checkpoint"
+    )
+    assert done.returncode == 0, done.stderr

@@ -123,11 +123,9 @@ def stored_hash_count(size: int) -> int:
     the last leaf completes."""
     if size < 0:
         raise ValueError("size must be non-negative")
-    if size == 0:
-        return 0
-    last = size - 1
-    trailing_ones = (~last & (last + 1)).bit_length() - 1
-    return stored_hash_index(0, last) + 1 + trailing_ones
+    # leaf size-1 sits at 2(size-1) - popcount(size-1); one more hash per trailing 1 bit of
+    # size-1 follows it: together 2*size - popcount(size)
+    return 2 * size - size.bit_count()
 
 
 def stored_hashes_for_record(n: int, data: bytes, read: HashReader) -> list[bytes]:
