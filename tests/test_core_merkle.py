@@ -21,6 +21,7 @@ from rensei_routing.core.audit.merkle import (
     split_stored_hash_index,
     stored_hash_count,
     stored_hash_index,
+    stored_hashes_for_leaf_hash,
     stored_hashes_for_record,
     tree_hash,
     verify_consistency,
@@ -129,6 +130,7 @@ def test_append_reads_only_the_left_siblings_it_completes() -> None:
     assert len(out) == 4  # leaf 7 completes subtrees of 2, 4 and 8 leaves
     assert asked == [[stored_hash_index(0, 6), stored_hash_index(1, 2), stored_hash_index(2, 0)]]
     assert stored_hashes_for_record(8, b"y" * 32, read) == [leaf_hash(b"y" * 32)]
+    assert stored_hashes_for_leaf_hash(7, leaf_hash(b"x" * 32), tree.read) == out
 
 
 # -- roots and proofs against the reference --------------------------------------------------

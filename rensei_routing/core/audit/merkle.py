@@ -32,7 +32,8 @@ audit paths and consistency proofs (RFC 9162 §2.1.3 and §2.1.4, the same hash 
 
 Names other modules rely on: :func:`leaf_hash`, :func:`node_hash`, :data:`EMPTY_ROOT`,
 :data:`HASH_SIZE`, :data:`HashReader`, :func:`stored_hash_index`, :func:`split_stored_hash_index`,
-:func:`stored_hash_count`, :func:`stored_hashes_for_record`, :func:`tree_hash`,
+:func:`stored_hash_count`, :func:`stored_hashes_for_record`,
+:func:`stored_hashes_for_leaf_hash`, :func:`tree_hash`,
 :func:`inclusion_proof`, :func:`consistency_proof`, :func:`verify_inclusion`,
 :func:`verify_consistency`, :class:`MemoryTree`.
 """
@@ -58,6 +59,7 @@ __all__ = [
     "split_stored_hash_index",
     "stored_hash_count",
     "stored_hash_index",
+    "stored_hashes_for_leaf_hash",
     "stored_hashes_for_record",
     "tree_hash",
     "verify_consistency",
@@ -137,9 +139,21 @@ def stored_hashes_for_record(n: int, data: bytes, read: HashReader) -> list[byte
     Raises:
         TreeError: ``read`` returned the wrong number of hashes or a hash of the wrong length.
     """
+    return stored_hashes_for_leaf_hash(n, leaf_hash(data), read)
+
+
+def stored_hashes_for_leaf_hash(n: int, leaf: bytes, read: HashReader) -> list[bytes]:
+    """:func:`stored_hashes_for_record` given leaf ``n``'s :func:`leaf_hash` instead of its
+    data.
+
+    Raises:
+        TreeError: ``read`` returned the wrong number of hashes or a hash of the wrong length.
+    """
     if n < 0 or n >= _MAX_SIZE:
         raise ValueError("leaf index out of range")
-    h = leaf_hash(data)
+    if not isinstance(leaf, bytes) or len(leaf) != HASH_SIZE:
+        raise ValueError(f"a leaf hash is {HASH_SIZE} bytes")
+    h = leaf
     siblings: list[int] = []
     level, k = 0, n
     while k & 1:
