@@ -147,6 +147,7 @@ class MatrixAxisError(MatrixError):
 class MatrixTooLargeError(MatrixError):
     """A matrix would hold more cells than its bound; narrow its axes."""
 
+
 # -- store --------------------------------------------------------------------------------------
 
 
@@ -332,6 +333,14 @@ class UnknownSeamError(PluginError):
 
 class ClassifierError(PluginError):
     """A seam's legacy-mechanism classifier raised or returned the wrong type."""
+
+
+class RouteNotAppliedError(PluginError):
+    """An enforced route reached a seam whose plugin applies none: the spawn must not run."""
+
+
+class SeamRequestError(InputError):
+    """A seam's request is not the shape its seam takes an enforced route on (argv, mapping)."""
 
 
 # -- signing ------------------------------------------------------------------------------------
