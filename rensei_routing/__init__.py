@@ -12,6 +12,8 @@ _moved.install()  # the module paths of before the re-layout, for plugins (docs/
 
 if TYPE_CHECKING:
     from .core.canonical import canonical_bytes, digest
+    from .core.enforce.bound import NotGoverned
+    from .core.enforce.route import EnforcedRoute
     from .core.routing.context import RouteContext
     from .core.routing.decision import RouteDecision
     from .core.routing.explanation import ConsideredPolicy, Explanation, RejectedAccount
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
         Vocabulary,
         canonical_worker_role,
     )
-    from .errors import RenseiRoutingError
+    from .enforce.enforcer import Enforcer
+    from .errors import EnforcementRefused, RenseiRoutingError
     from .plugins.hookspecs import hookimpl
 
 #: Public name -> the module defining it: imported on first use (PEP 562), so ``import
@@ -50,10 +53,14 @@ _LAZY: dict[str, str] = {
     "Account": ".core.routing.members",
     "ConsideredPolicy": ".core.routing.explanation",
     "DEFAULT_VOCABULARY": ".core.routing.vocabulary",
+    "EnforcedRoute": ".core.enforce.route",
+    "EnforcementRefused": ".errors",
+    "Enforcer": ".enforce.enforcer",
     "Explanation": ".core.routing.explanation",
     "LegacyRoute": ".core.routing.members",
     "LiteralFamily": ".core.routing.vocabulary",
     "ModelRequirement": ".core.routing.members",
+    "NotGoverned": ".core.enforce.bound",
     "PolicySnapshot": ".core.routing.policy",
     "Provenance": ".core.routing.vocabulary",
     "RejectedAccount": ".core.routing.explanation",
@@ -86,10 +93,14 @@ __all__ = [
     "DEFAULT_VOCABULARY",
     "Account",
     "ConsideredPolicy",
+    "EnforcedRoute",
+    "EnforcementRefused",
+    "Enforcer",
     "Explanation",
     "LegacyRoute",
     "LiteralFamily",
     "ModelRequirement",
+    "NotGoverned",
     "PolicySnapshot",
     "Provenance",
     "RejectedAccount",

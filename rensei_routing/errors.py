@@ -148,6 +148,34 @@ class MatrixTooLargeError(MatrixError):
     """A matrix would hold more cells than its bound; narrow its axes."""
 
 
+# -- enforcement --------------------------------------------------------------------------------
+
+
+class EnforcementError(RenseiRoutingError):
+    """An enforcement command (arm, disarm, gate) was refused; ``code`` names why, and nothing
+    was written unless the refusal says its gate verdict was recorded."""
+
+    code = "enforcement-refused"
+
+    def __init__(self, code: str, message: str, *, verdict_seq: int | None = None) -> None:
+        self.code = code
+        #: The seq of the gate verdict appended before the arm was refused, if any.
+        self.verdict_seq = verdict_seq
+        super().__init__(f"{code}: {message}")
+
+
+class EnforcementRefused(RenseiRoutingError):
+    """An armed canary refused a spawn (``code``: ``held``, ``rejected`` or ``tripped``) before
+    the caller obtained any credential; ``decision_id`` and ``seq`` name the audit record of
+    the refusal, committed before this was raised."""
+
+    def __init__(self, code: str, message: str, *, decision_id: str, seq: int) -> None:
+        self.code = code
+        self.decision_id = decision_id
+        self.seq = seq
+        super().__init__(f"{code}: {message}")
+
+
 # -- store --------------------------------------------------------------------------------------
 
 

@@ -40,7 +40,7 @@ DOMAINS: dict[str, frozenset[str]] = {
     "enforce": frozenset({"routing", "audit", "shadow"}),
 }
 #: Sides and services: never the CLI; the two sides never each other.
-SERVICES = ("control", "host", "shadow", "ops", "plugins", "fleet", "console")
+SERVICES = ("control", "host", "shadow", "ops", "plugins", "fleet", "console", "enforce")
 SIDES = {"control": "host", "host": "control"}
 #: The pytest plugin for plugin authors runs ``rensei`` commands: it sits above the CLI.
 DRIVES_THE_CLI = frozenset({"rensei_routing.plugins.testing"})

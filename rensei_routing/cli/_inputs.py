@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     # cannot subscript them at run time, so the subscript is for the type checker only.
     _StrParam = click.ParamType[str, Any]
     _TimeParam = click.ParamType[dt.datetime, Any]
+    _IntParam = click.ParamType[int, Any]
 else:
-    _StrParam = _TimeParam = click.ParamType
+    _StrParam = _TimeParam = _IntParam = click.ParamType
 
 T = TypeVar("T")
 
@@ -255,6 +256,25 @@ class SinceType(_TimeParam):
 
 
 SINCE = SinceType()
+
+
+class DurationType(_IntParam):
+    """A duration such as ``45s``, ``30m``, ``1h``, ``7d``, as whole seconds (above 0)."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        found = _RELATIVE.fullmatch(text)
+        if not found or int(found[1]) == 0:
+            self.fail(f"{text!r} is not a duration like 45s, 30m, 1h or 7d")
+        seconds = dt.timedelta(**{_UNITS[found[2]]: int(found[1])}).total_seconds()
+        return int(seconds)
+
+
+DURATION = DurationType()
 
 
 def since_option(f: Any) -> Any:

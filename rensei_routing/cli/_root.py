@@ -39,6 +39,10 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     ),
     "backup": (("backup",), "Copy the home, online and verified, to the new DEST."),
     "doctor": (("doctor",), "Check this host: one line per check, ok / warn / fail."),
+    "enforce": (
+        ("enforce",),
+        "Enforcement canaries: arm a repository on its evidence, disarm, the gate, status.",
+    ),
     "explain": (
         ("explain",),
         "Resolve one CONTEXT (a file, '-' for stdin, or inline JSON) and explain the decision.",

@@ -238,6 +238,36 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     ) STRICT;
     INSERT INTO shadow_index_state(id, next_seq) VALUES (1, 0);
     """,
+    # +1: enforcement canaries, one row per repository ever armed, and one row per enforced
+    #     decision of an armed canary (the trip's window), written with its audit record
+    #     (see .enforcement).
+    """
+    CREATE TABLE enforce_canaries(
+        repo TEXT PRIMARY KEY,
+        armed INTEGER NOT NULL CHECK (armed IN (0, 1)),
+        revision INTEGER NOT NULL CHECK (revision >= 1),
+        policy_hash TEXT NOT NULL,
+        gate_seq INTEGER,
+        arm_seq INTEGER NOT NULL,
+        override INTEGER NOT NULL CHECK (override IN (0, 1)),
+        trip_rate REAL CHECK (trip_rate IS NULL OR (trip_rate >= 0 AND trip_rate < 1)),
+        trip_window_s INTEGER CHECK (trip_window_s IS NULL OR trip_window_s > 0),
+        armed_at TEXT NOT NULL,
+        armed_at_us INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        tripped INTEGER NOT NULL DEFAULT 0 CHECK (tripped IN (0, 1)),
+        trip_reason TEXT,
+        ended_at TEXT,
+        ended_seq INTEGER
+    ) STRICT;
+    CREATE TABLE enforce_decisions(
+        seq INTEGER PRIMARY KEY,
+        repo TEXT NOT NULL,
+        at_us INTEGER NOT NULL,
+        refused INTEGER NOT NULL CHECK (refused IN (0, 1))
+    ) STRICT;
+    CREATE INDEX enforce_decisions_by_repo ON enforce_decisions(repo, at_us);
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 #: The oldest schema a sealed audit segment file may have: step 5 added segments, and a

@@ -1,0 +1,201 @@
+"""The audit records of enforcement, pure: one canonical payload per enforced decision
+(refusals included, with its lineage and ``enforced: true``), per arm, disarm, gate verdict and
+trip (each with its actor). The service appends them; nothing here reads or writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from ..routing.decision import RouteDecision
+from .bound import GOVERNED_TRANSPORT
+from .gate import GateBar, GateFigures, GateVerdict
+
+__all__ = [
+    "ARM_RECORD",
+    "DECISION_RECORD",
+    "DISARM_RECORD",
+    "ENFORCE_RECORDS",
+    "GATE_RECORD",
+    "SCHEMA_VERSION",
+    "TRIP_ACTOR",
+    "TRIP_RECORD",
+    "arm_record",
+    "decision_record",
+    "disarm_record",
+    "gate_record",
+    "trip_record",
+]
+
+DECISION_RECORD: Final = "enforced-decision"
+ARM_RECORD: Final = "enforce-arm"
+DISARM_RECORD: Final = "enforce-disarm"
+GATE_RECORD: Final = "enforce-gate"
+TRIP_RECORD: Final = "enforce-trip"
+ENFORCE_RECORDS: Final = (DECISION_RECORD, ARM_RECORD, DISARM_RECORD, GATE_RECORD, TRIP_RECORD)
+SCHEMA_VERSION: Final = 1
+#: The actor of a trip: the canary disarmed itself (the record also names who armed it).
+TRIP_ACTOR: Final = "enforcer"
+
+
+def decision_record(
+    *,
+    recorded_at: str,
+    seam: str,
+    principal_id: str | None,
+    repo: str,
+    answer: str,
+    provider: str,
+    account_id: str | None,
+    model: str | None,
+    revision: int,
+    policy_hash: str,
+    decision: RouteDecision,
+) -> dict[str, Any]:
+    """One enforced decision: what the canary answered (``answer``: a route kind or a refusal
+    code), the route applied (``None`` fields for a refusal), its lineage (policy id, pinned
+    revision, that revision's hash, decision id) and the whole decision with its explanation
+    (under ``decision``, not ``proposed``: shadow reports and what-if do not count it as a
+    recorded spawn)."""
+    refused = answer in ("held", "rejected")
+    return {
+        "record_type": DECISION_RECORD,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": recorded_at,
+        "enforced": True,
+        "seam": seam,
+        "principal_id": principal_id,
+        "repo": repo,
+        "transport": GOVERNED_TRANSPORT,
+        "answer": answer,
+        "route": None
+        if refused
+        else {"provider": provider, "account_id": account_id, "model": model},
+        "lineage": {
+            "policy_id": decision.policy_id,
+            "revision": revision,
+            "policy_hash": policy_hash,
+            "decision_id": decision.decision_id,
+        },
+        "decision": decision.to_dict(),
+    }
+
+
+def gate_record(
+    *,
+    recorded_at: str,
+    actor: str,
+    repo: str,
+    revision: int,
+    policy_hash: str,
+    bar: GateBar,
+    since: str,
+    figures: GateFigures,
+    verdict: GateVerdict,
+    chain_size: int,
+) -> dict[str, Any]:
+    """One gate verdict with its figures, bar, window and revision: the evidence an arm cites."""
+    return {
+        "record_type": GATE_RECORD,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": recorded_at,
+        "actor": actor,
+        "repo": repo,
+        "transport": GOVERNED_TRANSPORT,
+        "revision": revision,
+        "policy_hash": policy_hash,
+        "bar": bar.to_dict(),
+        "window": {"since": since, "until": recorded_at, "seconds": bar.window_s},
+        "figures": figures.to_dict(),
+        "verdict": verdict.verdict,
+        "failed": list(verdict.failed),
+        "chain_size": chain_size,
+    }
+
+
+def arm_record(
+    *,
+    recorded_at: str,
+    actor: str,
+    repo: str,
+    revision: int,
+    policy_hash: str,
+    gate_seq: int,
+    verdict: str,
+    override_reason: str | None,
+    trip_rate: float | None,
+    trip_window_s: int | None,
+    prior_revision: int | None,
+) -> dict[str, Any]:
+    """One arm (or re-arm, moving the pin from ``prior_revision``): the revision pinned, the
+    gate verdict it rests on (its seq), and for an override, who and why."""
+    return {
+        "record_type": ARM_RECORD,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": recorded_at,
+        "actor": actor,
+        "repo": repo,
+        "transport": GOVERNED_TRANSPORT,
+        "revision": revision,
+        "policy_hash": policy_hash,
+        "gate_seq": gate_seq,
+        "verdict": verdict,
+        "override": override_reason is not None,
+        "reason": override_reason,
+        "trip_rate": trip_rate,
+        "trip_window_s": trip_window_s,
+        "prior_revision": prior_revision,
+    }
+
+
+def disarm_record(
+    *, recorded_at: str, actor: str, repo: str, revision: int, arm_seq: int
+) -> dict[str, Any]:
+    """One disarm by an operator: the canary and the pin it enforced until now."""
+    return {
+        "record_type": DISARM_RECORD,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": recorded_at,
+        "actor": actor,
+        "repo": repo,
+        "transport": GOVERNED_TRANSPORT,
+        "revision": revision,
+        "arm_seq": arm_seq,
+    }
+
+
+def trip_record(
+    *,
+    recorded_at: str,
+    repo: str,
+    reason: str,
+    revision: int,
+    armed_by: str,
+    arm_seq: int,
+    decision_seq: int,
+    decisions: int,
+    refusals: int,
+    trip_rate: float | None,
+    trip_window_s: int | None,
+    detail: str | None = None,
+) -> dict[str, Any]:
+    """One trip: the canary disarmed itself (``reason``), at the decision ``decision_seq``, with
+    the window's counts and the rule that fired."""
+    return {
+        "record_type": TRIP_RECORD,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": recorded_at,
+        "actor": TRIP_ACTOR,
+        "armed_by": armed_by,
+        "repo": repo,
+        "transport": GOVERNED_TRANSPORT,
+        "reason": reason,
+        "detail": detail,
+        "revision": revision,
+        "arm_seq": arm_seq,
+        "decision_seq": decision_seq,
+        "decisions": decisions,
+        "refusals": refusals,
+        "trip_rate": trip_rate,
+        "trip_window_s": trip_window_s,
+    }

@@ -1,0 +1,368 @@
+"""The Enforcer: what a spawn seam asks before it spawns, over one home. Answers ``NotGoverned``
+(the spawn runs exactly as before), an ``EnforcedRoute`` (the route policy chose, or the
+spawn's own route when no policy claims it, with the lineage of its decision), or raises
+``EnforcementRefused`` (held, rejected, tripped) before the caller obtains any credential.
+
+Every governed answer, refusals included, is an audit record committed before it is returned;
+the trip's count of the canary's decisions commits with it (``store.enforcement``). With
+nothing armed, a call reads one byte of a mapped file and nothing else: no database, no policy,
+no snapshot. Holds no rule (``core.enforce`` decides); not for several threads at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+from collections.abc import Callable, Iterable
+from contextlib import closing
+from types import TracebackType
+from typing import Final
+
+import apsw
+
+from ..core.audit.chain import encode_payload
+from ..core.enforce.bound import (
+    HELD,
+    NOTHING_ARMED,
+    REJECTED,
+    REPO_NOT_ARMED,
+    TRIPPED,
+    Canary,
+    NotGoverned,
+    bound_of,
+    transport_bound,
+)
+from ..core.enforce.records import decision_record, trip_record
+from ..core.enforce.route import ENFORCED, LEGACY_COMPATIBLE, EnforcedRoute
+from ..core.enforce.trip import (
+    DEFAULT_TRIP_WINDOW_S,
+    POLICY_STORE_CORRUPT,
+    TRIP_REFUSAL_RATE,
+    TripRule,
+)
+from ..core.redact import DEFAULT_REDACTOR, Redactor
+from ..core.routing.context import RouteContext
+from ..core.routing.decision import (
+    SELECTED,
+    SOURCE_MANAGED,
+    STATE_CORRUPT,
+    STATE_OK,
+    RouteDecision,
+)
+from ..core.routing.policy import PolicySnapshot
+from ..core.routing.resolver import explain
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.shadow.compare import ActualRoute
+from ..core.shadow.facts import micros_of
+from ..core.shadow.spawn import Spawn, spawn_route
+from ..errors import EnforcementRefused, NotFoundError, StoreError
+from ..plugins.manager import SeamRegistry, safe_classify
+from ..shadow.recorder import utc_now
+from ..store import enforcement as state
+from ..store.audit import AuditLog
+from ..store.db import close_quietly, store_error
+from ..store.home import Home
+from ..store.policies import PolicyStore
+
+__all__ = ["Enforcer"]
+
+logger: Final = logging.getLogger("rensei_routing.enforce")
+
+_NOTHING_ARMED: Final = NotGoverned(NOTHING_ARMED)
+#: A closed Enforcer's hint: "something may be armed", so a call reaches the check that refuses.
+_CLOSED: Final = b"\x01"
+#: A canary re-armed or disarmed between the read and the write: read again, this many times.
+_RETRIES: Final = 3
+
+
+class _Outcome:
+    """What the write transaction found: whether the canary was still the one decided under,
+    and whether the decision tripped it."""
+
+    __slots__ = ("stale", "trip")
+
+    def __init__(self) -> None:
+        self.stale = False
+        self.trip: str | None = None
+
+
+class Enforcer:
+    """Answers spawns of one initialised home against its armed canaries, live: an arm, disarm
+    or trip by any process applies from the next call. Opens the database only when the hint
+    says something may be armed; keeps its connections and the pinned revisions it loaded.
+
+    Raises (constructor):
+        HomeError: the home is not initialised.
+        StoreError: the database cannot be read (only when the hint file must be created).
+        OSError: the hint file cannot be created or mapped.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_conn",
+        "_hint",
+        "_home",
+        "_loaded",
+        "_log",
+        "_redactor",
+        "_registry",
+        "_vocabulary",
+    )
+
+    def __init__(
+        self,
+        home: Home,
+        registry: SeamRegistry,
+        *,
+        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+        redactor: Redactor = DEFAULT_REDACTOR,
+        clock: Callable[[], str] = utc_now,
+    ) -> None:
+        self._home = home
+        self._registry = registry
+        self._vocabulary = vocabulary
+        self._redactor = redactor
+        self._clock = clock
+        self._conn: apsw.Connection | None = None
+        self._log: AuditLog | None = None
+        self._loaded: dict[tuple[int, str], PolicySnapshot | None] = {}
+        home.info()
+        armed_now = False
+        if not (home.path / state.HINT_FILE).exists():
+            with closing(home.connect()) as conn:
+                armed_now = bool(_read_armed(conn, home))
+        self._hint: mmap.mmap | bytes = state.map_hint(home, armed_now=armed_now)
+
+    # -- the answer ---------------------------------------------------------------------------
+
+    def enforce(self, spawn: Spawn) -> EnforcedRoute | NotGoverned:
+        """The canary's answer for ``spawn`` (the same value shadow recording takes).
+
+        Raises:
+            EnforcementRefused: ``held`` or ``rejected`` by the pinned revision, or ``tripped``
+                (this decision, or a corrupt policy store, disarmed the canary); its record is
+                committed.
+            UnknownSeamError: the spawn's seam is not registered.
+            HomeError, StoreError: the home or its database cannot be used (nothing recorded;
+                the caller decides, and should not spawn a governed spawn it could not record).
+        """
+        if not self._hint[0]:  # the whole cost of a call with nothing armed
+            return _NOTHING_ARMED
+        return self._governed(spawn)
+
+    def _governed(self, spawn: Spawn) -> EnforcedRoute | NotGoverned:
+        if self._hint is _CLOSED:
+            raise StoreError("this Enforcer is closed")
+        routed: tuple[RouteContext, ActualRoute] | None = None
+        for _ in range(_RETRIES):
+            bound = bound_of(spawn.repo, _read_armed(self._reader(), self._home))
+            if isinstance(bound, NotGoverned):
+                return bound
+            if routed is None:
+                routed = self._route(spawn)
+                outside = transport_bound(routed[1].transport)
+                if outside is not None:
+                    return outside
+            answer = self._decide(spawn, bound, *routed)
+            if answer is not None:
+                return answer
+        return NotGoverned(REPO_NOT_ARMED)  # armed and disarmed under us, again and again
+
+    def _route(self, spawn: Spawn) -> tuple[RouteContext, ActualRoute]:
+        seam = self._registry.get(spawn.seam)
+        stages = spawn.resolved_stages(seam)
+        return spawn_route(spawn, seam, safe_classify(self._registry, seam.name, stages))
+
+    def _decide(
+        self, spawn: Spawn, canary: Canary, context: RouteContext, actual: ActualRoute
+    ) -> EnforcedRoute | None:
+        """Decide under the pinned revision and record it; ``None`` when the canary changed
+        before the record could be written (nothing written: the caller reads again)."""
+        snapshot = self._pinned(canary)
+        decision = explain(
+            context,
+            PolicySnapshot.empty() if snapshot is None else snapshot,
+            snapshot_state=STATE_CORRUPT if snapshot is None else STATE_OK,
+            vocabulary=self._vocabulary,
+            redactor=self._redactor,
+        )
+        answer, account, model = _answer(decision, actual)
+        recorded_at = self._clock()
+        record = decision_record(
+            recorded_at=recorded_at,
+            seam=spawn.seam,
+            principal_id=spawn.principal_id,
+            repo=canary.repo,
+            answer=answer,
+            provider=actual.provider,
+            account_id=account,
+            model=model,
+            revision=canary.revision,
+            policy_hash=canary.policy_hash,
+            decision=decision,
+        )
+        outcome = _Outcome()
+        build = self._writer(canary, recorded_at, record, outcome, corrupt=snapshot is None)
+        result = self._audit().append_stamped(build)
+        if outcome.stale:
+            return None
+        seq = result.first_seq
+        if outcome.trip is not None:
+            self._clear_hint()
+            raise EnforcementRefused(
+                TRIPPED,
+                f"the canary of {canary.repo} tripped ({outcome.trip}) and is disarmed; "
+                f"decision {decision.decision_id} is audit record {seq}",
+                decision_id=decision.decision_id,
+                seq=seq,
+            )
+        if answer in (HELD, REJECTED):
+            raise EnforcementRefused(
+                answer,
+                f"{decision.reason}: revision {canary.revision} {answer} this spawn of "
+                f"{canary.repo}; decision {decision.decision_id} is audit record {seq}",
+                decision_id=decision.decision_id,
+                seq=seq,
+            )
+        return EnforcedRoute(
+            kind=answer,
+            provider=actual.provider,
+            account_id=account,
+            model=model,
+            policy_id=decision.policy_id,
+            revision=canary.revision,
+            policy_hash=canary.policy_hash,
+            decision_id=decision.decision_id,
+            seq=seq,
+        )
+
+    def _writer(
+        self,
+        canary: Canary,
+        recorded_at: str,
+        record: dict[str, object],
+        outcome: _Outcome,
+        *,
+        corrupt: bool,
+    ) -> Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]:
+        """The append's builder: checks the canary is still the one decided under, counts the
+        decision in the trip's window, applies the trip rule, and yields the records."""
+        redactor = self._redactor
+        refused = record["answer"] in (HELD, REJECTED)
+        at_us = micros_of(recorded_at)
+
+        def build(conn: apsw.Connection, first: int, head: str) -> Iterable[tuple[str, bytes]]:
+            now = state.canary(conn, canary.repo)
+            if now is None or not now.armed or now.arm_seq != canary.arm_seq:
+                outcome.stale = True
+                return iter(())
+            window_s = canary.trip_window_s or DEFAULT_TRIP_WINDOW_S
+            since_us = max(at_us - window_s * 1_000_000, canary.armed_at_us)
+            state.note_decision(conn, canary.repo, first, at_us, refused or corrupt, since_us)
+            decisions, refusals = state.window_counts(conn, canary.repo, since_us)
+            if corrupt:
+                outcome.trip = POLICY_STORE_CORRUPT
+            elif refused and canary.trip_rate is not None:
+                rule = TripRule(rate=canary.trip_rate, window_s=window_s)
+                if rule.trips(decisions, refusals):
+                    outcome.trip = TRIP_REFUSAL_RATE
+            pairs = [(recorded_at, encode_payload(record, redactor))]
+            if outcome.trip is not None:
+                state.end(
+                    conn, canary.repo, at=recorded_at, seq=first + 1, trip_reason=outcome.trip
+                )
+                trip = trip_record(
+                    recorded_at=recorded_at,
+                    repo=canary.repo,
+                    reason=outcome.trip,
+                    revision=canary.revision,
+                    armed_by=canary.actor,
+                    arm_seq=canary.arm_seq,
+                    decision_seq=first,
+                    decisions=decisions,
+                    refusals=refusals,
+                    trip_rate=canary.trip_rate,
+                    trip_window_s=canary.trip_window_s,
+                    detail=None if not corrupt else "the pinned revision does not load",
+                )
+                pairs.append((recorded_at, encode_payload(trip, redactor)))
+            return iter(pairs)
+
+        return build
+
+    def _pinned(self, canary: Canary) -> PolicySnapshot | None:
+        """The pinned revision's snapshot, or ``None`` when it does not load or no longer has
+        the pinned hash (a corrupt policy store: the canary trips)."""
+        key = (canary.revision, canary.policy_hash)
+        if key in self._loaded:
+            return self._loaded[key]
+        snapshot: PolicySnapshot | None
+        try:
+            loaded = PolicyStore(self._reader(), vocabulary=self._vocabulary).load(canary.revision)
+        except NotFoundError:
+            snapshot = None
+        else:
+            ok = bool(loaded) and loaded.snapshot.content_hash == canary.policy_hash
+            snapshot = loaded.snapshot if ok else None
+        if snapshot is not None:  # a corrupt read is read again next time (it may be repaired)
+            self._loaded[key] = snapshot
+        return snapshot
+
+    # -- resources ----------------------------------------------------------------------------
+
+    def _reader(self) -> apsw.Connection:
+        if self._conn is None:
+            self._conn = self._home.connect()
+        return self._conn
+
+    def _audit(self) -> AuditLog:
+        if self._log is None:
+            self._log = AuditLog.open(self._home, redactor=self._redactor)
+        return self._log
+
+    def _clear_hint(self) -> None:
+        try:
+            state.clear_hint_if_idle(self._home)
+        except (StoreError, OSError) as e:  # the hint stays set: safe, only slower
+            logger.warning("enforcement hint not cleared after a trip: %s", e)
+
+    def close(self) -> None:
+        """Close what this Enforcer opened (idempotent); it answers nothing afterwards."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._conn is not None:
+            close_quietly(self._conn)
+            self._conn = None
+        if isinstance(self._hint, mmap.mmap):
+            self._hint.close()
+        self._hint = _CLOSED
+        self._loaded.clear()
+
+    def __enter__(self) -> Enforcer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _read_armed(conn: apsw.Connection, home: Home) -> dict[str, Canary]:
+    try:
+        return state.armed(conn)
+    except apsw.Error as e:
+        raise store_error("cannot read the enforcement state", e, home.db_path) from e
+
+
+def _answer(decision: RouteDecision, actual: ActualRoute) -> tuple[str, str | None, str | None]:
+    """``(answer, account, model)``: a managed policy's route, the spawn's own (no policy
+    claims it), or the refusal code of a held or rejected decision."""
+    if decision.outcome != SELECTED:
+        return decision.outcome, None, None
+    if decision.policy_source == SOURCE_MANAGED:
+        return ENFORCED, decision.account_id, decision.effective_model or actual.model
+    return LEGACY_COMPATIBLE, actual.account_id, actual.model
