@@ -23,6 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
+from rensei_routing.store import db
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.segments import catalog_of, segments_dir
@@ -379,6 +380,9 @@ def v8(tmp_path: Path) -> Home:
     os.chmod(path / "keys" / "host.key", 0o600)
     for seg in segments_dir(path / "rensei.db").glob("*.db"):
         os.chmod(seg, 0o444)
+    # then upgraded, as the first writer of a newer release does (readers never migrate): the
+    # live database steps to this schema; the sealed segments stay as they were written
+    db.connect(path / "rensei.db", write=True).close()
     return Home(path)
 
 

@@ -106,8 +106,9 @@ def test_appended_migrations_step_an_existing_database(
     monkeypatch.setattr(db, "MIGRATIONS", (*db.MIGRATIONS, "CREATE TABLE later(x INTEGER);"))
     monkeypatch.setattr(db, "SCHEMA_VERSION", len(db.MIGRATIONS))
     # A reader never changes the file: it asks for a writer to migrate first.
+    # (``min_version`` given: its default was bound when ``connect`` was defined, before the patch)
     with pytest.raises(SchemaVersionError, match="older"):
-        db.connect(path)
+        db.connect(path, min_version=db.SCHEMA_VERSION)
     db.connect(path, write=True).close()
     conn = db.connect(path)
     try:

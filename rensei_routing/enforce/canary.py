@@ -262,7 +262,7 @@ def status(
             rows = []
             for c in state.canaries(conn):
                 window_s = c.trip_window_s or DEFAULT_TRIP_WINDOW_S
-                since = max(now_us - window_s * 1_000_000, c.armed_at_us)
+                since = now_us - window_s * 1_000_000  # rows start at the arm
                 decisions, refusals = state.window_counts(conn, c.repo, since)
                 current = None if head is None else head[0]
                 rows.append(

@@ -257,7 +257,7 @@ class Enforcer:
                 outcome.stale = True
                 return iter(())
             window_s = canary.trip_window_s or DEFAULT_TRIP_WINDOW_S
-            since_us = max(at_us - window_s * 1_000_000, canary.armed_at_us)
+            since_us = at_us - window_s * 1_000_000  # the rows start at the arm (put_armed)
             state.note_decision(conn, canary.repo, first, at_us, refused or corrupt, since_us)
             decisions, refusals = state.window_counts(conn, canary.repo, since_us)
             if corrupt:
