@@ -10,9 +10,9 @@ order:
    seams, loaded by entry point as any host loads them);
 2. on a refusal, log it and go to the next step: no credential is read, no child starts;
 3. on an enforced route, apply it with the plugin's hook (``apply_route``); not governed, keep
-   the request as it is and record the spawn in shadow mode, as HydraFlow does (an enforced
-   spawn's record is its enforced decision: a shadow record would claim a legacy route that did
-   not run);
+   the request as it is; either way record the spawn in shadow mode, as HydraFlow does at every
+   spawn it starts (docs/enforcement.md: the enforced decision sits beside it, never counted
+   as a shadow decision);
 4. read the credential, then start the child: the argv seams run ``python -c`` with the argv's
    arguments, the one-shot seam hands its request mapping to a child on stdin; each child prints
    what it was given.
@@ -92,8 +92,8 @@ def main(home_path: str, steps_path: str, events_path: str) -> int:
                 request = apply_route(pm, registry, spawn.seam, answer, request)
                 _emit(out, {"step": i, "event": "enforced", "route": answer.to_dict()})
             else:
-                recorder.record_many([spawn])
                 _emit(out, {"step": i, "event": "not-governed", "reason": answer.reason})
+            recorder.record_many([spawn])
             credential = Path(step["credential"]).read_text(encoding="utf-8")
             _emit(out, {"step": i, "event": "credential"})
             _emit(
