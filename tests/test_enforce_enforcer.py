@@ -352,3 +352,39 @@ def test_an_unarmed_enforcer_never_governs_and_never_writes(
 
 
 _PROPERTY_HOMES: dict[str, Home] = {}
+
+
+# -- a crash inside an arm ----------------------------------------------------------------------
+
+_CRASHING_ARM = """
+import datetime as dt, os, signal, sys
+from rensei_routing.enforce import canary
+from rensei_routing.store import enforcement
+from rensei_routing.store.home import Home
+
+real = enforcement.set_hint
+
+def set_then_die(home, value, *, durable):
+    real(home, value, durable=durable)
+    os.kill(os.getpid(), signal.SIGKILL)  # after the hint, before the arm's commit
+
+enforcement.set_hint = set_then_die
+canary.arm(Home(sys.argv[1]), "acme/widgets", now=dt.datetime(2026, 2, 3, 5, tzinfo=dt.UTC),
+           actor="crash")
+"""
+
+
+def test_an_arm_killed_before_its_commit_leaves_a_set_hint_and_nothing_armed(
+    tmp_path: Path,
+) -> None:
+    home = make_home(tmp_path)
+    gates = len(payloads(home, "enforce-gate"))
+    done = subprocess.run(
+        [sys.executable, "-c", _CRASHING_ARM, str(home.path)], cwd=ROOT, check=False
+    )
+    assert done.returncode == -9
+    assert hint(home)[0] == 1  # errs towards "may be armed": one read, never a missed arm
+    assert rows(home) == ([], []) and payloads(home, "enforce-arm") == []
+    assert len(payloads(home, "enforce-gate")) == gates + 1  # the verdict had committed
+    with _enforcer(home) as e:
+        assert e.enforce(gateway_spawn()) == NotGoverned("nothing-armed")
