@@ -22,6 +22,7 @@ from . import (
     bench_append,
     bench_batch,
     bench_cli,
+    bench_enforce,
     bench_fleet,
     bench_interop,
     bench_policies,
@@ -54,6 +55,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_interop,
     bench_fleet,
     bench_ui,
+    bench_enforce,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

@@ -397,6 +397,14 @@ class ClassifierError(PluginError):
     """A seam's legacy-mechanism classifier raised or returned the wrong type."""
 
 
+class RouteNotAppliedError(PluginError):
+    """An enforced route reached a seam whose plugin applies none: the spawn must not run."""
+
+
+class SeamRequestError(InputError):
+    """A seam's request is not the shape its seam takes an enforced route on (argv, mapping)."""
+
+
 # -- signing ------------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ PAGES = [
     "/audit",
     "/decision/0",
     "/fleet",
+    "/enforce",
     "/static/console.css",
 ]
 

@@ -32,6 +32,7 @@ from ..errors import RenseiRoutingError
 from .context import BadRequest, Console, NotFound, Query
 from .html import esc, page
 from .pages_chain import audit_page, decision_page
+from .pages_enforce import enforce_page
 from .pages_fleet import fleet_page
 from .pages_home import overview_page, policies_page
 from .pages_matrix import matrix_page
@@ -55,6 +56,7 @@ _PAGES: Final[dict[str, Page]] = {
     "/whatif": whatif_page,
     "/policies": policies_page,
     "/matrix": matrix_page,
+    "/enforce": enforce_page,
     "/audit": audit_page,
     "/fleet": fleet_page,
 }

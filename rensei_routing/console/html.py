@@ -20,6 +20,7 @@ NAV: Final = (
     ("/whatif", "What-if"),
     ("/policies", "Policies"),
     ("/matrix", "Matrix"),
+    ("/enforce", "Enforcement"),
     ("/audit", "Audit"),
     ("/fleet", "Fleet"),
 )

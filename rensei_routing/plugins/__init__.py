@@ -1,8 +1,9 @@
 """Plugins: the hook specification (``hookspecs``), the manager and the contributions it collects
 (``manager``), what is registered (``info``), the checks a plugin author runs (``checks``), the
 built-in plugins (``default``) and the pytest helpers (``testing``, also the ``rensei_routing``
-pytest plugin), the installed plugins as their entry points declare them (``entrypoints``) and
-building a manager that imports each only when needed (``loading``).
+pytest plugin), the installed plugins as their entry points declare them (``entrypoints``),
+building a manager that imports each only when needed (``loading``), and applying an enforced
+route to a spawn through the seam's own plugin (``routes``).
 
 The hook specification is the contract with plugin authors: hooks are called with keywords,
 contributions are sorted by a stable key, never by registration order. The package re-exports

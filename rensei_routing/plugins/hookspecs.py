@@ -7,13 +7,15 @@ Every hook is called with keywords only, once per plugin, in the order of the pl
 ``register`` callback and must return ``None``; the manager collects every contribution, sorts
 it by a stable key, and refuses a name claimed twice with a :class:`~rensei_routing.errors.
 PluginError` naming both plugins. A hook that raises, registers a value of the wrong type or
-returns a value is a ``PluginError`` naming the plugin.
+returns a value is a ``PluginError`` naming the plugin. ``apply_enforced_route`` is the one hook
+that answers a value: the seam's own plugin is asked (:func:`~rensei_routing.plugins.routes.
+apply_route`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     import click
 
     from ..core.audit.chain import AuditRecord
+    from ..core.enforce.route import EnforcedRoute
     from ..core.redact import RedactionPattern
     from ..core.routing.vocabulary import VocabularyExtension
     from ..core.shadow.compare import Seam
@@ -117,4 +120,21 @@ def decision_recorded(record: AuditRecord) -> None:
 
     Called after the commit, once per record, in seq order. An observer that raises is logged
     (one warning line naming the plugin) and skipped; it never undoes or fails the append.
+    """
+
+
+@hookspec(firstresult=True)
+def apply_enforced_route(seam: str, route: EnforcedRoute, request: Any) -> Any:
+    """Apply an enforced route to a spawn at ``seam``: return ``request`` rewritten so the
+    spawn runs on ``route`` (a :class:`~rensei_routing.core.enforce.route.EnforcedRoute`), or
+    ``None`` for a seam that is not this plugin's.
+
+    ``request`` is whatever the seam spawns from (an argv, a request mapping): the plugin gets
+    its own deep copy, so it can never change the caller's, and returns a new value. A
+    ``legacy-compatible`` route leaves the request's model as it was (or sets the same one); a
+    route whose ``model`` is ``None`` names no model and leaves it too. A request of the wrong
+    shape is a :class:`~rensei_routing.errors.SeamRequestError`. The host asks only the plugin
+    that registered ``seam`` (``apply_route``); an enforced route at a seam whose plugin
+    answers ``None`` or does not implement this hook is a
+    :class:`~rensei_routing.errors.RouteNotAppliedError`: the spawn must not run.
     """

@@ -33,21 +33,29 @@ The transport follows from the face (core ``transport_for``): ``zai`` at the one
 direct OpenAI-compatible HTTP call (``direct-http``, ungoverned bypass traffic), at an agentic
 seam the Claude CLI pointed at GLM (``harness-direct``); a spawn the fleet ratchet moved to
 ``gateway`` (the streaming seam's ratchet traffic) is ``gateway``.
+
+An enforced route (hook ``apply_enforced_route``, :mod:`.routes`) is applied at the agentic seams
+by rewriting the child's ``--model`` in its argv, at the one-shot seam by setting the request
+mapping's ``model``; the request is never changed in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 from rensei_routing import hookimpl
+from rensei_routing.core.enforce.route import EnforcedRoute
 from rensei_routing.core.shadow import Classifier, Seam, Stage, classify_legacy_mechanism
+
+from .routes import apply_model
 
 __all__ = [
     "AGENTIC_STAGES",
     "DIALLED_STAGES",
     "SEAMS",
+    "apply_enforced_route",
     "ordered_classifier",
     "register_seams",
 ]
@@ -125,3 +133,12 @@ SEAMS: Final = {
 def register_seams(register: Callable[[Seam], None]) -> None:
     for name in sorted(SEAMS):
         register(SEAMS[name])
+
+
+@hookimpl
+def apply_enforced_route(seam: str, route: EnforcedRoute, request: Any) -> Any:
+    """The request of a spawn at one of the four seams, rewritten for ``route``
+    (:func:`.routes.apply_model`); ``None`` for any other seam."""
+    if seam not in SEAMS:
+        return None
+    return apply_model(seam, route, request)

@@ -54,7 +54,7 @@ def test_plugins_list_names_the_distribution_and_hooks() -> None:
     rows = {r["name"]: r for r in json.loads(done.stdout)}
     assert rows["hydraflow"]["distribution"] == "rensei-seams-hydraflow"
     assert rows["hydraflow"]["version"] == "0.1.0"
-    assert rows["hydraflow"]["hooks"] == ["register_seams"]
+    assert rows["hydraflow"]["hooks"] == ["apply_enforced_route", "register_seams"]
     assert rows["hydraflow"]["builtin"] is False
 
 
