@@ -238,6 +238,16 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     ) STRICT;
     INSERT INTO shadow_index_state(id, next_seq) VALUES (1, 0);
     """,
+    # the Merkle tree under the audit chain (store/audit/tree.py): the stored hashes of every
+    # complete subtree in stored-hash-index order, 32 to a row. It covers every record of the
+    # chain, across the sealed segments, and stays here when they are sealed or pruned. An
+    # existing home's tree is built from its chain by the first writer that opens it.
+    """
+    CREATE TABLE audit_tree(
+        chunk INTEGER PRIMARY KEY,
+        hashes BLOB NOT NULL
+    ) STRICT;
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 #: The oldest schema a sealed audit segment file may have: step 5 added segments, and a
