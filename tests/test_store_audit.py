@@ -259,6 +259,8 @@ def test_truncated_tail_is_only_caught_with_a_checkpoint(
     log.checkpoint(export_to=exported)
     _sql(home, "DELETE FROM audit_records WHERE seq >= 9")
     _sql(home, "DELETE FROM audit_checkpoints")  # a careful attacker removes the stored ones too
+    assert _verify(home).reason == "tree-overrun"  # the tree's hashes past the head tell
+    _sql(home, "DELETE FROM audit_tree")  # and the tree (an empty one is not built yet)
     assert _verify(home).ok  # undetected without a checkpoint
     result = _verify(home, read_checkpoint(exported))
     assert (result.ok, result.reason, result.first_broken_seq) == (
@@ -274,14 +276,20 @@ def test_stored_checkpoints_catch_a_careless_truncation(home: Home, log: AuditLo
     _sql(home, "DELETE FROM audit_records WHERE seq >= 10")
     result = _verify(home)
     assert (result.reason, result.first_broken_seq) == ("truncated-below-checkpoint", 10)
-    assert _verify(home, stored=False).ok
+    result = _verify(home, stored=False)  # the tree still holds hashes past the head
+    assert (result.reason, result.first_broken_seq) == ("tree-overrun", 10)
 
 
 def test_truncate_then_regrow_is_caught_at_the_checkpoint_size(
     home: Home, log: AuditLog, tmp_path: Path
 ) -> None:
     cp = log.checkpoint()
-    _sql(home, "DELETE FROM audit_records WHERE seq >= 6", "DELETE FROM audit_checkpoints")
+    _sql(
+        home,
+        "DELETE FROM audit_records WHERE seq >= 6",
+        "DELETE FROM audit_checkpoints",
+        "DELETE FROM audit_tree",  # the next writer builds it again from the records left
+    )
     with AuditLog.open(home) as again:
         again.append_many([{"rewritten": i} for i in range(8)], recorded_at=T1)
         assert again.verify().ok
@@ -555,10 +563,12 @@ def _rewrite(
     home: Home, seq: int, *, payload: bytes | None = None, stamp: str | None = None
 ) -> None:
     """Edit record ``seq`` and recompute every hash from it to the head, as an attacker who can
-    write the database would for a tail no checkpoint pins yet."""
+    write the database would for a tail no checkpoint pins yet, and the tree from the records
+    (dropped, then built again by the next writer)."""
     conn = _raw(home)
     try:
         with conn:
+            conn.execute("DELETE FROM audit_tree")
             cols = "seq, recorded_at, prev_hash, payload"
             rows = list(
                 conn.execute(
@@ -582,6 +592,8 @@ def _rewrite(
                 prev = r_hash
     finally:
         conn.close()
+    with AuditLog.open(home) as log:
+        log._write_conn()  # the writer builds the tree again
 
 
 UNPARSEABLE_PAYLOADS = {

@@ -19,12 +19,13 @@ listed in :attr:`ChainVerdict.unverifiable`, not passed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import apsw
 
 from ... import signing
+from ...core.audit import merkle
 from ...core.audit.chain import (
     GENESIS_HASH,
     Checkpoint,
@@ -32,15 +33,17 @@ from ...core.audit.chain import (
     note_key_hash,
     parse_checkpoint,
 )
-from ...core.audit.treehead import chain_head
+from ...core.audit.treehead import chain_head, form, root_of
 from ...core.audit.verdict import broken
-from ...errors import AuditError, CheckpointFormatError
+from ...errors import AuditError, CheckpointFormatError, TreeError
 from .. import parallel
 from ..db import store_error
+from . import tree
 from .attest import unattested
 from .handle import LogHandle
 from .recovery import recover
 from .segments import Segment, read_catalog
+from .tree import TreeCheck
 
 __all__ = [
     "ChainVerdict",
@@ -144,6 +147,10 @@ class ChainVerdict:
     #: ``(size, segment name)`` of each given checkpoint whose size falls strictly inside a
     #: pruned segment: its signature held, but no record it covers is held any more.
     unverifiable: tuple[tuple[int, str], ...] = ()
+    #: What the check of the tree found (``None``: the chain did not hold, it was not run).
+    tree: TreeCheck | None = None
+    #: ``(size, form)`` of every checkpoint checked, smallest first (:mod:`...treehead`).
+    forms: tuple[tuple[int, str], ...] = ()
 
     @property
     def anchor(self) -> Segment | None:
@@ -170,6 +177,8 @@ class ChainVerdict:
             "segments": self.segments,
             "sealed": [s.name for s in self.sealed],
             "unverifiable": [{"size": n, "segment": name} for n, name in self.unverifiable],
+            "tree": None if self.tree is None else self.tree.to_dict(),
+            "checkpoints": [{"size": n, "form": f} for n, f in self.forms],
             "anchor": None
             if anchor is None
             else {
@@ -206,7 +215,55 @@ def verify_all(
     conn = log._read_conn()
     with conn:
         verdict = _walk_all(log, conn, checkpoints, stored, progress, public, workers)
+        if verdict.result.ok:
+            verdict = _with_tree(log, conn, verdict, checkpoints, stored)
     return verdict
+
+
+def _with_tree(
+    log: LogHandle,
+    conn: apsw.Connection,
+    verdict: ChainVerdict,
+    given: Sequence[Checkpoint],
+    stored: bool,
+) -> ChainVerdict:
+    """The chain held: recompute the tree from its records (:func:`.tree.check`), then hold
+    every tree-root checkpoint (given, stored, seals, those in sealed segments) to the tree's
+    root at its size. Its signature was checked by the walk."""
+    result = verdict.result
+    notes = list(given) + seals(conn)
+    if stored:
+        notes += stored_checkpoints(conn)
+        for seg in verdict.sealed:
+            notes += stored_checkpoints(log._sealed.conn(seg))
+    unique = {c.to_text(): c for c in notes}
+    cps = sorted(unique.values(), key=lambda c: c.size)
+    claimed = max((c.size for c in cps if root_of(c) is not None), default=0)
+    found = tree.check(conn, log._sealed, verdict.first_seq, result.records_checked, claimed)
+    if not found.ok:
+        seq = found.first_bad_seq
+        failed = broken(seq or 0, seq, found.state, found.detail, result.head_hash)  # type: ignore[arg-type]
+        return replace(verdict, result=failed, tree=found)
+    read = tree.reader(conn)
+    for cp in cps:
+        root = root_of(cp)
+        if root is None or found.state != "ok" or cp.size > found.size:
+            continue
+        try:
+            mine = merkle.tree_hash(cp.size, read)
+        except TreeError as e:
+            mine = str(e).encode()
+        if mine != root:
+            seq = max(0, cp.size - 1)
+            failed = broken(
+                seq,
+                seq,
+                "checkpoint-root-mismatch",
+                f"the checkpoint of size {cp.size} states a root that is not the tree's",
+                result.head_hash,
+            )
+            return replace(verdict, result=failed, tree=found)
+    return replace(verdict, tree=found, forms=tuple((c.size, form(c)) for c in cps))
 
 
 def _walk_all(

@@ -320,10 +320,11 @@ def _behind(conn: apsw.Connection) -> tuple[int, bool]:
 class TreeCheck:
     """What :func:`check` found: ``state`` ``ok`` (every stored hash recomputed from the record
     hashes present and equal), ``unavailable`` (no tree: its oldest leaves were pruned before
-    it existed), or a failure: ``tree-truncated`` (hashes missing, from ``first_bad_seq``'s
-    leaf), ``tree-node-mismatch`` (the stored hash ``index`` at ``level``, ``node`` is not the
-    one recomputed; ``first_bad_seq`` is the leaf it was written with), ``tree-overrun``
-    (hashes stored past the chain's head)."""
+    it existed), ``absent`` (no tree yet, and no signed tree-root checkpoint says there was
+    one; or a sealed segment's file verified on its own), or a failure: ``tree-truncated``
+    (hashes missing, from ``first_bad_seq``'s leaf), ``tree-node-mismatch`` (the stored hash
+    ``index`` at ``level``, ``node`` is not the one recomputed; ``first_bad_seq`` is the leaf
+    it was written with), ``tree-overrun`` (hashes stored past the chain's head)."""
 
     state: str
     size: int
@@ -336,7 +337,7 @@ class TreeCheck:
     @property
     def ok(self) -> bool:
         """The tree holds (or there is none to hold)."""
-        return self.state in ("ok", "unavailable")
+        return self.state in ("ok", "unavailable", "absent")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -351,21 +352,37 @@ class TreeCheck:
         }
 
 
-def check(conn: apsw.Connection, sealed: Sealed, start: int, records: int) -> TreeCheck:
+def check(
+    conn: apsw.Connection, sealed: Sealed, start: int, records: int, claimed: int = 0
+) -> TreeCheck:
     """Recompute every stored hash from the record hashes present (from ``start``, the first
     seq present; the hashes below it are the pruned stretch's, held by the anchor) and compare
     with the table, for a chain of ``records`` records; in the caller's read transaction.
+    ``claimed``: the largest size a signed tree-root checkpoint states (an empty table is then
+    truncated storage, not a tree not built yet).
 
     Raises:
         apsw.Error, StoreError: a read failed.
     """
     count = stored_count(conn)
-    if count == 0 and records and start:
-        return TreeCheck(
-            state="unavailable",
-            size=0,
-            detail=f"records 0..{start - 1} were pruned before the tree existed",
-        )
+    if count == 0 and records:
+        if start:
+            return TreeCheck(
+                state="unavailable",
+                size=0,
+                detail=f"records 0..{start - 1} were pruned before the tree existed",
+            )
+        segment = conn.execute("SELECT 1 FROM meta WHERE key = 'segment.first_seq'").get
+        if segment is not None:
+            return TreeCheck(
+                state="absent", size=0, detail="a sealed segment's file: the tree is the home's"
+            )
+        if not claimed:
+            return TreeCheck(
+                state="absent",
+                size=0,
+                detail="not built yet: the next writer to open the log builds it",
+            )
     try:
         app = Appender(conn, start, detached=True)
     except TreeError as e:
