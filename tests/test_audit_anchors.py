@@ -23,10 +23,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
-from rensei_routing.store import db
 from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit.recovery import catalog_of
+from rensei_routing.store.audit.segments import segments_dir
 from rensei_routing.store.home import Home
-from rensei_routing.store.segments import catalog_of, segments_dir
 
 T = "2026-12-02T12:00:00.000000Z"
 DATA = Path(__file__).resolve().parent / "data"
@@ -380,10 +380,9 @@ def v8(tmp_path: Path) -> Home:
     os.chmod(path / "keys" / "host.key", 0o600)
     for seg in segments_dir(path / "rensei.db").glob("*.db"):
         os.chmod(seg, 0o444)
-    # then upgraded, as the first writer of a newer release does (readers never migrate): the
-    # live database steps to this schema; the sealed segments stay as they were written
-    db.connect(path / "rensei.db", write=True).close()
-    return Home(path)
+    home = Home(path)
+    home.init()  # a writer migrates it to this release's schema, as the upgrade path says
+    return home
 
 
 def test_rows_of_the_release_before_are_reattested_only_from_their_records_or_export(

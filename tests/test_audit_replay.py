@@ -65,6 +65,7 @@ def _rewrite(home: Path, records: list[tuple[str, Any]]) -> None:
     with closing(Home(home).connect(write=True)) as conn, conn:
         conn.execute("DELETE FROM audit_records")
         conn.execute("DELETE FROM audit_checkpoints")
+        conn.execute("DELETE FROM audit_tree")
     with AuditLog.open(Home(home)) as log:
         for recorded_at, payload in records:
             log.append(payload, recorded_at=recorded_at)

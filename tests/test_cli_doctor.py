@@ -144,7 +144,7 @@ def test_records_past_the_latest_strict_checkpoint_warn(
 def test_checkpoints_from_before_the_strict_line_warn(
     tmp_path: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import rensei_routing.store.audit as audit
+    import rensei_routing.store.audit.log as audit
 
     line = audit.STRICT_PAYLOADS
     monkeypatch.setattr(audit, "STRICT_PAYLOADS", "x-made-by: an earlier version")

@@ -22,6 +22,7 @@ from rensei_routing.core.audit.chain import (
     payload_hash,
     record_hash,
 )
+from rensei_routing.core.audit.treehead import HEAD_LINE, chain_head, form
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.redact import redact
 from rensei_routing.core.routing.context import RouteContext
@@ -258,6 +259,8 @@ def test_truncated_tail_is_only_caught_with_a_checkpoint(
     log.checkpoint(export_to=exported)
     _sql(home, "DELETE FROM audit_records WHERE seq >= 9")
     _sql(home, "DELETE FROM audit_checkpoints")  # a careful attacker removes the stored ones too
+    assert _verify(home).reason == "tree-overrun"  # the tree's hashes past the head tell
+    _sql(home, "DELETE FROM audit_tree")  # and the tree (an empty one is not built yet)
     assert _verify(home).ok  # undetected without a checkpoint
     result = _verify(home, read_checkpoint(exported))
     assert (result.ok, result.reason, result.first_broken_seq) == (
@@ -273,14 +276,20 @@ def test_stored_checkpoints_catch_a_careless_truncation(home: Home, log: AuditLo
     _sql(home, "DELETE FROM audit_records WHERE seq >= 10")
     result = _verify(home)
     assert (result.reason, result.first_broken_seq) == ("truncated-below-checkpoint", 10)
-    assert _verify(home, stored=False).ok
+    result = _verify(home, stored=False)  # the tree still holds hashes past the head
+    assert (result.reason, result.first_broken_seq) == ("tree-overrun", 10)
 
 
 def test_truncate_then_regrow_is_caught_at_the_checkpoint_size(
     home: Home, log: AuditLog, tmp_path: Path
 ) -> None:
     cp = log.checkpoint()
-    _sql(home, "DELETE FROM audit_records WHERE seq >= 6", "DELETE FROM audit_checkpoints")
+    _sql(
+        home,
+        "DELETE FROM audit_records WHERE seq >= 6",
+        "DELETE FROM audit_checkpoints",
+        "DELETE FROM audit_tree",  # the next writer builds it again from the records left
+    )
     with AuditLog.open(home) as again:
         again.append_many([{"rewritten": i} for i in range(8)], recorded_at=T1)
         assert again.verify().ok
@@ -480,7 +489,9 @@ def test_checkpoints_are_incremental_and_cover_what_was_verified(home: Home, log
     log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
     second = log.checkpoint()
     assert (first.size, second.size) == (N, N + 3)
-    assert second.head_hash == log.head()[1]
+    assert chain_head(second) == log.head()[1]  # the tree-root form names the head too
+    assert second.head_hash == "sha256:" + log.tree_root(N + 3).hex()
+    assert form(second) == form(first) == "tree-root"
     assert [c.size for c in log.checkpoints()] == [N, N + 3]
     assert log.verify().checkpoints_checked == 2
 
@@ -552,10 +563,12 @@ def _rewrite(
     home: Home, seq: int, *, payload: bytes | None = None, stamp: str | None = None
 ) -> None:
     """Edit record ``seq`` and recompute every hash from it to the head, as an attacker who can
-    write the database would for a tail no checkpoint pins yet."""
+    write the database would for a tail no checkpoint pins yet, and the tree from the records
+    (dropped, then built again by the next writer)."""
     conn = _raw(home)
     try:
         with conn:
+            conn.execute("DELETE FROM audit_tree")
             cols = "seq, recorded_at, prev_hash, payload"
             rows = list(
                 conn.execute(
@@ -579,6 +592,8 @@ def _rewrite(
                 prev = r_hash
     finally:
         conn.close()
+    with AuditLog.open(home) as log:
+        log._write_conn()  # the writer builds the tree again
 
 
 UNPARSEABLE_PAYLOADS = {
@@ -666,7 +681,7 @@ def test_a_rehashed_unparseable_payload_below_a_checkpoint_is_named(
     """Below a checkpoint the first walk does not parse: the rewritten record shows there only
     as a mismatch with the checkpoint, and the strict second walk names it."""
     cp = log.checkpoint()
-    assert cp.extensions == (STRICT_PAYLOADS,)
+    assert cp.extensions == (STRICT_PAYLOADS, HEAD_LINE + log.head()[1])
     log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
     _rewrite(home, 5, payload=payload)
     before = _record_rows(home)

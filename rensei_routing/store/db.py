@@ -238,9 +238,9 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     ) STRICT;
     INSERT INTO shadow_index_state(id, next_seq) VALUES (1, 0);
     """,
-    # +1: enforcement canaries, one row per repository ever armed, and one row per enforced
-    #     decision of an armed canary (the trip's window), written with its audit record
-    #     (see .enforcement).
+    # 9: enforcement canaries, one row per repository ever armed, and one row per enforced
+    #    decision of an armed canary (the trip's window), written with its audit record
+    #    (see .enforcement).
     """
     CREATE TABLE enforce_canaries(
         repo TEXT PRIMARY KEY,
@@ -267,6 +267,16 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
         refused INTEGER NOT NULL CHECK (refused IN (0, 1))
     ) STRICT;
     CREATE INDEX enforce_decisions_by_repo ON enforce_decisions(repo, at_us);
+    """,
+    # 10: the Merkle tree under the audit chain (store/audit/tree.py): the stored hashes of
+    #     every complete subtree in stored-hash-index order, 32 to a row. It covers every record
+    #     of the chain, across the sealed segments, and stays here when they are sealed or
+    #     pruned. An existing home's tree is built from its chain by the first writer.
+    """
+    CREATE TABLE audit_tree(
+        chunk INTEGER PRIMARY KEY,
+        hashes BLOB NOT NULL
+    ) STRICT;
     """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -331,7 +341,7 @@ def connect(
     write: bool = False,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     vfs: str | None = None,
-    min_version: int = SCHEMA_VERSION,
+    min_version: int | None = None,
 ) -> apsw.Connection:
     """Open the database at ``path``. The caller owns the connection and closes it.
 
@@ -339,9 +349,9 @@ def connect(
     at ``BEGIN``. ``write=False`` opens read-only and changes nothing, so a copy on read-only
     media can be read and verified; a database on a read-only medium with no ``-wal``/``-shm``
     beside it is opened as immutable (nothing can be writing to it). A read-only open refuses a
-    schema older than ``min_version`` (by default this one); a sealed audit segment, whose
-    records table has not changed since :data:`SEGMENT_MIN_VERSION`, is read at any version
-    from there on, so a schema step for other tables never strands a sealed segment.
+    schema older than ``min_version`` (``None``: this one, read when called); a sealed audit
+    segment, whose records table has not changed since :data:`SEGMENT_MIN_VERSION`, is read at
+    any version from there on, so a schema step for other tables never strands a sealed segment.
 
     Every statement, the very first included, waits up to ``busy_timeout_ms`` for a lock
     (:func:`_connection` is the only place a connection is made). ``vfs`` names a registered
@@ -360,9 +370,10 @@ def connect(
         if not write:
             for setup in _READ_SETUP:
                 setup(conn)
-            if version < min_version:
+            least = SCHEMA_VERSION if min_version is None else min_version
+            if version < least:
                 raise SchemaVersionError(
-                    f"{path} has schema version {version}, older than {min_version}: "
+                    f"{path} has schema version {version}, older than {least}: "
                     "open it once with a writer (e.g. `rensei init`) to migrate it"
                 )
             Codec.load(conn).register(conn)

@@ -25,6 +25,13 @@ Reason = Literal[
     # kind signed by the host key covers (see .anchors): reported by the walk over segments,
     # never by verify_chain, so it is not in REASONS
     "segment-unattested",
+    # the Merkle tree stored under the chain (store/audit/tree.py), checked after the chain
+    # walk holds: hashes missing, a stored hash not the one recomputed from the records,
+    # hashes past the head, a tree-root checkpoint whose root is not the tree's at its size
+    "tree-truncated",
+    "tree-node-mismatch",
+    "tree-overrun",
+    "checkpoint-root-mismatch",
 ]
 #: Every reason code :func:`verify_chain` can report, in the order checks run on one record.
 REASONS: Final[tuple[Reason, ...]] = (

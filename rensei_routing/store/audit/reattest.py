@@ -26,20 +26,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import apsw
 
-from .. import signing
-from ..core.audit.chain import Checkpoint, note_key_hash, parse_checkpoint
-from ..errors import AuditError, SegmentError
-from .chainwalk import _verify_sealed, claim_of, signed_head, unattested
-from .db import store_error
-from .rotation import _check_export, _key, _locked, sign_claim
-from .segments import Segment, read_catalog, recover_locked
-
-if TYPE_CHECKING:
-    from .audit import AuditLog
+from ... import signing
+from ...core.audit.chain import Checkpoint, note_key_hash, parse_checkpoint
+from ...errors import AuditError, SegmentError
+from ..db import store_error
+from .attest import signed_head, unattested
+from .chainwalk import _verify_sealed
+from .handle import LogHandle
+from .recovery import recover_locked
+from .rotation import _check_export, _key, _locked, _statement
+from .segments import Segment, read_catalog
 
 __all__ = ["Reattested", "reattest"]
 
@@ -62,7 +62,7 @@ class Reattested:
 
 
 def reattest(
-    log: AuditLog,
+    log: LogHandle,
     *,
     exported: Sequence[Path] = (),
     progress: Callable[[int], None] | None = None,
@@ -107,10 +107,7 @@ def reattest(
         if pruned and exported:
             digest = _check_export(exported, pruned)
             attest = [replace(s, export_sha256=digest) for s in pruned]
-        signed = [
-            replace(s, note=sign_claim(key, log.origin, claim_of(s)).to_text())
-            for s in (*sealed, *attest)
-        ]
+        signed = [replace(s, note=_statement(log, key, s)) for s in (*sealed, *attest)]
         if signed:
             writer = log._write_conn()
             try:
@@ -135,7 +132,7 @@ def reattest(
 
 
 def _records_hold(
-    log: AuditLog,
+    log: LogHandle,
     seg: Segment,
     public: signing.PublicKey,
     progress: Callable[[int], None] | None,

@@ -19,36 +19,36 @@ listed in :attr:`ChainVerdict.unverifiable`, not passed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import apsw
 
-from .. import signing
-from ..core.audit.anchors import SegmentClaim, claim_problem
-from ..core.audit.chain import (
+from ... import signing
+from ...core.audit import merkle
+from ...core.audit.chain import (
     GENESIS_HASH,
     Checkpoint,
     VerifyResult,
     note_key_hash,
     parse_checkpoint,
 )
-from ..core.audit.verdict import broken
-from ..errors import AuditError, CheckpointFormatError
-from . import parallel
-from .db import store_error
-from .segments import Segment, read_catalog, recover
-
-if TYPE_CHECKING:
-    from .audit import AuditLog
+from ...core.audit.treehead import chain_head, form, root_of
+from ...core.audit.verdict import broken
+from ...errors import AuditError, CheckpointFormatError, TreeError
+from .. import parallel
+from ..db import store_error
+from . import tree
+from .attest import unattested
+from .handle import LogHandle
+from .recovery import recover
+from .segments import Segment, read_catalog
+from .tree import TreeCheck
 
 __all__ = [
     "ChainVerdict",
-    "claim_of",
     "seals",
-    "signed_head",
     "stored_checkpoints",
-    "unattested",
     "verify_all",
     "verify_live",
 ]
@@ -85,7 +85,7 @@ def seals(conn: apsw.Connection) -> list[Checkpoint]:
 
 
 def verify_live(
-    log: AuditLog,
+    log: LogHandle,
     conn: apsw.Connection,
     checkpoints: Sequence[Checkpoint],
     stored: bool,
@@ -147,6 +147,10 @@ class ChainVerdict:
     #: ``(size, segment name)`` of each given checkpoint whose size falls strictly inside a
     #: pruned segment: its signature held, but no record it covers is held any more.
     unverifiable: tuple[tuple[int, str], ...] = ()
+    #: What the check of the tree found (``None``: the chain did not hold, it was not run).
+    tree: TreeCheck | None = None
+    #: ``(size, form)`` of every checkpoint checked, smallest first (:mod:`...treehead`).
+    forms: tuple[tuple[int, str], ...] = ()
 
     @property
     def anchor(self) -> Segment | None:
@@ -173,6 +177,8 @@ class ChainVerdict:
             "segments": self.segments,
             "sealed": [s.name for s in self.sealed],
             "unverifiable": [{"size": n, "segment": name} for n, name in self.unverifiable],
+            "tree": None if self.tree is None else self.tree.to_dict(),
+            "checkpoints": [{"size": n, "form": f} for n, f in self.forms],
             "anchor": None
             if anchor is None
             else {
@@ -184,71 +190,8 @@ class ChainVerdict:
         }
 
 
-def claim_of(segment: Segment) -> SegmentClaim:
-    """What ``segment``'s catalogue row asserts."""
-    return SegmentClaim(
-        kind="pruned" if segment.pruned else "sealed",
-        first_seq=segment.first_seq,
-        last_seq=segment.last_seq,
-        prev_hash=segment.prev_hash,
-        head_hash=segment.head_hash,
-        export_sha256=segment.export_sha256,
-    )
-
-
-def _signed(segment: Segment, origin: str, public: signing.PublicKey) -> Checkpoint | str:
-    """``segment``'s note, parsed and signed by ``public`` for ``origin``; else why not."""
-    try:
-        cp = parse_checkpoint(segment.note)
-    except CheckpointFormatError as e:
-        return f"its note is unreadable: {e}"
-    sig = cp.signature_by(origin, note_key_hash(origin, public.raw))
-    if cp.origin != origin or sig is None or not signing.check(public, cp.body, sig):
-        return "its note is not signed by this host's key"
-    return cp
-
-
-def unattested(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
-    """Why no statement of its kind signed by ``public`` covers ``segment``'s catalogue row
-    (a seal for a sealed segment, a prune statement for a pruned one, naming exactly its
-    range, first link, head and export digest), or ``None`` when one does."""
-    kind = "pruned" if segment.pruned else "sealed"
-    found = _signed(segment, origin, public)
-    why = found if isinstance(found, str) else claim_problem(found, claim_of(segment))
-    if why is None:
-        return None
-    what = why if isinstance(found, str) else f"its note {why}"
-    if segment.pruned:
-        fix = (
-            "if an earlier release pruned it, `rensei audit reattest --exported FILE` checks "
-            "the export and signs it"
-        )
-        stmt = "prune statement"
-    else:
-        fix = (
-            "if an earlier release sealed it, `rensei audit reattest` re-signs it from its records"
-        )
-        stmt = "seal"
-    return (
-        f"segment {segment.name} is {kind}, but no {stmt} signed by this host's key covers it: "
-        f"{what}; {fix}"
-    )
-
-
-def signed_head(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
-    """Why ``segment``'s note is not a checkpoint signed by ``public`` of exactly its size and
-    head (any kind of note: an earlier release's seal, a checkpoint), or ``None`` when it is.
-    Such a note pins, through SHA-256, every record up to the segment's head."""
-    found = _signed(segment, origin, public)
-    if isinstance(found, str):
-        return f"segment {segment.name}: {found}"
-    if (found.size, found.head_hash) != (segment.last_seq + 1, segment.head_hash):
-        return f"segment {segment.name}: its note does not end at the segment's head"
-    return None
-
-
 def verify_all(
-    log: AuditLog,
+    log: LogHandle,
     checkpoints: Sequence[Checkpoint],
     *,
     stored: bool,
@@ -272,11 +215,59 @@ def verify_all(
     conn = log._read_conn()
     with conn:
         verdict = _walk_all(log, conn, checkpoints, stored, progress, public, workers)
+        if verdict.result.ok:
+            verdict = _with_tree(log, conn, verdict, checkpoints, stored)
     return verdict
 
 
+def _with_tree(
+    log: LogHandle,
+    conn: apsw.Connection,
+    verdict: ChainVerdict,
+    given: Sequence[Checkpoint],
+    stored: bool,
+) -> ChainVerdict:
+    """The chain held: recompute the tree from its records (:func:`.tree.check`), then hold
+    every tree-root checkpoint (given, stored, seals, those in sealed segments) to the tree's
+    root at its size. Its signature was checked by the walk."""
+    result = verdict.result
+    notes = list(given) + seals(conn)
+    if stored:
+        notes += stored_checkpoints(conn)
+        for seg in verdict.sealed:
+            notes += stored_checkpoints(log._sealed.conn(seg))
+    unique = {c.to_text(): c for c in notes}
+    cps = sorted(unique.values(), key=lambda c: c.size)
+    claimed = max((c.size for c in cps if root_of(c) is not None), default=0)
+    found = tree.check(conn, log._sealed, verdict.first_seq, result.records_checked, claimed)
+    if not found.ok:
+        seq = found.first_bad_seq
+        failed = broken(seq or 0, seq, found.state, found.detail, result.head_hash)  # type: ignore[arg-type]
+        return replace(verdict, result=failed, tree=found)
+    read = tree.reader(conn)
+    for cp in cps:
+        root = root_of(cp)
+        if root is None or found.state != "ok" or cp.size > found.size:
+            continue
+        try:
+            mine = merkle.tree_hash(cp.size, read)
+        except TreeError as e:
+            mine = str(e).encode()
+        if mine != root:
+            seq = max(0, cp.size - 1)
+            failed = broken(
+                seq,
+                seq,
+                "checkpoint-root-mismatch",
+                f"the checkpoint of size {cp.size} states a root that is not the tree's",
+                result.head_hash,
+            )
+            return replace(verdict, result=failed, tree=found)
+    return replace(verdict, tree=found, forms=tuple((c.size, form(c)) for c in cps))
+
+
 def _walk_all(
-    log: AuditLog,
+    log: LogHandle,
     conn: apsw.Connection,
     checkpoints: Sequence[Checkpoint],
     stored: bool,
@@ -317,7 +308,7 @@ def _walk_all(
                 if cp.size == seg.last_seq + 1 or cp.size == expected:
                     # at an edge of the pruned segment: held to its signed head (or first link)
                     edge = seg.head_hash if cp.size == seg.last_seq + 1 else prev
-                    if cp.head_hash != edge:
+                    if chain_head(cp) != edge:
                         return _with(verdict, _truncated(cp, prev), pruned, expected)
                     done += 1
                 else:  # the records it covers are gone: nothing to hold it to
@@ -407,7 +398,7 @@ def _seam(
 
 
 def _verify_sealed(
-    log: AuditLog,
+    log: LogHandle,
     seg: Segment,
     cps: list[Checkpoint],
     expected: int,

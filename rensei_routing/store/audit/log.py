@@ -23,8 +23,9 @@ from typing import Any, Final
 
 import apsw
 
-from .. import signing
-from ..core.audit.chain import (
+from ... import signing
+from ...core.audit import merkle
+from ...core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
     STRICT_PAYLOADS,
@@ -36,20 +37,22 @@ from ..core.audit.chain import (
     encode_payloads,
     link_stamped,
 )
-from ..core.redact import DEFAULT_REDACTOR, Redactor
-from ..core.timestamps import check_timestamp
-from ..errors import (
+from ...core.redact import DEFAULT_REDACTOR, Redactor
+from ...core.timestamps import check_timestamp
+from ...errors import (
     AuditError,
     HomeError,
     MalformedError,
     NotFoundError,
     StoreError,
+    TreeError,
 )
-from . import autocheckpoint, chainwalk, rotation, segments
-from .codec import FUNCTION, Codec
-from .db import close_quietly, connect, store_error
-from .home import ConnectOptions, Home
-from .notes import publish, read_checkpoint, refuse_protected, stage
+from ..codec import FUNCTION
+from ..db import store_error
+from ..home import Home
+from ..notes import publish, read_checkpoint, refuse_protected, stage
+from . import attest, autocheckpoint, chainwalk, rotation, segments, tree
+from .handle import LogHandle
 
 #: ``read_checkpoint`` is :mod:`.notes`'s, re-exported for the modules that still import it here.
 __all__ = ["AppendResult", "AuditLog", "read_checkpoint"]
@@ -82,7 +85,7 @@ class AppendResult:
         return range(self.first_seq, self.first_seq + self.count)
 
 
-class AuditLog:
+class AuditLog(LogHandle):
     """The audit log of one database file. Opens a writer and a reader connection lazily and
     closes both in :meth:`close` (or on leaving a ``with`` block); one thread at a time.
 
@@ -102,59 +105,7 @@ class AuditLog:
     alone (no recovery); the console opens its logs so.
     """
 
-    __slots__ = (
-        "_checkpoint_every",
-        "_checkpointed",
-        "_key",
-        "_options",
-        "_path",
-        "_protected",
-        "_public",
-        "_reader",
-        "_redactor",
-        "_rotate_at",
-        "_sealed",
-        "_vouched",
-        "_writer",
-        "_writer_codec",
-        "auto_checkpoint_error",
-        "origin",
-        "read_only",
-    )
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        origin: str,
-        public_key: signing.PublicKey | None = None,
-        private_key: signing.PrivateKey | Callable[[], signing.PrivateKey] | None = None,
-        redactor: Redactor = DEFAULT_REDACTOR,
-        options: ConnectOptions | None = None,
-        protected: Sequence[Path] = (),
-        rotate_at_records: int | None = None,
-        checkpoint_every: int | None = None,
-        read_only: bool = False,
-    ) -> None:
-        self._path = Path(path)
-        self.read_only = read_only
-        self._options = ConnectOptions() if options is None else options
-        self._protected = tuple(Path(d) for d in protected)
-        self.origin = origin
-        self._public = public_key
-        self._key = private_key
-        self._redactor = redactor
-        self._writer: apsw.Connection | None = None
-        self._writer_codec: Codec | None = None
-        self._reader: apsw.Connection | None = None
-        self._rotate_at = rotate_at_records
-        self._checkpoint_every = checkpoint_every
-        self._checkpointed = 0  # a lower bound of the latest checkpoint's size
-        #: (first seq, last seq, the head it followed, its head) of each batch this process
-        #: encoded canonically since then (see :mod:`.autocheckpoint`).
-        self._vouched: list[tuple[int, int, str, str]] = []
-        self.auto_checkpoint_error: str | None = None
-        self._sealed = segments.Sealed(self._path, self._options)
+    __slots__ = ()
 
     @classmethod
     def open(
@@ -182,50 +133,6 @@ class AuditLog:
             checkpoint_every=autocheckpoint.checkpoint_every(home),
             read_only=read_only,
         )
-
-    # -- connections --------------------------------------------------------------------------
-
-    def _codec(self, conn: apsw.Connection) -> Codec:
-        """The writer's codec (the dictionaries it holds do not change while it is open)."""
-        if self._writer_codec is None:
-            self._writer_codec = Codec.load(conn)
-        return self._writer_codec
-
-    def _write_conn(self) -> apsw.Connection:
-        if self._writer is None:
-            if self.read_only:
-                raise StoreError(f"{self._path} is opened read-only here: nothing is written")
-            self._writer = self._connect(write=True)
-        return self._writer
-
-    def _connect(self, *, write: bool) -> apsw.Connection:
-        o = self._options
-        return connect(self._path, write=write, busy_timeout_ms=o.busy_timeout_ms, vfs=o.vfs)
-
-    def _write_failed(self, what: str, error: apsw.Error) -> StoreError:
-        """Drop the writer connection after a failed write (SQLite may have left it unusable,
-        e.g. after an I/O error) and the typed error for ``what``."""
-        writer, self._writer = self._writer, None
-        self._writer_codec = None
-        if writer is not None:
-            close_quietly(writer)
-        return store_error(what, error, self._path)
-
-    def _read_conn(self) -> apsw.Connection:
-        if self._reader is None:
-            if not self._path.exists() and not self.read_only:
-                self._write_conn()  # a reader never creates the database: the writer does
-            self._reader = self._connect(write=False)
-        return self._reader
-
-    def close(self) -> None:
-        """Close the connections this log opened (idempotent)."""
-        for conn in (self._reader, self._writer):
-            if conn is not None:
-                close_quietly(conn)
-        self._reader = self._writer = None
-        self._writer_codec = None
-        self._sealed.close()
 
     def __enter__(self) -> AuditLog:
         return self
@@ -328,6 +235,7 @@ class AuditLog:
                 head = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
                 first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
                 before = prev
+                grow = tree.Appender.at(conn, first)
                 pairs = (
                     ((recorded_at, d) for d in encoded)
                     if stamped is None
@@ -336,6 +244,9 @@ class AuditLog:
                 while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):
                     rows = link_stamped(chunk, seq=first + count, prev_hash=prev)
                     conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
+                    if grow is not None:
+                        grow.add([r[4] for r in rows])
+                        grow.flush()
                     count += len(rows)
                     prev = rows[-1][4]
                     if keep:
@@ -438,11 +349,100 @@ class AuditLog:
             batch=batch,
         )
 
-    def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
+    # -- the tree -----------------------------------------------------------------------------
+
+    def tree_size(self) -> int:
+        """How many leaves the stored Merkle tree covers (:mod:`.tree`): the chain's record
+        count once built; 0 for a home whose oldest records were pruned before the tree.
+
+        Raises:
+            StoreError: the database read failed.
+        """
+        return int(self._tree_read(lambda conn: tree.size_of(tree.stored_count(conn))))
+
+    def tree_root(self, size: int) -> bytes:
+        """The 32-byte RFC 6962 root of the tree of the first ``size`` records (32 zero bytes
+        for 0): a tree-root checkpoint's hash line.
+
+        Raises:
+            NotFoundError: ``size`` is negative or above :meth:`tree_size`.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+        return bytes(
+            self._tree_read(
+                lambda conn: merkle.tree_hash(self._size(conn, size), tree.reader(conn))
+            )
+        )
+
+    def leaf(self, seq: int) -> bytes:
+        """The stored leaf hash of record ``seq``: SHA-256(0x00 || its 32 record-hash bytes).
+
+        Raises:
+            NotFoundError: the tree has no leaf ``seq``.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+
+        def read(conn: apsw.Connection) -> bytes:
+            if not 0 <= seq < self._size(conn, None):
+                raise NotFoundError(f"the audit tree has no leaf {seq}")
+            return tree.reader(conn)([merkle.stored_hash_index(0, seq)])[0]
+
+        return bytes(self._tree_read(read))
+
+    def inclusion_proof(self, seq: int, size: int) -> list[bytes]:
+        """The RFC 6962 audit path of record ``seq`` in the tree of ``size`` records, bottom up
+        (checked by :func:`~rensei_routing.core.audit.merkle.verify_inclusion` against
+        :meth:`leaf` and :meth:`tree_root`); ``O(log size)`` stored hashes read.
+
+        Raises:
+            NotFoundError: ``size`` is above :meth:`tree_size`, or ``seq`` is not below it.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+
+        def read(conn: apsw.Connection) -> list[bytes]:
+            n = self._size(conn, size)
+            if not 0 <= seq < n:
+                raise NotFoundError(f"record {seq} is not in the tree of {n} records")
+            return merkle.inclusion_proof(seq, n, tree.reader(conn))
+
+        return list(self._tree_read(read))
+
+    def consistency_proof(self, old: int, new: int) -> list[bytes]:
+        """The RFC 6962 consistency proof from the tree of ``old`` records to that of ``new``
+        (checked by :func:`~rensei_routing.core.audit.merkle.verify_consistency`).
+
+        Raises:
+            NotFoundError: ``new`` is above :meth:`tree_size`, or ``old`` is negative or above
+                ``new``.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+
+        def read(conn: apsw.Connection) -> list[bytes]:
+            n = self._size(conn, new)
+            if not 0 <= old <= n:
+                raise NotFoundError(f"no consistency proof from {old} to {n} records")
+            return merkle.consistency_proof(old, n, tree.reader(conn))
+
+        return list(self._tree_read(read))
+
+    def _size(self, conn: apsw.Connection, size: int | None) -> int:
+        """``size`` (default: the tree's), refused when the tree is smaller."""
+        have = tree.size_of(tree.stored_count(conn))
+        if size is None:
+            return have
+        if not 0 <= size <= have:
+            raise NotFoundError(f"the audit tree covers {have} records, not {size}")
+        return size
+
+    def _tree_read(self, read: Callable[[apsw.Connection], Any]) -> Any:
+        conn = self._read_conn()
         try:
-            return self._read_conn().execute(sql, args).fetchone()
-        except (apsw.Error, OverflowError) as e:
-            raise store_error("cannot read the audit log", e, self._path) from e
+            with conn:
+                return read(conn)
+        except apsw.Error as e:
+            raise store_error("cannot read the audit tree", e, self._path) from e
+        except TreeError as e:
+            raise StoreError(f"the audit tree's storage is damaged: {e}") from e
 
     # -- verification -------------------------------------------------------------------------
 
@@ -540,15 +540,15 @@ class AuditLog:
             raise AuditError(
                 f"refusing to checkpoint a broken log: {where}: {result.reason} ({result.detail})"
             )
-        cp = rotation.sign(
-            key, self.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS
-        )
+        size = result.records_checked
+        root = self._tree_read(lambda conn: tree.root_at(conn, size))
+        cp = attest.sign(key, self.origin, size, result.head_hash, STRICT_PAYLOADS, root)
         staged = None if target is None else stage(cp, target)
         published = delivered = False
         try:
             writer = self._write_conn()
             with writer:
-                writer.execute(_INSERT_CHECKPOINT, (cp.size, cp.head_hash, cp.to_text()))
+                writer.execute(_INSERT_CHECKPOINT, (cp.size, result.head_hash, cp.to_text()))
                 if staged is not None and target is not None:
                     publish(staged, target)  # raising here rolls the row back
                     published = True
@@ -565,12 +565,6 @@ class AuditLog:
                 with contextlib.suppress(OSError):
                     os.unlink(staged)
         return cp
-
-    def _private_key(self) -> signing.PrivateKey:
-        key = self._key
-        if key is None:
-            raise AuditError("this audit log has no signing key")
-        return key if isinstance(key, signing.PrivateKey) else key()
 
     def checkpoints(self) -> tuple[Checkpoint, ...]:
         """Every stored checkpoint and the seal of every catalogued segment, smallest first.

@@ -37,38 +37,37 @@ import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import apsw
 
-from .. import signing
-from ..core.audit.anchors import SegmentClaim
-from ..core.audit.archive import MAX_LINE_BYTES, rows_from_lines
-from ..core.audit.chain import (
+from ... import signing
+from ...core.audit.anchors import SegmentClaim
+from ...core.audit.archive import MAX_LINE_BYTES, rows_from_lines
+from ...core.audit.chain import (
     GENESIS_HASH,
-    STRICT_PAYLOADS,
     Checkpoint,
-    NoteSignature,
     note_key_hash,
     verify_chain,
 )
-from ..errors import AuditError, HomeError, RenseiRoutingError, SegmentError
-from ..files import fsync_dir
-from . import parallel
-from .chainwalk import claim_of, stored_checkpoints, unattested
-from .db import connect, store_error
-from .home import Home
+from ...core.audit.treehead import chain_head
+from ...errors import AuditError, HomeError, RenseiRoutingError, SegmentError
+from ...files import fsync_dir
+from .. import parallel
+from ..db import connect, store_error
+from ..home import Home
+from . import tree
+from .attest import claim_of, sign_claim, unattested
+from .chainwalk import stored_checkpoints
+from .handle import LogHandle
+from .recovery import recover_locked
 from .segments import (
     Segment,
     SegmentLock,
     head_across,
     read_catalog,
-    recover_locked,
     segments_dir,
 )
-
-if TYPE_CHECKING:
-    from .audit import AuditLog
 
 __all__ = [
     "CRASH_ENV",
@@ -79,8 +78,6 @@ __all__ = [
     "rotate",
     "rotate_at_records",
     "rotate_if_due",
-    "sign",
-    "sign_claim",
 ]
 
 #: ``[audit] rotate_at_records`` when the home does not set it.
@@ -137,28 +134,6 @@ def audit_record_count(home: Home, name: str, default: int, *, off: str) -> int 
     return value or None
 
 
-def sign(
-    key: signing.PrivateKey, origin: str, size: int, head_hash: str, line: str = STRICT_PAYLOADS
-) -> Checkpoint:
-    """A checkpoint of ``size`` records ending at ``head_hash``, signed by ``key``, carrying
-    ``line`` (by default ``payloads: strict-json``: its signer verified every record strictly)."""
-    cp = Checkpoint(origin=origin, size=size, head_hash=head_hash, extensions=(line,))
-    key_hash = note_key_hash(origin, key.public_key.raw)
-    return cp.with_signature(
-        NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
-    )
-
-
-def sign_claim(key: signing.PrivateKey, origin: str, claim: SegmentClaim) -> Checkpoint:
-    """The statement of ``claim`` (a seal or a prune, :mod:`..core.audit.anchors`): a
-    checkpoint of the segment's head carrying its statement line, signed by ``key``."""
-    cp = claim.note(origin)
-    key_hash = note_key_hash(origin, key.public_key.raw)
-    return cp.with_signature(
-        NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
-    )
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rotation:
     """A sealed segment: its catalogue row, its file and its seal."""
@@ -171,7 +146,7 @@ class Rotation:
         return {**self.segment.to_dict(), "path": str(self.path)}
 
 
-def _locked(log: AuditLog, *, wait: bool) -> SegmentLock | None:
+def _locked(log: LogHandle, *, wait: bool) -> SegmentLock | None:
     lock = SegmentLock(log._path)
     try:
         if not lock.acquire(wait=wait):
@@ -181,7 +156,7 @@ def _locked(log: AuditLog, *, wait: bool) -> SegmentLock | None:
     return lock
 
 
-def _key(log: AuditLog) -> signing.PrivateKey:
+def _key(log: LogHandle) -> signing.PrivateKey:
     key = log._private_key()
     if log._public is not None and log._public.raw != key.public_key.raw:
         raise AuditError("refusing to seal: the signing key does not match this log's public key")
@@ -189,7 +164,7 @@ def _key(log: AuditLog) -> signing.PrivateKey:
 
 
 def rotate(
-    log: AuditLog,
+    log: LogHandle,
     *,
     wait: bool = True,
     progress: Callable[[int], None] | None = None,
@@ -217,7 +192,7 @@ def rotate(
 
 
 def _rotate(
-    log: AuditLog,
+    log: LogHandle,
     key: signing.PrivateKey,
     progress: Callable[[int], None] | None,
     workers: int | None,
@@ -265,7 +240,7 @@ def _rotate(
         _remove(tmp)
         raise
     segment = Segment(
-        first_seq=lo, last_seq=hi, prev_hash=prev, head_hash=cp.head_hash, note=cp.to_text()
+        first_seq=lo, last_seq=hi, prev_hash=prev, head_hash=chain_head(cp), note=cp.to_text()
     )
     try:
         _commit(log, segment, ids)
@@ -282,7 +257,7 @@ def _remove(tmp: Path) -> None:
             os.unlink(leftover)
 
 
-def _build(log: AuditLog, tmp: Path, lo: int, hi: int, prev: str) -> list[int]:
+def _build(log: LogHandle, tmp: Path, lo: int, hi: int, prev: str) -> list[int]:
     """Step 2: the segment file with its rows, checkpoints, dictionaries and identity; the ids
     of the home checkpoints it took."""
     o = log._options
@@ -334,7 +309,7 @@ def _build(log: AuditLog, tmp: Path, lo: int, hi: int, prev: str) -> list[int]:
 
 
 def _seal(
-    log: AuditLog,
+    log: LogHandle,
     tmp: Path,
     key: signing.PrivateKey,
     bounds: tuple[int, int, str],
@@ -368,11 +343,14 @@ def _seal(
         claim = SegmentClaim(
             kind="sealed", first_seq=lo, last_seq=hi, prev_hash=prev, head_hash=result.head_hash
         )
-        cp = sign_claim(key, log.origin, claim)
+        home = log._read_conn()
+        with home:
+            root = tree.root_at(home, hi + 1)
+        cp = sign_claim(key, log.origin, claim, root)
         with seg:
             seg.execute(
                 "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)",
-                (cp.size, cp.head_hash, cp.to_text()),
+                (cp.size, result.head_hash, cp.to_text()),
             )
     except apsw.Error as e:
         raise store_error("cannot seal the audit segment", e, log._path) from e
@@ -381,7 +359,7 @@ def _seal(
     return cp
 
 
-def _commit(log: AuditLog, segment: Segment, ids: Sequence[int]) -> None:
+def _commit(log: LogHandle, segment: Segment, ids: Sequence[int]) -> None:
     """Step 5: catalogue the segment and move its rows out of the live table, in one
     transaction, if the live table still holds exactly them at its start."""
     lo, hi = segment.first_seq, segment.last_seq
@@ -413,7 +391,7 @@ def _commit(log: AuditLog, segment: Segment, ids: Sequence[int]) -> None:
         raise log._write_failed("cannot commit the audit rotation", e) from e
 
 
-def rotate_if_due(log: AuditLog, next_seq: int, threshold: int) -> None:
+def rotate_if_due(log: LogHandle, next_seq: int, threshold: int) -> None:
     """The automatic rotation, after an append committed with ``next_seq`` the next seq: seal
     the live segment once it holds ``threshold`` records, unless another rotation runs. A
     failure is not the append's (it committed): the log stops trying in this process, and
@@ -433,7 +411,7 @@ def rotate_if_due(log: AuditLog, next_seq: int, threshold: int) -> None:
 # -- pruning -------------------------------------------------------------------------------------
 
 
-def prune(log: AuditLog, *, before: int, exported: Sequence[Path]) -> tuple[Segment, ...]:
+def prune(log: LogHandle, *, before: int, exported: Sequence[Path]) -> tuple[Segment, ...]:
     """Remove the sealed segments that lie entirely below seq ``before``, each only when the
     export files ``exported`` (``rensei audit export``, one chain in the order given) hold
     every one of its records (a chain that verifies, reaching the segment's signed head) and
@@ -473,7 +451,7 @@ def prune(log: AuditLog, *, before: int, exported: Sequence[Path]) -> tuple[Segm
                 raise SegmentError(f"refusing to prune: {why}")
         digest = _check_export(exported, targets)
         done = [replace(s, pruned=True, export_sha256=digest) for s in targets]
-        done = [replace(s, note=sign_claim(key, log.origin, claim_of(s)).to_text()) for s in done]
+        done = [replace(s, note=_statement(log, key, s)) for s in done]
         writer = log._write_conn()
         try:
             with writer:
@@ -494,6 +472,18 @@ def prune(log: AuditLog, *, before: int, exported: Sequence[Path]) -> tuple[Segm
     finally:
         lock.release()
     return tuple(done)
+
+
+def _statement(log: LogHandle, key: signing.PrivateKey, segment: Segment) -> str:
+    """The signed statement of ``segment``'s row: of the tree-root form when the tree covers
+    it. (Its own transaction: the tree below a row's head never changes.)"""
+    conn = log._read_conn()
+    try:
+        with conn:
+            root = tree.root_at(conn, segment.last_seq + 1)
+    except apsw.Error as e:
+        raise store_error("cannot read the audit tree", e, log._path) from e
+    return sign_claim(key, log.origin, claim_of(segment), root).to_text()
 
 
 def _lines(paths: Sequence[Path], sha: Any) -> Iterator[str]:
