@@ -36,7 +36,7 @@ from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.timestamps import format_timestamp
 from rensei_routing.shadow.recorder import ShadowRecorder
 from rensei_routing.store.audit import AuditLog
-from rensei_routing.store.autocheckpoint import DEFAULT_CHECKPOINT_EVERY
+from rensei_routing.store.audit.autocheckpoint import DEFAULT_CHECKPOINT_EVERY
 from rensei_routing.store.codec import Codec
 from rensei_routing.store.db import connect
 

@@ -3,7 +3,7 @@
 the database's dictionary, schema 3) and taking SHA-256 of it.
 
 The log is measured as the default write path leaves it: with the automatic checkpoints of
-:mod:`rensei_routing.store.autocheckpoint` (``[audit] checkpoint_every``, default 10,000). At
+:mod:`rensei_routing.store.audit.autocheckpoint` (``[audit] checkpoint_every``, default 10,000). At
 each size the log is built in stretches of ``checkpoint_every`` records, and after each the
 code the default path runs after a commit (``checkpoint_if_due``) signs its checkpoint (timed:
 informational); the last stretch of ``checkpoint_every`` records is left past the latest
@@ -56,8 +56,7 @@ from rensei_routing.core.audit.chain import (
     link_rows,
 )
 from rensei_routing.core.timestamps import format_timestamp
-from rensei_routing.store import autocheckpoint
-from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit import AuditLog, autocheckpoint
 from rensei_routing.store.codec import Codec
 from rensei_routing.store.db import connect
 from rensei_routing.store.parallel import PARALLEL_MIN_RECORDS, default_workers

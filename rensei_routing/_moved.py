@@ -64,6 +64,20 @@ MOVED: Final[dict[str, str | tuple[str, ...]]] = {
     "rensei_routing.whatif": "rensei_routing.shadow.whatif",
     "rensei_routing.doctor": "rensei_routing.ops.doctor",
     "rensei_routing.store.backup": "rensei_routing.ops.backup",
+    "rensei_routing.store.segments": (
+        "rensei_routing.store.audit.recovery",
+        "rensei_routing.store.audit.segments",
+    ),
+    "rensei_routing.store.chainwalk": (
+        "rensei_routing.store.audit.attest",
+        "rensei_routing.store.audit.chainwalk",
+    ),
+    "rensei_routing.store.rotation": (
+        "rensei_routing.store.audit.attest",
+        "rensei_routing.store.audit.rotation",
+    ),
+    "rensei_routing.store.autocheckpoint": "rensei_routing.store.audit.autocheckpoint",
+    "rensei_routing.store.reattest": "rensei_routing.store.audit.reattest",
     "rensei_routing.hookspecs": "rensei_routing.plugins.hookspecs",
     "rensei_routing.plugin_checks": "rensei_routing.plugins.checks",
     "rensei_routing.testing": "rensei_routing.plugins.testing",

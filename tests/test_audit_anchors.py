@@ -24,8 +24,9 @@ from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
 from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit.recovery import catalog_of
+from rensei_routing.store.audit.segments import segments_dir
 from rensei_routing.store.home import Home
-from rensei_routing.store.segments import catalog_of, segments_dir
 
 T = "2026-12-02T12:00:00.000000Z"
 DATA = Path(__file__).resolve().parent / "data"

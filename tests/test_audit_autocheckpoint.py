@@ -28,8 +28,7 @@ from rensei_routing.core.audit.chain import (
     verify_chain,
 )
 from rensei_routing.errors import HomeError
-from rensei_routing.store import autocheckpoint, rotation
-from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit import AuditLog, attest, autocheckpoint
 from rensei_routing.store.db import connect
 from rensei_routing.store.home import Home
 
@@ -144,7 +143,7 @@ def test_the_checkpoint_appears_after_the_write_that_reaches_the_threshold(
     for size, head, note in _stored(home):
         assert head == _hash_at(home, size - 1)
         # exactly the note `rensei audit checkpoint` signs for that head
-        assert note == rotation.sign(key, origin, size, head, STRICT_PAYLOADS).to_text()
+        assert note == attest.sign(key, origin, size, head, STRICT_PAYLOADS).to_text()
     with AuditLog.open(home) as log:
         result = log.verify()
         assert result.ok and result.records_checked == 120 and result.checkpoints_checked == 2

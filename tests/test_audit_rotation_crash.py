@@ -1,5 +1,5 @@
 """Rotation under fire (issue 21): a real process rotating the audit log is SIGKILLed at each
-step (the ``RENSEI_TEST_CRASH_AT`` hook of :mod:`rensei_routing.store.rotation`), and so is a
+step (the ``RENSEI_TEST_CRASH_AT`` hook of :mod:`rensei_routing.store.audit.rotation`), and so is a
 prune; the home then opens and verifies, in the old layout or the new one, with every record
 exactly once, no gap and one head. Four real processes appending while rotations run keep one
 chain: seqs ``0..N-1``, no gap, no duplicate, every acknowledged append stored once."""
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from rensei_routing.errors import SegmentError
-from rensei_routing.store import rotation
-from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit import AuditLog, rotation
+from rensei_routing.store.audit.recovery import catalog_of
+from rensei_routing.store.audit.segments import segments_dir
 from rensei_routing.store.home import Home
-from rensei_routing.store.segments import catalog_of, segments_dir
 
 T = "2025-03-01T12:00:00.000000Z"
 
@@ -27,7 +27,7 @@ _ROTATE = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from rensei_routing.store import rotation
+    from rensei_routing.store.audit import rotation
     from rensei_routing.store.audit import AuditLog
     from rensei_routing.store.home import Home
 

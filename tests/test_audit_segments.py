@@ -23,11 +23,11 @@ from rensei_routing import signing
 from rensei_routing.cli import cli
 from rensei_routing.core.audit.chain import GENESIS_HASH
 from rensei_routing.errors import HomeError, SegmentError
-from rensei_routing.store import rotation
-from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit import AuditLog, attest, rotation
+from rensei_routing.store.audit.recovery import catalog_of
+from rensei_routing.store.audit.segments import segments_dir
 from rensei_routing.store.db import connect
 from rensei_routing.store.home import Home
-from rensei_routing.store.segments import catalog_of, segments_dir
 
 T = "2025-03-01T12:00:00.000000Z"
 
@@ -244,7 +244,7 @@ def test_verify_catches_damage_in_and_between_segments(
     elif damage == "seal":  # a seal re-signed with another key
         with AuditLog.open(home) as log:
             seg = catalog_of(log)[1]
-        forged = rotation.sign(other, "rensei-routing/acme/audit", 15, seg.head_hash).to_text()
+        forged = attest.sign(other, "rensei-routing/acme/audit", 15, seg.head_hash).to_text()
         _sql(home.db_path, "UPDATE audit_segments SET note = ? WHERE first_seq = 10", (forged,))
     elif damage == "live-link":
         _sql(home.db_path, "UPDATE audit_records SET prev_hash = ? WHERE seq = 15", (GENESIS_HASH,))
@@ -305,7 +305,7 @@ def test_prune_after_export_keeps_the_anchor_and_verify_starts_there(
     below = _run(runner, home.path, "audit", "export", str(tmp_path / "x.jsonl"), "--since", "3")
     assert below.exit_code == 1 and "below the anchor" in below.stderr
     # The anchor is held to its signature: a forged anchor breaks verify.
-    forged = rotation.sign(signing.generate(), "rensei-routing/acme/audit", 15, second.head_hash)
+    forged = attest.sign(signing.generate(), "rensei-routing/acme/audit", 15, second.head_hash)
     _sql(
         home.db_path, "UPDATE audit_segments SET note = ? WHERE first_seq = 10", (forged.to_text(),)
     )

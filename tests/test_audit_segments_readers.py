@@ -12,8 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
-from rensei_routing.store import rotation
-from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit import AuditLog, rotation
 from rensei_routing.store.home import Home
 
 from .shadow_support import home_with_policies, installed_seams, write_lines

@@ -14,9 +14,10 @@ from click.testing import CliRunner
 from rensei_routing.cli import cli
 from rensei_routing.errors import SchemaVersionError
 from rensei_routing.store.audit import AuditLog
+from rensei_routing.store.audit.recovery import catalog_of
+from rensei_routing.store.audit.segments import segments_dir
 from rensei_routing.store.db import SCHEMA_VERSION, SEGMENT_MIN_VERSION, connect
 from rensei_routing.store.home import Home
-from rensei_routing.store.segments import catalog_of, segments_dir
 
 T = "2026-12-02T00:00:00.000000Z"
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # types only: `host status` imports this module and must star
     from ..core.shadow.whatif import Example, WhatIfSummary
     from ..core.snapshot.authz import AuthorizationDecision
     from ..core.snapshot.freshness import Freshness
-    from ..store.chainwalk import ChainVerdict
+    from ..store.audit.chainwalk import ChainVerdict
 
 
 def verdict_line(result: VerifyResult) -> str:
@@ -216,8 +216,6 @@ def denial(decision: AuthorizationDecision) -> str:
 def issue_line(issue: ValidationIssue) -> str:
     cells = (issue.code, issue.policy_id or "-", issue.detail)
     return "\t".join(printable(c) for c in cells)
-
-
 
 
 def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> str:

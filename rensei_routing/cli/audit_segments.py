@@ -1,8 +1,8 @@
 """``rensei audit rotate``, ``rensei audit prune`` and ``rensei audit reattest``: seal the live
 segment of the audit chain, remove sealed segments that were exported, keeping their anchors,
 and re-sign the catalogue rows an earlier release wrote (the rules and the crash safety are
-:mod:`rensei_routing.store.rotation`'s and :mod:`rensei_routing.store.reattest`'s; this module
-parses and prints). Attached to the ``audit`` group.
+:mod:`rensei_routing.store.audit.rotation`'s and :mod:`rensei_routing.store.audit.reattest`'s;
+this module parses and prints). Attached to the ``audit`` group.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def audit_rotate(home: Path, json_: bool) -> None:
     Rotation also happens automatically once the live segment holds [audit]
     rotate_at_records records (config.toml; default 5,000,000; 0: never)."""
     from ..store.audit import AuditLog
-    from ..store.rotation import rotate
+    from ..store.audit.rotation import rotate
 
     with AuditLog.open(home_of(home)) as log:
         total = log.head()[0] if sys.stderr.isatty() else 0
@@ -74,7 +74,7 @@ def audit_prune(before: int, exported: tuple[Path, ...], home: Path, json_: bool
     the anchor `audit verify` then starts from. Anything else is refused (exit 1) and nothing
     is deleted."""
     from ..store.audit import AuditLog
-    from ..store.rotation import prune
+    from ..store.audit.rotation import prune
 
     with AuditLog.open(home_of(home)) as log:
         pruned = prune(log, before=before, exported=exported)
@@ -108,7 +108,7 @@ def audit_reattest(exported: tuple[Path, ...], home: Path, json_: bool) -> None:
     cannot be checked is refused and nothing is written (exit 1); pruned rows left without
     an export are named (exit 1)."""
     from ..store.audit import AuditLog
-    from ..store.reattest import reattest
+    from ..store.audit.reattest import reattest
 
     with AuditLog.open(home_of(home)) as log:
         total = log.head()[0] if sys.stderr.isatty() else 0

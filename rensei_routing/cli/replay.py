@@ -115,7 +115,7 @@ def _segment_bounds(log: AuditLog, name: str) -> tuple[int, int | None]:
     Raises:
         CommandError: no such segment, or it was pruned.
     """
-    from ..store.segments import catalog_of
+    from ..store.audit.recovery import catalog_of
 
     catalog = catalog_of(log)
     if name == "live":

@@ -33,10 +33,10 @@ from ..core.audit.chain import (
     verify_chain,
 )
 from ..errors import CheckpointFormatError
+from ..store.audit.segments import read_catalog, segments_dir
 from ..store.codec import FUNCTION
 from ..store.db import close_quietly, store_error
 from ..store.home import Home
-from ..store.segments import read_catalog, segments_dir
 
 __all__ = ["ChainMark", "ChangeWatch", "extend", "mark"]
 

@@ -34,10 +34,10 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import BackupError, RenseiRoutingError
 from ..files import fsync_dir, missing_output_dir
 from ..store.audit import AuditLog
+from ..store.audit.segments import SegmentLock, segments_dir
 from ..store.db import SCHEMA_VERSION, close_quietly, copy_database
 from ..store.home import Home
 from ..store.policies import PolicyStore
-from ..store.segments import SegmentLock, segments_dir
 from ..store.snapshots import SnapshotStore
 
 __all__ = ["MANIFEST", "BackupManifest", "backup_home", "restore_home", "verify_home"]

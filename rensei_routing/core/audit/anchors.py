@@ -1,7 +1,7 @@
 """Segment statements: what a seal or a prune of an audit segment asserts, as a line of its own
 in a signed checkpoint note. Pure: builds the line and the unsigned note, and compares a note
 with the catalogue row it must cover; signing and checking the signature are the adapter's
-(:mod:`rensei_routing.store.chainwalk`, :mod:`rensei_routing.store.rotation`).
+(:mod:`rensei_routing.store.audit.chainwalk`, :mod:`rensei_routing.store.audit.rotation`).
 
 A sealed segment's note carries, after ``payloads: strict-json``::
 

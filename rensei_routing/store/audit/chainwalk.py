@@ -20,35 +20,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import apsw
 
-from .. import signing
-from ..core.audit.anchors import SegmentClaim, claim_problem
-from ..core.audit.chain import (
+from ... import signing
+from ...core.audit.chain import (
     GENESIS_HASH,
     Checkpoint,
     VerifyResult,
     note_key_hash,
     parse_checkpoint,
 )
-from ..core.audit.verdict import broken
-from ..errors import AuditError, CheckpointFormatError
-from . import parallel
-from .db import store_error
-from .segments import Segment, read_catalog, recover
-
-if TYPE_CHECKING:
-    from .audit import AuditLog
+from ...core.audit.verdict import broken
+from ...errors import AuditError, CheckpointFormatError
+from .. import parallel
+from ..db import store_error
+from .attest import unattested
+from .handle import LogHandle
+from .recovery import recover
+from .segments import Segment, read_catalog
 
 __all__ = [
     "ChainVerdict",
-    "claim_of",
     "seals",
-    "signed_head",
     "stored_checkpoints",
-    "unattested",
     "verify_all",
     "verify_live",
 ]
@@ -85,7 +81,7 @@ def seals(conn: apsw.Connection) -> list[Checkpoint]:
 
 
 def verify_live(
-    log: AuditLog,
+    log: LogHandle,
     conn: apsw.Connection,
     checkpoints: Sequence[Checkpoint],
     stored: bool,
@@ -184,71 +180,8 @@ class ChainVerdict:
         }
 
 
-def claim_of(segment: Segment) -> SegmentClaim:
-    """What ``segment``'s catalogue row asserts."""
-    return SegmentClaim(
-        kind="pruned" if segment.pruned else "sealed",
-        first_seq=segment.first_seq,
-        last_seq=segment.last_seq,
-        prev_hash=segment.prev_hash,
-        head_hash=segment.head_hash,
-        export_sha256=segment.export_sha256,
-    )
-
-
-def _signed(segment: Segment, origin: str, public: signing.PublicKey) -> Checkpoint | str:
-    """``segment``'s note, parsed and signed by ``public`` for ``origin``; else why not."""
-    try:
-        cp = parse_checkpoint(segment.note)
-    except CheckpointFormatError as e:
-        return f"its note is unreadable: {e}"
-    sig = cp.signature_by(origin, note_key_hash(origin, public.raw))
-    if cp.origin != origin or sig is None or not signing.check(public, cp.body, sig):
-        return "its note is not signed by this host's key"
-    return cp
-
-
-def unattested(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
-    """Why no statement of its kind signed by ``public`` covers ``segment``'s catalogue row
-    (a seal for a sealed segment, a prune statement for a pruned one, naming exactly its
-    range, first link, head and export digest), or ``None`` when one does."""
-    kind = "pruned" if segment.pruned else "sealed"
-    found = _signed(segment, origin, public)
-    why = found if isinstance(found, str) else claim_problem(found, claim_of(segment))
-    if why is None:
-        return None
-    what = why if isinstance(found, str) else f"its note {why}"
-    if segment.pruned:
-        fix = (
-            "if an earlier release pruned it, `rensei audit reattest --exported FILE` checks "
-            "the export and signs it"
-        )
-        stmt = "prune statement"
-    else:
-        fix = (
-            "if an earlier release sealed it, `rensei audit reattest` re-signs it from its records"
-        )
-        stmt = "seal"
-    return (
-        f"segment {segment.name} is {kind}, but no {stmt} signed by this host's key covers it: "
-        f"{what}; {fix}"
-    )
-
-
-def signed_head(segment: Segment, origin: str, public: signing.PublicKey) -> str | None:
-    """Why ``segment``'s note is not a checkpoint signed by ``public`` of exactly its size and
-    head (any kind of note: an earlier release's seal, a checkpoint), or ``None`` when it is.
-    Such a note pins, through SHA-256, every record up to the segment's head."""
-    found = _signed(segment, origin, public)
-    if isinstance(found, str):
-        return f"segment {segment.name}: {found}"
-    if (found.size, found.head_hash) != (segment.last_seq + 1, segment.head_hash):
-        return f"segment {segment.name}: its note does not end at the segment's head"
-    return None
-
-
 def verify_all(
-    log: AuditLog,
+    log: LogHandle,
     checkpoints: Sequence[Checkpoint],
     *,
     stored: bool,
@@ -276,7 +209,7 @@ def verify_all(
 
 
 def _walk_all(
-    log: AuditLog,
+    log: LogHandle,
     conn: apsw.Connection,
     checkpoints: Sequence[Checkpoint],
     stored: bool,
@@ -407,7 +340,7 @@ def _seam(
 
 
 def _verify_sealed(
-    log: AuditLog,
+    log: LogHandle,
     seg: Segment,
     cps: list[Checkpoint],
     expected: int,

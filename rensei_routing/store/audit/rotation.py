@@ -37,38 +37,35 @@ import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import apsw
 
-from .. import signing
-from ..core.audit.anchors import SegmentClaim
-from ..core.audit.archive import MAX_LINE_BYTES, rows_from_lines
-from ..core.audit.chain import (
+from ... import signing
+from ...core.audit.anchors import SegmentClaim
+from ...core.audit.archive import MAX_LINE_BYTES, rows_from_lines
+from ...core.audit.chain import (
     GENESIS_HASH,
-    STRICT_PAYLOADS,
     Checkpoint,
-    NoteSignature,
     note_key_hash,
     verify_chain,
 )
-from ..errors import AuditError, HomeError, RenseiRoutingError, SegmentError
-from ..files import fsync_dir
-from . import parallel
-from .chainwalk import claim_of, stored_checkpoints, unattested
-from .db import connect, store_error
-from .home import Home
+from ...errors import AuditError, HomeError, RenseiRoutingError, SegmentError
+from ...files import fsync_dir
+from .. import parallel
+from ..db import connect, store_error
+from ..home import Home
+from .attest import claim_of, sign_claim, unattested
+from .chainwalk import stored_checkpoints
+from .handle import LogHandle
+from .recovery import recover_locked
 from .segments import (
     Segment,
     SegmentLock,
     head_across,
     read_catalog,
-    recover_locked,
     segments_dir,
 )
-
-if TYPE_CHECKING:
-    from .audit import AuditLog
 
 __all__ = [
     "CRASH_ENV",
@@ -79,8 +76,6 @@ __all__ = [
     "rotate",
     "rotate_at_records",
     "rotate_if_due",
-    "sign",
-    "sign_claim",
 ]
 
 #: ``[audit] rotate_at_records`` when the home does not set it.
@@ -137,28 +132,6 @@ def audit_record_count(home: Home, name: str, default: int, *, off: str) -> int 
     return value or None
 
 
-def sign(
-    key: signing.PrivateKey, origin: str, size: int, head_hash: str, line: str = STRICT_PAYLOADS
-) -> Checkpoint:
-    """A checkpoint of ``size`` records ending at ``head_hash``, signed by ``key``, carrying
-    ``line`` (by default ``payloads: strict-json``: its signer verified every record strictly)."""
-    cp = Checkpoint(origin=origin, size=size, head_hash=head_hash, extensions=(line,))
-    key_hash = note_key_hash(origin, key.public_key.raw)
-    return cp.with_signature(
-        NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
-    )
-
-
-def sign_claim(key: signing.PrivateKey, origin: str, claim: SegmentClaim) -> Checkpoint:
-    """The statement of ``claim`` (a seal or a prune, :mod:`..core.audit.anchors`): a
-    checkpoint of the segment's head carrying its statement line, signed by ``key``."""
-    cp = claim.note(origin)
-    key_hash = note_key_hash(origin, key.public_key.raw)
-    return cp.with_signature(
-        NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
-    )
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rotation:
     """A sealed segment: its catalogue row, its file and its seal."""
@@ -171,7 +144,7 @@ class Rotation:
         return {**self.segment.to_dict(), "path": str(self.path)}
 
 
-def _locked(log: AuditLog, *, wait: bool) -> SegmentLock | None:
+def _locked(log: LogHandle, *, wait: bool) -> SegmentLock | None:
     lock = SegmentLock(log._path)
     try:
         if not lock.acquire(wait=wait):
@@ -181,7 +154,7 @@ def _locked(log: AuditLog, *, wait: bool) -> SegmentLock | None:
     return lock
 
 
-def _key(log: AuditLog) -> signing.PrivateKey:
+def _key(log: LogHandle) -> signing.PrivateKey:
     key = log._private_key()
     if log._public is not None and log._public.raw != key.public_key.raw:
         raise AuditError("refusing to seal: the signing key does not match this log's public key")
@@ -189,7 +162,7 @@ def _key(log: AuditLog) -> signing.PrivateKey:
 
 
 def rotate(
-    log: AuditLog,
+    log: LogHandle,
     *,
     wait: bool = True,
     progress: Callable[[int], None] | None = None,
@@ -217,7 +190,7 @@ def rotate(
 
 
 def _rotate(
-    log: AuditLog,
+    log: LogHandle,
     key: signing.PrivateKey,
     progress: Callable[[int], None] | None,
     workers: int | None,
@@ -282,7 +255,7 @@ def _remove(tmp: Path) -> None:
             os.unlink(leftover)
 
 
-def _build(log: AuditLog, tmp: Path, lo: int, hi: int, prev: str) -> list[int]:
+def _build(log: LogHandle, tmp: Path, lo: int, hi: int, prev: str) -> list[int]:
     """Step 2: the segment file with its rows, checkpoints, dictionaries and identity; the ids
     of the home checkpoints it took."""
     o = log._options
@@ -334,7 +307,7 @@ def _build(log: AuditLog, tmp: Path, lo: int, hi: int, prev: str) -> list[int]:
 
 
 def _seal(
-    log: AuditLog,
+    log: LogHandle,
     tmp: Path,
     key: signing.PrivateKey,
     bounds: tuple[int, int, str],
@@ -381,7 +354,7 @@ def _seal(
     return cp
 
 
-def _commit(log: AuditLog, segment: Segment, ids: Sequence[int]) -> None:
+def _commit(log: LogHandle, segment: Segment, ids: Sequence[int]) -> None:
     """Step 5: catalogue the segment and move its rows out of the live table, in one
     transaction, if the live table still holds exactly them at its start."""
     lo, hi = segment.first_seq, segment.last_seq
@@ -413,7 +386,7 @@ def _commit(log: AuditLog, segment: Segment, ids: Sequence[int]) -> None:
         raise log._write_failed("cannot commit the audit rotation", e) from e
 
 
-def rotate_if_due(log: AuditLog, next_seq: int, threshold: int) -> None:
+def rotate_if_due(log: LogHandle, next_seq: int, threshold: int) -> None:
     """The automatic rotation, after an append committed with ``next_seq`` the next seq: seal
     the live segment once it holds ``threshold`` records, unless another rotation runs. A
     failure is not the append's (it committed): the log stops trying in this process, and
@@ -433,7 +406,7 @@ def rotate_if_due(log: AuditLog, next_seq: int, threshold: int) -> None:
 # -- pruning -------------------------------------------------------------------------------------
 
 
-def prune(log: AuditLog, *, before: int, exported: Sequence[Path]) -> tuple[Segment, ...]:
+def prune(log: LogHandle, *, before: int, exported: Sequence[Path]) -> tuple[Segment, ...]:
     """Remove the sealed segments that lie entirely below seq ``before``, each only when the
     export files ``exported`` (``rensei audit export``, one chain in the order given) hold
     every one of its records (a chain that verifies, reaching the segment's signed head) and

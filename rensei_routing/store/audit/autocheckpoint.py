@@ -38,12 +38,12 @@ message in ``AuditLog.auto_checkpoint_error``, and the next writer past the thre
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import apsw
 
-from .. import signing
-from ..core.audit.chain import (
+from ... import signing
+from ...core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
     STRICT_PAYLOADS,
@@ -53,15 +53,14 @@ from ..core.audit.chain import (
     parse_checkpoint,
     walk_range,
 )
-from ..core.audit.verdict import Reason
-from ..errors import AuditError, CheckpointFormatError, RenseiRoutingError
-from .codec import FUNCTION
-from .home import Home
-from .rotation import _key, audit_record_count, sign
+from ...core.audit.verdict import Reason
+from ...errors import AuditError, CheckpointFormatError, RenseiRoutingError
+from ..codec import FUNCTION
+from ..home import Home
+from .attest import sign
+from .handle import LogHandle
+from .rotation import _key, audit_record_count
 from .segments import SegmentLock, read_catalog
-
-if TYPE_CHECKING:
-    from .audit import AuditLog
 
 __all__ = ["DEFAULT_CHECKPOINT_EVERY", "checkpoint_every", "checkpoint_if_due", "latest_size"]
 
@@ -98,7 +97,7 @@ def latest_size(conn: apsw.Connection) -> int:
     return 0 if value is None else int(value)
 
 
-def checkpoint_if_due(log: AuditLog, next_seq: int, every: int) -> Checkpoint | None:
+def checkpoint_if_due(log: LogHandle, next_seq: int, every: int) -> Checkpoint | None:
     """After an append committed with ``next_seq`` the next seq: checkpoint the head when at
     least ``every`` records lie past the latest checkpoint (see the module docstring); the
     checkpoint stored, or ``None``. Never raises for a failure of its own (noted on ``log``)."""
@@ -125,7 +124,7 @@ def checkpoint_if_due(log: AuditLog, next_seq: int, every: int) -> Checkpoint | 
         return None
 
 
-def _base(log: AuditLog, conn: apsw.Connection, public: signing.PublicKey) -> tuple[int, str]:
+def _base(log: LogHandle, conn: apsw.Connection, public: signing.PublicKey) -> tuple[int, str]:
     """``(size, head hash)`` of the largest stored checkpoint or seal signed by ``public`` for
     this log and carrying ``payloads: strict-json``; genesis when there is none."""
     notes = [str(r[0]) for r in conn.execute("SELECT note FROM audit_checkpoints")]
@@ -149,7 +148,7 @@ def _base(log: AuditLog, conn: apsw.Connection, public: signing.PublicKey) -> tu
     return 0, GENESIS_HASH
 
 
-def _checkpoint(log: AuditLog, every: int) -> Checkpoint | None:
+def _checkpoint(log: LogHandle, every: int) -> Checkpoint | None:
     """Under the lock: walk past the base, sign and store (once per size)."""
     key = _key(log)
     conn = log._read_conn()

@@ -26,20 +26,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import apsw
 
-from .. import signing
-from ..core.audit.chain import Checkpoint, note_key_hash, parse_checkpoint
-from ..errors import AuditError, SegmentError
-from .chainwalk import _verify_sealed, claim_of, signed_head, unattested
-from .db import store_error
-from .rotation import _check_export, _key, _locked, sign_claim
-from .segments import Segment, read_catalog, recover_locked
-
-if TYPE_CHECKING:
-    from .audit import AuditLog
+from ... import signing
+from ...core.audit.chain import Checkpoint, note_key_hash, parse_checkpoint
+from ...errors import AuditError, SegmentError
+from ..db import store_error
+from .attest import claim_of, sign_claim, signed_head, unattested
+from .chainwalk import _verify_sealed
+from .handle import LogHandle
+from .recovery import recover_locked
+from .rotation import _check_export, _key, _locked
+from .segments import Segment, read_catalog
 
 __all__ = ["Reattested", "reattest"]
 
@@ -62,7 +62,7 @@ class Reattested:
 
 
 def reattest(
-    log: AuditLog,
+    log: LogHandle,
     *,
     exported: Sequence[Path] = (),
     progress: Callable[[int], None] | None = None,
@@ -135,7 +135,7 @@ def reattest(
 
 
 def _records_hold(
-    log: AuditLog,
+    log: LogHandle,
     seg: Segment,
     public: signing.PublicKey,
     progress: Callable[[int], None] | None,

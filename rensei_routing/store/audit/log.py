@@ -23,8 +23,8 @@ from typing import Any, Final
 
 import apsw
 
-from .. import signing
-from ..core.audit.chain import (
+from ... import signing
+from ...core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
     STRICT_PAYLOADS,
@@ -36,20 +36,20 @@ from ..core.audit.chain import (
     encode_payloads,
     link_stamped,
 )
-from ..core.redact import DEFAULT_REDACTOR, Redactor
-from ..core.timestamps import check_timestamp
-from ..errors import (
+from ...core.redact import DEFAULT_REDACTOR, Redactor
+from ...core.timestamps import check_timestamp
+from ...errors import (
     AuditError,
     HomeError,
     MalformedError,
     NotFoundError,
-    StoreError,
 )
-from . import autocheckpoint, chainwalk, rotation, segments
-from .codec import FUNCTION, Codec
-from .db import close_quietly, connect, store_error
-from .home import ConnectOptions, Home
-from .notes import publish, read_checkpoint, refuse_protected, stage
+from ..codec import FUNCTION
+from ..db import store_error
+from ..home import Home
+from ..notes import publish, read_checkpoint, refuse_protected, stage
+from . import attest, autocheckpoint, chainwalk, rotation, segments
+from .handle import LogHandle
 
 #: ``read_checkpoint`` is :mod:`.notes`'s, re-exported for the modules that still import it here.
 __all__ = ["AppendResult", "AuditLog", "read_checkpoint"]
@@ -82,7 +82,7 @@ class AppendResult:
         return range(self.first_seq, self.first_seq + self.count)
 
 
-class AuditLog:
+class AuditLog(LogHandle):
     """The audit log of one database file. Opens a writer and a reader connection lazily and
     closes both in :meth:`close` (or on leaving a ``with`` block); one thread at a time.
 
@@ -102,59 +102,7 @@ class AuditLog:
     alone (no recovery); the console opens its logs so.
     """
 
-    __slots__ = (
-        "_checkpoint_every",
-        "_checkpointed",
-        "_key",
-        "_options",
-        "_path",
-        "_protected",
-        "_public",
-        "_reader",
-        "_redactor",
-        "_rotate_at",
-        "_sealed",
-        "_vouched",
-        "_writer",
-        "_writer_codec",
-        "auto_checkpoint_error",
-        "origin",
-        "read_only",
-    )
-
-    def __init__(
-        self,
-        path: Path,
-        *,
-        origin: str,
-        public_key: signing.PublicKey | None = None,
-        private_key: signing.PrivateKey | Callable[[], signing.PrivateKey] | None = None,
-        redactor: Redactor = DEFAULT_REDACTOR,
-        options: ConnectOptions | None = None,
-        protected: Sequence[Path] = (),
-        rotate_at_records: int | None = None,
-        checkpoint_every: int | None = None,
-        read_only: bool = False,
-    ) -> None:
-        self._path = Path(path)
-        self.read_only = read_only
-        self._options = ConnectOptions() if options is None else options
-        self._protected = tuple(Path(d) for d in protected)
-        self.origin = origin
-        self._public = public_key
-        self._key = private_key
-        self._redactor = redactor
-        self._writer: apsw.Connection | None = None
-        self._writer_codec: Codec | None = None
-        self._reader: apsw.Connection | None = None
-        self._rotate_at = rotate_at_records
-        self._checkpoint_every = checkpoint_every
-        self._checkpointed = 0  # a lower bound of the latest checkpoint's size
-        #: (first seq, last seq, the head it followed, its head) of each batch this process
-        #: encoded canonically since then (see :mod:`.autocheckpoint`).
-        self._vouched: list[tuple[int, int, str, str]] = []
-        self.auto_checkpoint_error: str | None = None
-        self._sealed = segments.Sealed(self._path, self._options)
+    __slots__ = ()
 
     @classmethod
     def open(
@@ -182,50 +130,6 @@ class AuditLog:
             checkpoint_every=autocheckpoint.checkpoint_every(home),
             read_only=read_only,
         )
-
-    # -- connections --------------------------------------------------------------------------
-
-    def _codec(self, conn: apsw.Connection) -> Codec:
-        """The writer's codec (the dictionaries it holds do not change while it is open)."""
-        if self._writer_codec is None:
-            self._writer_codec = Codec.load(conn)
-        return self._writer_codec
-
-    def _write_conn(self) -> apsw.Connection:
-        if self._writer is None:
-            if self.read_only:
-                raise StoreError(f"{self._path} is opened read-only here: nothing is written")
-            self._writer = self._connect(write=True)
-        return self._writer
-
-    def _connect(self, *, write: bool) -> apsw.Connection:
-        o = self._options
-        return connect(self._path, write=write, busy_timeout_ms=o.busy_timeout_ms, vfs=o.vfs)
-
-    def _write_failed(self, what: str, error: apsw.Error) -> StoreError:
-        """Drop the writer connection after a failed write (SQLite may have left it unusable,
-        e.g. after an I/O error) and the typed error for ``what``."""
-        writer, self._writer = self._writer, None
-        self._writer_codec = None
-        if writer is not None:
-            close_quietly(writer)
-        return store_error(what, error, self._path)
-
-    def _read_conn(self) -> apsw.Connection:
-        if self._reader is None:
-            if not self._path.exists() and not self.read_only:
-                self._write_conn()  # a reader never creates the database: the writer does
-            self._reader = self._connect(write=False)
-        return self._reader
-
-    def close(self) -> None:
-        """Close the connections this log opened (idempotent)."""
-        for conn in (self._reader, self._writer):
-            if conn is not None:
-                close_quietly(conn)
-        self._reader = self._writer = None
-        self._writer_codec = None
-        self._sealed.close()
 
     def __enter__(self) -> AuditLog:
         return self
@@ -438,12 +342,6 @@ class AuditLog:
             batch=batch,
         )
 
-    def _query_one(self, sql: str, args: tuple[Any, ...]) -> Any:
-        try:
-            return self._read_conn().execute(sql, args).fetchone()
-        except (apsw.Error, OverflowError) as e:
-            raise store_error("cannot read the audit log", e, self._path) from e
-
     # -- verification -------------------------------------------------------------------------
 
     def verify(
@@ -540,7 +438,7 @@ class AuditLog:
             raise AuditError(
                 f"refusing to checkpoint a broken log: {where}: {result.reason} ({result.detail})"
             )
-        cp = rotation.sign(
+        cp = attest.sign(
             key, self.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS
         )
         staged = None if target is None else stage(cp, target)
@@ -565,12 +463,6 @@ class AuditLog:
                 with contextlib.suppress(OSError):
                     os.unlink(staged)
         return cp
-
-    def _private_key(self) -> signing.PrivateKey:
-        key = self._key
-        if key is None:
-            raise AuditError("this audit log has no signing key")
-        return key if isinstance(key, signing.PrivateKey) else key()
 
     def checkpoints(self) -> tuple[Checkpoint, ...]:
         """Every stored checkpoint and the seal of every catalogued segment, smallest first.
