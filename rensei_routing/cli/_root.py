@@ -87,6 +87,10 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "Signed ruleset snapshots: compile, show, history, export, verify.",
     ),
     "ui": (("ui",), "The local, read-only web console over this home."),
+    "witness": (
+        ("witness",),
+        "This home as a witness of other logs, through files: cosign their checkpoints.",
+    ),
 }
 
 
