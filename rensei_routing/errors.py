@@ -230,6 +230,21 @@ class PartialRecordError(AuditError):
     """A batch failed after earlier batches were committed (the message says what was kept)."""
 
 
+class TreeError(AuditError):
+    """The audit log's Merkle tree storage is missing hashes or holds malformed ones."""
+
+
+class ProofError(AuditError):
+    """An inclusion or consistency proof does not hold: ``verdict`` is the stable outcome
+    (``inclusion-failed``, ``inconsistent``), ``reason`` the stable cause (``root-mismatch``,
+    ``wrong-proof-length``, ...)."""
+
+    def __init__(self, verdict: str, reason: str, message: str) -> None:
+        super().__init__(f"{verdict} ({reason}): {message}")
+        self.verdict = verdict
+        self.reason = reason
+
+
 class SegmentError(AuditError):
     """A rotation or a prune of the audit log's segments was refused or could not complete
     (the message says why; the layout is the old one: nothing was sealed, moved or deleted)."""
