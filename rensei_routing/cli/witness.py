@@ -10,10 +10,10 @@ from typing import Final
 
 import click
 
+from ..core.audit.transparency import ADD_CHECKPOINT_MAX_BYTES, NOTE_TYPE
 from ..errors import InputError
 from ..evidence.cosign import cosign
 from ..evidence.policy import load_key
-from ..core.audit.transparency import ADD_CHECKPOINT_MAX_BYTES, NOTE_TYPE
 from ._clock import now
 from ._output import emit, note, printable
 from ._root import cli, home_option
@@ -70,9 +70,7 @@ def witness_cosign(checkpoint: Path, proof: Path | None, trust: str, home: Path)
     key = load_key(trust, key_type=NOTE_TYPE)
     data = read_small(checkpoint, "checkpoint")
     proof_data = None if proof is None else read_small(proof, "consistency proof")
-    result = cosign(
-        home_of(home), data, proof=proof_data, trust=key, now=int(now().timestamp())
-    )
+    result = cosign(home_of(home), data, proof=proof_data, trust=key, now=int(now().timestamp()))
     emit(result.cosignature.to_line(), nl=False)
     moved = (
         "first view of this origin"

@@ -91,7 +91,8 @@ def cosign(
     except CheckpointFormatError as e:
         raise WitnessError("malformed", f"the checkpoint: {e}") from e
     check_log_signature(cp, trust)
-    old_size, hashes = None, ()
+    old_size: int | None = None
+    hashes: tuple[bytes, ...] = ()
     if proof is not None:
         body = parse_add_checkpoint(proof)
         if body.checkpoint.body != cp.body:
@@ -109,8 +110,12 @@ def cosign(
     try:
         for _ in range(_ATTEMPTS):
             view = read_view(conn, cp.origin)
-            held = None if view is None else View(size=view.size, root=view.root, log_key=view.log_key)
-            check_request(held, size=cp.size, root=root, log_key=log_key, old_size=old_size, proof=hashes)
+            held = (
+                None if view is None else View(size=view.size, root=view.root, log_key=view.log_key)
+            )
+            check_request(
+                held, size=cp.size, root=root, log_key=log_key, old_size=old_size, proof=hashes
+            )
             signature = key.sign(cosignature_message(cp.body, now))
             with conn:
                 if advance(
@@ -146,4 +151,3 @@ def _result(
         advanced=view is None or view.size != cp.size,
         previous_size=None if view is None else view.size,
     )
-

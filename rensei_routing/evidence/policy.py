@@ -138,4 +138,3 @@ def check_quorum(cp: Checkpoint, witnesses: Sequence[TrustedKey], quorum: int | 
             f"{need} needed (no valid cosignature: {', '.join(missing[:5])})",
         )
     return len(valid)
-

@@ -22,8 +22,9 @@ size ``N`` to the checkpoint's size, the checkpoint. :func:`check_request` raise
     the proof does not join the view's root to the checkpoint's.
 
 The first checkpoint of an origin needs no proof (a proof from ``old 0``, empty, is accepted
-too). The checkpoint the view already holds is cosigned again (a proof, if given, must still
-start from the view's size).
+too), nor does one after a view of size 0 (every tree extends the empty one). The checkpoint
+the view already holds is cosigned again (a proof, if given, must still start from the view's
+size).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def check_request(
             "the log shows two histories",
         )
     if old_size is None:
-        if view is not None and size > held:
+        if view is not None and size > held > 0:
             raise WitnessRefusedError(
                 "proof-required",
                 f"a consistency proof from size {held:,} to {size:,} is needed (rensei audit "

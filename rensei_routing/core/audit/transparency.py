@@ -109,7 +109,7 @@ def parse_vkey(text: str) -> VerifierKey:
         WitnessError: ``malformed``: not ``name+hash+base64``, another key type, a key hash
             that does not match the name and key.
     """
-    parts = text.strip().split("+")
+    parts = text.strip().split("+", 2)
     if len(parts) != 3 or not _NAME.fullmatch(parts[0]) or len(text) > 1024:
         raise _malformed("a verifier key is name+hash+base64")
     name, hash_hex, blob = parts
