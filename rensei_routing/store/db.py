@@ -238,6 +238,16 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     ) STRICT;
     INSERT INTO shadow_index_state(id, next_seq) VALUES (1, 0);
     """,
+    # the Merkle tree under the audit chain (store/audit/tree.py): the stored hashes of every
+    # complete subtree in stored-hash-index order, 32 to a row. It covers every record of the
+    # chain, across the sealed segments, and stays here when they are sealed or pruned. An
+    # existing home's tree is built from its chain by the first writer that opens it.
+    """
+    CREATE TABLE audit_tree(
+        chunk INTEGER PRIMARY KEY,
+        hashes BLOB NOT NULL
+    ) STRICT;
+    """,
     # witness: what this home, as a witness of other logs, last cosigned for each origin (its
     #    view, advanced by compare-and-swap: store/witness.py), and the cosignatures witnesses
     #    made of this home's own checkpoints, kept beside the checkpoint body they sign.

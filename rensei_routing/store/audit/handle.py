@@ -19,6 +19,7 @@ from ...errors import AuditError, StoreError
 from ..codec import Codec
 from ..db import close_quietly, connect, store_error
 from ..home import ConnectOptions
+from . import tree
 from .segments import Sealed
 
 __all__ = ["LogHandle"]
@@ -95,6 +96,12 @@ class LogHandle:
             if self.read_only:
                 raise StoreError(f"{self._path} is opened read-only here: nothing is written")
             self._writer = self._connect(write=True)
+            try:
+                tree.catch_up(self._writer, self._sealed)  # a home made before the tree
+            except apsw.Error as e:
+                raise self._write_failed("cannot build the audit log's tree", e) from e
+            except StoreError:
+                pass  # a sealed segment is missing: the tree stays behind, verify says so
         return self._writer
 
     def _connect(self, *, write: bool) -> apsw.Connection:

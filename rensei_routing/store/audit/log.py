@@ -24,6 +24,7 @@ from typing import Any, Final
 import apsw
 
 from ... import signing
+from ...core.audit import merkle
 from ...core.audit.chain import (
     GENESIS_HASH,
     ROW_COLUMNS,
@@ -43,12 +44,14 @@ from ...errors import (
     HomeError,
     MalformedError,
     NotFoundError,
+    StoreError,
+    TreeError,
 )
 from ..codec import FUNCTION
 from ..db import store_error
 from ..home import Home
 from ..notes import publish, read_checkpoint, refuse_protected, stage
-from . import attest, autocheckpoint, chainwalk, rotation, segments
+from . import attest, autocheckpoint, chainwalk, rotation, segments, tree
 from .handle import LogHandle
 
 #: ``read_checkpoint`` is :mod:`.notes`'s, re-exported for the modules that still import it here.
@@ -232,6 +235,7 @@ class AuditLog(LogHandle):
                 head = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
                 first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
                 before = prev
+                grow = tree.Appender.at(conn, first)
                 pairs = (
                     ((recorded_at, d) for d in encoded)
                     if stamped is None
@@ -240,6 +244,9 @@ class AuditLog(LogHandle):
                 while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):
                     rows = link_stamped(chunk, seq=first + count, prev_hash=prev)
                     conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
+                    if grow is not None:
+                        grow.add([r[4] for r in rows])
+                        grow.flush()
                     count += len(rows)
                     prev = rows[-1][4]
                     if keep:
@@ -341,6 +348,101 @@ class AuditLog(LogHandle):
             newest_first=newest_first,
             batch=batch,
         )
+
+    # -- the tree -----------------------------------------------------------------------------
+
+    def tree_size(self) -> int:
+        """How many leaves the stored Merkle tree covers (:mod:`.tree`): the chain's record
+        count once built; 0 for a home whose oldest records were pruned before the tree.
+
+        Raises:
+            StoreError: the database read failed.
+        """
+        return int(self._tree_read(lambda conn: tree.size_of(tree.stored_count(conn))))
+
+    def tree_root(self, size: int) -> bytes:
+        """The 32-byte RFC 6962 root of the tree of the first ``size`` records (32 zero bytes
+        for 0): a tree-root checkpoint's hash line.
+
+        Raises:
+            NotFoundError: ``size`` is negative or above :meth:`tree_size`.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+        return bytes(
+            self._tree_read(
+                lambda conn: merkle.tree_hash(self._size(conn, size), tree.reader(conn))
+            )
+        )
+
+    def leaf(self, seq: int) -> bytes:
+        """The stored leaf hash of record ``seq``: SHA-256(0x00 || its 32 record-hash bytes).
+
+        Raises:
+            NotFoundError: the tree has no leaf ``seq``.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+
+        def read(conn: apsw.Connection) -> bytes:
+            if not 0 <= seq < self._size(conn, None):
+                raise NotFoundError(f"the audit tree has no leaf {seq}")
+            return tree.reader(conn)([merkle.stored_hash_index(0, seq)])[0]
+
+        return bytes(self._tree_read(read))
+
+    def inclusion_proof(self, seq: int, size: int) -> list[bytes]:
+        """The RFC 6962 audit path of record ``seq`` in the tree of ``size`` records, bottom up
+        (checked by :func:`~rensei_routing.core.audit.merkle.verify_inclusion` against
+        :meth:`leaf` and :meth:`tree_root`); ``O(log size)`` stored hashes read.
+
+        Raises:
+            NotFoundError: ``size`` is above :meth:`tree_size`, or ``seq`` is not below it.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+
+        def read(conn: apsw.Connection) -> list[bytes]:
+            n = self._size(conn, size)
+            if not 0 <= seq < n:
+                raise NotFoundError(f"record {seq} is not in the tree of {n} records")
+            return merkle.inclusion_proof(seq, n, tree.reader(conn))
+
+        return list(self._tree_read(read))
+
+    def consistency_proof(self, old: int, new: int) -> list[bytes]:
+        """The RFC 6962 consistency proof from the tree of ``old`` records to that of ``new``
+        (checked by :func:`~rensei_routing.core.audit.merkle.verify_consistency`).
+
+        Raises:
+            NotFoundError: ``new`` is above :meth:`tree_size`, or ``old`` is negative or above
+                ``new``.
+            StoreError: the database read failed, or the tree's storage is damaged.
+        """
+
+        def read(conn: apsw.Connection) -> list[bytes]:
+            n = self._size(conn, new)
+            if not 0 <= old <= n:
+                raise NotFoundError(f"no consistency proof from {old} to {n} records")
+            return merkle.consistency_proof(old, n, tree.reader(conn))
+
+        return list(self._tree_read(read))
+
+    def _size(self, conn: apsw.Connection, size: int | None) -> int:
+        """``size`` (default: the tree's), refused when the tree is smaller."""
+        have = tree.size_of(tree.stored_count(conn))
+        if size is None:
+            return have
+        if not 0 <= size <= have:
+            raise NotFoundError(f"the audit tree covers {have} records, not {size}")
+        return size
+
+    def _tree_read(self, read: Callable[[apsw.Connection], Any]) -> Any:
+        conn = self._read_conn()
+        try:
+            with conn:
+                return read(conn)
+        except apsw.Error as e:
+            raise store_error("cannot read the audit tree", e, self._path) from e
+        except TreeError as e:
+            raise StoreError(f"the audit tree's storage is damaged: {e}") from e
 
     # -- verification -------------------------------------------------------------------------
 
