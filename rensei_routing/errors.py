@@ -207,8 +207,28 @@ class ArchiveFormatError(AuditError):
     """An exported audit file (JSON Lines) is unreadable or not in the export format."""
 
 
-class CheckpointFormatError(AuditError):
+class EvidenceError(AuditError):
+    """A checkpoint, proof or cosignature was refused; ``verdict`` is the stable code of why."""
+
+    def __init__(self, verdict: str, message: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+
+
+class EvidenceFormatError(EvidenceError):
+    """A proof, add-checkpoint body, cosignature or verifier key is malformed (``malformed``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("malformed", message)
+
+
+class CheckpointFormatError(EvidenceFormatError):
     """A checkpoint note could not be parsed."""
+
+
+class CheckpointRejectedError(EvidenceError):
+    """A checkpoint does not satisfy a trust policy: ``verdict`` is ``other-origin``,
+    ``wrong-key``, ``bad-signature`` or ``quorum-not-met``."""
 
 
 class HydraflowChainError(AuditError):
@@ -234,14 +254,13 @@ class TreeError(AuditError):
     """The audit log's Merkle tree storage is missing hashes or holds malformed ones."""
 
 
-class ProofError(AuditError):
+class ProofError(EvidenceError):
     """An inclusion or consistency proof does not hold: ``verdict`` is the stable outcome
     (``inclusion-failed``, ``inconsistent``), ``reason`` the stable cause (``root-mismatch``,
     ``wrong-proof-length``, ...)."""
 
     def __init__(self, verdict: str, reason: str, message: str) -> None:
-        super().__init__(f"{verdict} ({reason}): {message}")
-        self.verdict = verdict
+        super().__init__(verdict, f"{verdict} ({reason}): {message}")
         self.reason = reason
 
 

@@ -22,6 +22,14 @@ strict JSON (UTF-8, no duplicate key, no ``NaN``/``Infinity``) and every ``recor
 (:func:`.chain.verify_chain` says when); a note without the line (made by an earlier release,
 which did not always parse) vouches for the hashes only. Other extension lines are kept and
 ignored.
+
+The same note carries the Merkle tree's root (see :mod:`.merkle`) in a *tree checkpoint*: the
+hash line is the root of the tree of the first ``size`` record hashes, not the head hash. The
+layout is identical; :attr:`Checkpoint.root` gives the hash line's bytes in either form and
+:func:`tree_checkpoint` builds a body from a root. Which form a stored note has is the store's
+record, not the text's. :func:`note_key_id` computes the signed-note key ID of any signature
+type (:data:`SIG_ED25519` for notes, :data:`SIG_COSIGNATURE` for tlog-cosignature/v1), and
+:func:`parse_signature_lines` reads signature lines alone (a witness's reply).
 """
 
 from __future__ import annotations
@@ -38,12 +46,18 @@ from ..canonical import SHA256_PREFIX
 
 __all__ = [
     "NOTE_MAX_BYTES",
+    "SIG_COSIGNATURE",
+    "SIG_ED25519",
     "STRICT_PAYLOADS",
     "Checkpoint",
     "NoteSignature",
     "checkpoint_origin",
     "note_key_hash",
+    "note_key_id",
     "parse_checkpoint",
+    "parse_signature_line",
+    "parse_signature_lines",
+    "tree_checkpoint",
 ]
 
 NOTE_MAX_BYTES: Final = 16 * 1024
@@ -54,6 +68,10 @@ _MAX_SIZE: Final = 2**63 - 1
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
 _KEY_NAME = re.compile(r"[^\s+]+")
 _SIG_PREFIX: Final = "\u2014 "
+#: Signed-note signature type byte of an Ed25519 note signature.
+SIG_ED25519: Final = 0x01
+#: Signed-note signature type byte of a timestamped Ed25519 witness cosignature (cosignature/v1).
+SIG_COSIGNATURE: Final = 0x04
 
 
 def checkpoint_origin(org_id: str) -> str:
@@ -63,7 +81,32 @@ def checkpoint_origin(org_id: str) -> str:
 
 def note_key_hash(key_name: str, public_key: bytes) -> bytes:
     """C2SP signed-note key hash of an Ed25519 key: SHA-256(name ‖ ``\\n`` ‖ 0x01 ‖ key)[:4]."""
-    return hashlib.sha256(key_name.encode("utf-8") + b"\n\x01" + public_key).digest()[:4]
+    return note_key_id(key_name, SIG_ED25519, public_key)
+
+
+def note_key_id(key_name: str, sig_type: int, public_key: bytes) -> bytes:
+    """C2SP signed-note key ID: SHA-256(name ‖ ``\\n`` ‖ type byte ‖ key)[:4]."""
+    return hashlib.sha256(
+        key_name.encode("utf-8") + b"\n" + bytes([sig_type]) + public_key
+    ).digest()[:4]
+
+
+def tree_checkpoint(
+    origin: str, size: int, root: bytes, extensions: tuple[str, ...] = ()
+) -> Checkpoint:
+    """An unsigned checkpoint whose hash line is ``root`` (a Merkle tree root, 32 bytes).
+
+    Raises:
+        CheckpointFormatError: the root is not 32 bytes, the size is out of range, or the
+            origin or an extension line could not be parsed back.
+    """
+    if not isinstance(root, bytes) or len(root) != 32:
+        raise CheckpointFormatError("checkpoint hash is not 32 bytes")
+    cp = Checkpoint(
+        origin=origin, size=size, head_hash=SHA256_PREFIX + root.hex(), extensions=extensions
+    )
+    _check_body(cp)
+    return cp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +144,11 @@ class Checkpoint:
             *self.extensions,
         ]
         return "".join(f"{line}\n" for line in lines).encode("utf-8")
+
+    @property
+    def root(self) -> bytes:
+        """The 32 bytes of the hash line (a tree root or a head hash, as the form is)."""
+        return bytes.fromhex(self.head_hash[len(SHA256_PREFIX) :])
 
     def to_text(self) -> str:
         """The whole note: body, blank line, signature lines."""
@@ -157,7 +205,7 @@ def parse_checkpoint(note: str | bytes) -> Checkpoint:
         raise CheckpointFormatError("checkpoint note carries no signature")
     if len(sig_lines) > _MAX_SIGNATURES:
         raise CheckpointFormatError("checkpoint note carries too many signatures")
-    signatures = tuple(_parse_signature(line) for line in sig_lines)
+    signatures = tuple(parse_signature_line(line) for line in sig_lines)
     return Checkpoint(
         origin=origin,
         size=int(size_text),
@@ -177,7 +225,41 @@ def _decode_b64(text: str, what: str) -> bytes:
     return data
 
 
-def _parse_signature(line: str) -> NoteSignature:
+def _check_body(cp: Checkpoint) -> None:
+    """Refuse a body that :func:`parse_checkpoint` would not read back as itself."""
+    placeholder = NoteSignature(name="x", key_hash=bytes(4), signature=bytes(1))
+    if parse_checkpoint(cp.with_signature(placeholder).to_text()).body != cp.body:
+        raise CheckpointFormatError("checkpoint body does not read back as written")
+
+
+def parse_signature_lines(text: str | bytes) -> tuple[NoteSignature, ...]:
+    """Parse note signature lines alone (each ``— <name> <base64>`` ending in a newline), as a
+    witness returns them; at least one, at most as many as a note may carry.
+
+    Raises:
+        CheckpointFormatError: the text is too long, not UTF-8, empty, or a line is malformed.
+    """
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if len(raw) > NOTE_MAX_BYTES:
+        raise CheckpointFormatError(f"signature lines longer than {NOTE_MAX_BYTES} bytes")
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointFormatError("signature lines are not UTF-8") from e
+    if not decoded.endswith("\n") or any((c < " " and c != "\n") or c == "\x7f" for c in decoded):
+        raise CheckpointFormatError("signature lines must be newline-terminated text")
+    lines = decoded[:-1].split("\n")
+    if len(lines) > _MAX_SIGNATURES:
+        raise CheckpointFormatError("too many signature lines")
+    return tuple(parse_signature_line(line) for line in lines)
+
+
+def parse_signature_line(line: str) -> NoteSignature:
+    """Parse one ``— <name> <base64(key ID ‖ signature)>`` line (no newline).
+
+    Raises:
+        CheckpointFormatError: the line is malformed.
+    """
     if not line.startswith(_SIG_PREFIX):
         raise CheckpointFormatError("checkpoint signature line must start with '— '")
     parts = line[len(_SIG_PREFIX) :].split(" ")
