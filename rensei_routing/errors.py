@@ -419,13 +419,13 @@ class FleetRepairError(FleetError):
     it); nothing was changed."""
 
 
-class WitnessError(AuditError):
+class WitnessError(EvidenceError):
     """A transparency-log statement was refused: a witness would not cosign, a cosignature,
-    proof or checkpoint does not hold. ``verdict`` is the stable name (docs/formats.md)."""
+    proof or checkpoint does not hold. ``verdict`` is the stable name (docs/formats.md), and
+    leads the message."""
 
     def __init__(self, verdict: str, message: str) -> None:
-        super().__init__(f"{verdict}: {message}")
-        self.verdict = verdict
+        super().__init__(verdict, f"{verdict}: {message}")
 
 
 class WitnessRefusedError(WitnessError):
