@@ -102,7 +102,18 @@ def _covering(log: AuditLog, seq: int) -> Checkpoint:
     for cp in sorted(log.checkpoints(), key=lambda c: c.size, reverse=True):
         if cp.size > seq and _tree_checkpoint(log, cp):
             return cp
-    return log.checkpoint()
+    return _signed_tree_checkpoint(log)
+
+
+def _signed_tree_checkpoint(log: AuditLog) -> Checkpoint:
+    """A new checkpoint signed at the head, which must be a tree checkpoint."""
+    cp = log.checkpoint()
+    if not _tree_checkpoint(log, cp):
+        raise WitnessError(
+            "no-checkpoint",
+            "this log signs head-hash checkpoints, which no inclusion proof can reach",
+        )
+    return cp
 
 
 def prove(home: Home, seq: int) -> TlogProof:
@@ -183,7 +194,7 @@ def _checkpoint_at(log: AuditLog, size: int) -> Checkpoint:
         if cp.size == size and _tree_checkpoint(log, cp):
             return cp
     if size == log.tree_size():
-        cp = log.checkpoint()
+        cp = _signed_tree_checkpoint(log)
         if cp.size == size:
             return cp
     raise WitnessError(
