@@ -380,7 +380,9 @@ def v8(tmp_path: Path) -> Home:
     os.chmod(path / "keys" / "host.key", 0o600)
     for seg in segments_dir(path / "rensei.db").glob("*.db"):
         os.chmod(seg, 0o444)
-    return Home(path)
+    home = Home(path)
+    home.init()  # a writer migrates it to this release's schema, as the upgrade path says
+    return home
 
 
 def test_rows_of_the_release_before_are_reattested_only_from_their_records_or_export(

@@ -333,7 +333,7 @@ def connect(
     write: bool = False,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     vfs: str | None = None,
-    min_version: int = SCHEMA_VERSION,
+    min_version: int | None = None,
 ) -> apsw.Connection:
     """Open the database at ``path``. The caller owns the connection and closes it.
 
@@ -341,9 +341,9 @@ def connect(
     at ``BEGIN``. ``write=False`` opens read-only and changes nothing, so a copy on read-only
     media can be read and verified; a database on a read-only medium with no ``-wal``/``-shm``
     beside it is opened as immutable (nothing can be writing to it). A read-only open refuses a
-    schema older than ``min_version`` (by default this one); a sealed audit segment, whose
-    records table has not changed since :data:`SEGMENT_MIN_VERSION`, is read at any version
-    from there on, so a schema step for other tables never strands a sealed segment.
+    schema older than ``min_version`` (``None``: this one, read when called); a sealed audit
+    segment, whose records table has not changed since :data:`SEGMENT_MIN_VERSION`, is read at
+    any version from there on, so a schema step for other tables never strands a sealed segment.
 
     Every statement, the very first included, waits up to ``busy_timeout_ms`` for a lock
     (:func:`_connection` is the only place a connection is made). ``vfs`` names a registered
@@ -362,9 +362,10 @@ def connect(
         if not write:
             for setup in _READ_SETUP:
                 setup(conn)
-            if version < min_version:
+            least = SCHEMA_VERSION if min_version is None else min_version
+            if version < least:
                 raise SchemaVersionError(
-                    f"{path} has schema version {version}, older than {min_version}: "
+                    f"{path} has schema version {version}, older than {least}: "
                     "open it once with a writer (e.g. `rensei init`) to migrate it"
                 )
             Codec.load(conn).register(conn)
