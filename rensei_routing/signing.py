@@ -33,6 +33,7 @@ __all__ = [
     "PrivateKey",
     "PublicKey",
     "check",
+    "check_raw",
     "generate",
     "jwk",
     "key_id",
@@ -157,6 +158,16 @@ def check(public_key: PublicKey, message: bytes, signature: bytes) -> bool:
     except (nacl.exceptions.BadSignatureError, nacl.exceptions.CryptoError, ValueError, TypeError):
         return False
     return True
+
+
+def check_raw(public_key: bytes, message: bytes, signature: bytes) -> bool:
+    """:func:`check` of a raw 32-byte public key (``False`` for one that is not a key): the
+    ``Check`` callback the pure checkpoint and cosignature checks take."""
+    try:
+        key = PublicKey(public_key)
+    except KeyFormatError:
+        return False
+    return check(key, message, signature)
 
 
 #: ``lookup(key_id)`` -> a signature check ``(message, signature) -> bool`` for a trusted key,
