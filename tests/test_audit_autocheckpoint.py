@@ -140,10 +140,13 @@ def test_the_checkpoint_appears_after_the_write_that_reaches_the_threshold(
     info = home.info()
     origin = f"rensei-routing/{info.org}/audit"
     key = home.private_key()
+    with AuditLog.open(home) as log:
+        roots = {size: log.tree_root(size) for size in sizes}
     for size, head, note in _stored(home):
         assert head == _hash_at(home, size - 1)
-        # exactly the note `rensei audit checkpoint` signs for that head
-        assert note == attest.sign(key, origin, size, head, STRICT_PAYLOADS).to_text()
+        # exactly the note `rensei audit checkpoint` signs for that head: the tree's root
+        want = attest.sign(key, origin, size, head, STRICT_PAYLOADS, roots[size])
+        assert note == want.to_text()
     with AuditLog.open(home) as log:
         result = log.verify()
         assert result.ok and result.records_checked == 120 and result.checkpoints_checked == 2

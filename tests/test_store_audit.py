@@ -22,6 +22,7 @@ from rensei_routing.core.audit.chain import (
     payload_hash,
     record_hash,
 )
+from rensei_routing.core.audit.treehead import HEAD_LINE, chain_head, form
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.redact import redact
 from rensei_routing.core.routing.context import RouteContext
@@ -480,7 +481,9 @@ def test_checkpoints_are_incremental_and_cover_what_was_verified(home: Home, log
     log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
     second = log.checkpoint()
     assert (first.size, second.size) == (N, N + 3)
-    assert second.head_hash == log.head()[1]
+    assert chain_head(second) == log.head()[1]  # the tree-root form names the head too
+    assert second.head_hash == "sha256:" + log.tree_root(N + 3).hex()
+    assert form(second) == form(first) == "tree-root"
     assert [c.size for c in log.checkpoints()] == [N, N + 3]
     assert log.verify().checkpoints_checked == 2
 
@@ -666,7 +669,7 @@ def test_a_rehashed_unparseable_payload_below_a_checkpoint_is_named(
     """Below a checkpoint the first walk does not parse: the rewritten record shows there only
     as a mismatch with the checkpoint, and the strict second walk names it."""
     cp = log.checkpoint()
-    assert cp.extensions == (STRICT_PAYLOADS,)
+    assert cp.extensions == (STRICT_PAYLOADS, HEAD_LINE + log.head()[1])
     log.append_many([{"more": i} for i in range(3)], recorded_at=T1)
     _rewrite(home, 5, payload=payload)
     before = _record_rows(home)

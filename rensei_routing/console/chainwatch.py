@@ -32,6 +32,7 @@ from ..core.audit.chain import (
     parse_checkpoint,
     verify_chain,
 )
+from ..core.audit.treehead import chain_head
 from ..errors import CheckpointFormatError
 from ..store.audit.segments import read_catalog, segments_dir
 from ..store.codec import FUNCTION
@@ -201,7 +202,7 @@ def extend(
                     cp = parse_checkpoint(str(note))
                 except CheckpointFormatError:
                     return None  # a full walk names it
-                if cp.size == size and cp.origin == origin and cp.head_hash == head:
+                if cp.size == size and cp.origin == origin and chain_head(cp) == head:
                     if not signature_ok(cp):
                         return None
                     at_head += 1  # of the verified head (auto-checkpointing): it holds

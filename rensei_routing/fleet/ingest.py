@@ -45,6 +45,7 @@ from ..core.audit.chain import (
     note_key_hash,
     verify_chain,
 )
+from ..core.audit.treehead import chain_head
 from ..errors import (
     AuditError,
     FleetError,
@@ -291,7 +292,7 @@ def _ingest_locked(
         conn.execute(
             "UPDATE fleet_hosts SET size = %s, head_hash = %s, head_recorded_at = %s, "
             "org = COALESCE(%s, org), last_ingest_at = now() WHERE host_id = %s",
-            (cp.size, cp.head_hash, spool.head_recorded_at, _org(cp.origin), host_id),
+            (cp.size, chain_head(cp), spool.head_recorded_at, _org(cp.origin), host_id),
         )
         conn.execute(_REVISIONS, {"h": host_id, "s": held})
         accumulate(conn, host_id, held)
@@ -305,7 +306,7 @@ def _ingest_locked(
     conn.execute(
         "INSERT INTO fleet_ingests(host_id, file, first_seq, added, checkpoint_size, head_hash) "
         "VALUES (%s, %s, %s, %s, %s, %s)",
-        (host_id, str(export), start_seq, added, cp.size, cp.head_hash),
+        (host_id, str(export), start_seq, added, cp.size, chain_head(cp)),
     )
     return IngestResult(
         file=str(export),
@@ -315,7 +316,7 @@ def _ingest_locked(
         added=added,
         first_added=held if added else now_held,
         held=now_held,
-        head_hash=cp.head_hash if cp.size >= held else held_head,
+        head_hash=chain_head(cp) if cp.size >= held else held_head,
         beyond=max(0, start_seq + spool.rows_seen - max(cp.size, start_seq)),
     )
 
@@ -375,7 +376,7 @@ def _check_continuity(
             "SELECT record_hash FROM fleet_records WHERE host_id = %s AND seq = %s",
             (host_id, cp.size - 1),
         ).fetchone()
-        if ours is not None and ours[0] == cp.head_hash:
+        if ours is not None and ours[0] == chain_head(cp):
             return
     seq = _first_difference(conn, export, host_id, start_seq, min(cp.size, held))
     raise FleetForkError(

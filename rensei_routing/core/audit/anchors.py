@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from .note import STRICT_PAYLOADS, Checkpoint
+from .treehead import chain_head, tree_note
 
 __all__ = ["SEGMENT_LINE", "SegmentClaim", "claim_problem", "stated"]
 
@@ -54,10 +55,15 @@ class SegmentClaim:
             parts.append(self.export_sha256 or "-")
         return SEGMENT_LINE + " ".join(parts)
 
-    def note(self, origin: str) -> Checkpoint:
+    def note(self, origin: str, root: bytes | None = None) -> Checkpoint:
         """The unsigned note stating this claim: a checkpoint of ``last + 1`` records and the
         head, with ``payloads: strict-json`` (the records were parsed when they were sealed)
-        and the statement line."""
+        and the statement line; of the tree-root form (:mod:`.treehead`) when ``root``, the
+        tree's root at that size, is given."""
+        if root is not None:
+            return tree_note(
+                origin, self.last_seq + 1, root, self.head_hash, (STRICT_PAYLOADS, self.line)
+            )
         return Checkpoint(
             origin=origin,
             size=self.last_seq + 1,
@@ -86,6 +92,6 @@ def claim_problem(cp: Checkpoint, claim: SegmentClaim) -> str | None:
         if kind != claim.kind and kind in ("sealed", "pruned"):
             return f"states a {kind} segment, not a {claim.kind} one ({said})"
         return f"states another segment or export ({said})"
-    if (cp.size, cp.head_hash) != (claim.last_seq + 1, claim.head_hash):
+    if (cp.size, chain_head(cp)) != (claim.last_seq + 1, claim.head_hash):
         return "does not end at the segment's head"
     return None

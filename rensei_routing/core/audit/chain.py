@@ -47,6 +47,7 @@ from .note import (
     note_key_hash,
     parse_checkpoint,
 )
+from .treehead import chain_head
 from .verdict import GENESIS_HASH, REASONS, Reason, VerifyResult
 from .verdict import broken as _broken
 
@@ -392,7 +393,7 @@ def checkpoint_marks(
                 "checkpoint-signature-invalid",
                 f"checkpoint of size {cp.size} is not signed by this host's key",
             )
-        marks.setdefault(cp.size, []).append(cp.head_hash)
+        marks.setdefault(cp.size, []).append(chain_head(cp))
     for want in marks.get(0, ()):
         if want != GENESIS_HASH:
             return _broken(

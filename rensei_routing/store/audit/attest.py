@@ -15,6 +15,7 @@ from ...core.audit.chain import (
     note_key_hash,
     parse_checkpoint,
 )
+from ...core.audit.treehead import chain_head, tree_note
 from ...errors import CheckpointFormatError
 from .segments import Segment
 
@@ -22,21 +23,34 @@ __all__ = ["claim_of", "sign", "sign_claim", "signed_head", "unattested"]
 
 
 def sign(
-    key: signing.PrivateKey, origin: str, size: int, head_hash: str, line: str = STRICT_PAYLOADS
+    key: signing.PrivateKey,
+    origin: str,
+    size: int,
+    head_hash: str,
+    line: str = STRICT_PAYLOADS,
+    root: bytes | None = None,
 ) -> Checkpoint:
     """A checkpoint of ``size`` records ending at ``head_hash``, signed by ``key``, carrying
-    ``line`` (by default ``payloads: strict-json``: its signer verified every record strictly)."""
-    cp = Checkpoint(origin=origin, size=size, head_hash=head_hash, extensions=(line,))
+    ``line`` (by default ``payloads: strict-json``: its signer verified every record strictly);
+    of the tree-root form (:mod:`...core.audit.treehead`) when ``root`` (the tree's root at
+    ``size``) is given, else of the head-hash form."""
+    cp = (
+        Checkpoint(origin=origin, size=size, head_hash=head_hash, extensions=(line,))
+        if root is None
+        else tree_note(origin, size, root, head_hash, (line,))
+    )
     key_hash = note_key_hash(origin, key.public_key.raw)
     return cp.with_signature(
         NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
     )
 
 
-def sign_claim(key: signing.PrivateKey, origin: str, claim: SegmentClaim) -> Checkpoint:
+def sign_claim(
+    key: signing.PrivateKey, origin: str, claim: SegmentClaim, root: bytes | None = None
+) -> Checkpoint:
     """The statement of ``claim`` (a seal or a prune, :mod:`..core.audit.anchors`): a
     checkpoint of the segment's head carrying its statement line, signed by ``key``."""
-    cp = claim.note(origin)
+    cp = claim.note(origin, root)
     key_hash = note_key_hash(origin, key.public_key.raw)
     return cp.with_signature(
         NoteSignature(name=origin, key_hash=key_hash, signature=key.sign(cp.body))
@@ -101,6 +115,6 @@ def signed_head(segment: Segment, origin: str, public: signing.PublicKey) -> str
     found = _signed(segment, origin, public)
     if isinstance(found, str):
         return f"segment {segment.name}: {found}"
-    if (found.size, found.head_hash) != (segment.last_seq + 1, segment.head_hash):
+    if (found.size, chain_head(found)) != (segment.last_seq + 1, segment.head_hash):
         return f"segment {segment.name}: its note does not end at the segment's head"
     return None

@@ -53,10 +53,12 @@ from ...core.audit.chain import (
     parse_checkpoint,
     walk_range,
 )
+from ...core.audit.treehead import chain_head
 from ...core.audit.verdict import Reason
 from ...errors import AuditError, CheckpointFormatError, RenseiRoutingError
 from ..codec import FUNCTION
 from ..home import Home
+from . import tree
 from .attest import sign
 from .handle import LogHandle
 from .rotation import _key, audit_record_count
@@ -144,7 +146,7 @@ def _base(log: LogHandle, conn: apsw.Connection, public: signing.PublicKey) -> t
             and sig is not None
             and signing.check(public, cp.body, sig)
         ):
-            return cp.size, cp.head_hash
+            return cp.size, chain_head(cp)
     return 0, GENESIS_HASH
 
 
@@ -159,19 +161,20 @@ def _checkpoint(log: LogHandle, every: int) -> Checkpoint | None:
             log._checkpointed = max(log._checkpointed, size)
             return None
         result = _walk(conn, size, head, log._vouched)
+        root = tree.root_at(conn, result.records_checked) if result.ok else None
     if not result.ok or result.records_checked != int(top) + 1:
         raise AuditError(
             f"the records past seq {size} do not verify: seq {result.first_broken_seq}: "
             f"{result.reason} ({result.detail})"
         )
-    cp = sign(key, log.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS)
+    cp = sign(key, log.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS, root)
     writer = log._write_conn()
     try:
         with writer:
             writer.execute(
                 "INSERT INTO audit_checkpoints(size, head_hash, note) SELECT ?, ?, ? "
                 "WHERE NOT EXISTS (SELECT 1 FROM audit_checkpoints WHERE size = ?)",
-                (cp.size, cp.head_hash, cp.to_text(), cp.size),
+                (cp.size, result.head_hash, cp.to_text(), cp.size),
             )
     except apsw.Error as e:
         raise log._write_failed("cannot store the automatic checkpoint", e) from e

@@ -32,6 +32,7 @@ from ...core.audit.chain import (
     note_key_hash,
     parse_checkpoint,
 )
+from ...core.audit.treehead import chain_head
 from ...core.audit.verdict import broken
 from ...errors import AuditError, CheckpointFormatError
 from .. import parallel
@@ -250,7 +251,7 @@ def _walk_all(
                 if cp.size == seg.last_seq + 1 or cp.size == expected:
                     # at an edge of the pruned segment: held to its signed head (or first link)
                     edge = seg.head_hash if cp.size == seg.last_seq + 1 else prev
-                    if cp.head_hash != edge:
+                    if chain_head(cp) != edge:
                         return _with(verdict, _truncated(cp, prev), pruned, expected)
                     done += 1
                 else:  # the records it covers are gone: nothing to hold it to

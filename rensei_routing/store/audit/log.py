@@ -540,15 +540,15 @@ class AuditLog(LogHandle):
             raise AuditError(
                 f"refusing to checkpoint a broken log: {where}: {result.reason} ({result.detail})"
             )
-        cp = attest.sign(
-            key, self.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS
-        )
+        size = result.records_checked
+        root = self._tree_read(lambda conn: tree.root_at(conn, size))
+        cp = attest.sign(key, self.origin, size, result.head_hash, STRICT_PAYLOADS, root)
         staged = None if target is None else stage(cp, target)
         published = delivered = False
         try:
             writer = self._write_conn()
             with writer:
-                writer.execute(_INSERT_CHECKPOINT, (cp.size, cp.head_hash, cp.to_text()))
+                writer.execute(_INSERT_CHECKPOINT, (cp.size, result.head_hash, cp.to_text()))
                 if staged is not None and target is not None:
                     publish(staged, target)  # raising here rolls the row back
                     published = True

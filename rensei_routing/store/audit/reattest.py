@@ -34,11 +34,11 @@ from ... import signing
 from ...core.audit.chain import Checkpoint, note_key_hash, parse_checkpoint
 from ...errors import AuditError, SegmentError
 from ..db import store_error
-from .attest import claim_of, sign_claim, signed_head, unattested
+from .attest import signed_head, unattested
 from .chainwalk import _verify_sealed
 from .handle import LogHandle
 from .recovery import recover_locked
-from .rotation import _check_export, _key, _locked
+from .rotation import _check_export, _key, _locked, _statement
 from .segments import Segment, read_catalog
 
 __all__ = ["Reattested", "reattest"]
@@ -107,10 +107,7 @@ def reattest(
         if pruned and exported:
             digest = _check_export(exported, pruned)
             attest = [replace(s, export_sha256=digest) for s in pruned]
-        signed = [
-            replace(s, note=sign_claim(key, log.origin, claim_of(s)).to_text())
-            for s in (*sealed, *attest)
-        ]
+        signed = [replace(s, note=_statement(log, key, s)) for s in (*sealed, *attest)]
         if signed:
             writer = log._write_conn()
             try:

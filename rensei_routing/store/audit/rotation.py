@@ -50,11 +50,13 @@ from ...core.audit.chain import (
     note_key_hash,
     verify_chain,
 )
+from ...core.audit.treehead import chain_head
 from ...errors import AuditError, HomeError, RenseiRoutingError, SegmentError
 from ...files import fsync_dir
 from .. import parallel
 from ..db import connect, store_error
 from ..home import Home
+from . import tree
 from .attest import claim_of, sign_claim, unattested
 from .chainwalk import stored_checkpoints
 from .handle import LogHandle
@@ -238,7 +240,7 @@ def _rotate(
         _remove(tmp)
         raise
     segment = Segment(
-        first_seq=lo, last_seq=hi, prev_hash=prev, head_hash=cp.head_hash, note=cp.to_text()
+        first_seq=lo, last_seq=hi, prev_hash=prev, head_hash=chain_head(cp), note=cp.to_text()
     )
     try:
         _commit(log, segment, ids)
@@ -341,11 +343,14 @@ def _seal(
         claim = SegmentClaim(
             kind="sealed", first_seq=lo, last_seq=hi, prev_hash=prev, head_hash=result.head_hash
         )
-        cp = sign_claim(key, log.origin, claim)
+        home = log._read_conn()
+        with home:
+            root = tree.root_at(home, hi + 1)
+        cp = sign_claim(key, log.origin, claim, root)
         with seg:
             seg.execute(
                 "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)",
-                (cp.size, cp.head_hash, cp.to_text()),
+                (cp.size, result.head_hash, cp.to_text()),
             )
     except apsw.Error as e:
         raise store_error("cannot seal the audit segment", e, log._path) from e
@@ -446,7 +451,7 @@ def prune(log: LogHandle, *, before: int, exported: Sequence[Path]) -> tuple[Seg
                 raise SegmentError(f"refusing to prune: {why}")
         digest = _check_export(exported, targets)
         done = [replace(s, pruned=True, export_sha256=digest) for s in targets]
-        done = [replace(s, note=sign_claim(key, log.origin, claim_of(s)).to_text()) for s in done]
+        done = [replace(s, note=_statement(log, key, s)) for s in done]
         writer = log._write_conn()
         try:
             with writer:
@@ -467,6 +472,18 @@ def prune(log: LogHandle, *, before: int, exported: Sequence[Path]) -> tuple[Seg
     finally:
         lock.release()
     return tuple(done)
+
+
+def _statement(log: LogHandle, key: signing.PrivateKey, segment: Segment) -> str:
+    """The signed statement of ``segment``'s row: of the tree-root form when the tree covers
+    it. (Its own transaction: the tree below a row's head never changes.)"""
+    conn = log._read_conn()
+    try:
+        with conn:
+            root = tree.root_at(conn, segment.last_seq + 1)
+    except apsw.Error as e:
+        raise store_error("cannot read the audit tree", e, log._path) from e
+    return sign_claim(key, log.origin, claim_of(segment), root).to_text()
 
 
 def _lines(paths: Sequence[Path], sha: Any) -> Iterator[str]:

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import apsw
 
+from ...core.audit import merkle
 from ...core.audit.merkle import (
     HASH_SIZE,
     HashReader,
@@ -50,6 +51,7 @@ __all__ = [
     "catch_up",
     "check",
     "reader",
+    "root_at",
     "size_of",
     "stored_count",
 ]
@@ -108,6 +110,22 @@ def reader(conn: apsw.Connection) -> HashReader:
         return out
 
     return read
+
+
+def root_at(conn: apsw.Connection, size: int) -> bytes | None:
+    """The tree's root at ``size`` records, or ``None`` when the stored tree does not cover
+    them (a checkpoint of that size is then of the head-hash form); in the caller's
+    transaction.
+
+    Raises:
+        apsw.Error: the table cannot be read.
+    """
+    if size_of(stored_count(conn)) < size:
+        return None
+    try:
+        return merkle.tree_hash(size, reader(conn))
+    except TreeError:
+        return None
 
 
 def leaf_data(record_hash: str) -> bytes:
