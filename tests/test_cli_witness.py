@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from rensei_routing import signing
 from rensei_routing.cli import cli
+from rensei_routing.core.audit.cosignature import parse_vkey
 from rensei_routing.core.audit.merkle import MemoryTree
 from rensei_routing.core.audit.note import (
     Checkpoint,
@@ -24,8 +25,8 @@ from rensei_routing.core.audit.note import (
     note_key_hash,
     parse_checkpoint,
 )
-from rensei_routing.core.audit.transparency import COSIGNATURE_TYPE, AddCheckpoint, parse_vkey
-from rensei_routing.evidence.policy import load_key, valid_cosigners
+from rensei_routing.core.audit.tlog import AddCheckpoint
+from rensei_routing.evidence.policy import check_log_signature, load_key, valid_cosigners
 from rensei_routing.store.home import Home
 from rensei_routing.store.witness import advance, read_view
 
@@ -115,7 +116,7 @@ def _cosign(runner: CliRunner, witness: Path, cp: str, trust: str, proof: str | 
 
 def _verified_by_witness(runner: CliRunner, witness: Path, cp: Checkpoint, line: str) -> bool:
     vkey = _ok(runner, "--home", str(witness), "keys", "show", "--witness-vkey").strip()
-    key = load_key(vkey, key_type=COSIGNATURE_TYPE)
+    key = load_key(vkey, witness=True)
     signed = parse_checkpoint(cp.to_text() + line)
     return valid_cosigners(signed, [key]) == (0,)
 
@@ -336,8 +337,6 @@ def test_keys_show_vkey_verifies_the_homes_own_checkpoints(
     assert log.vkey.split("+")[1] == note_key_hash(ORIGIN, vkey.public_key).hex()
     out = tmp_path / "real.checkpoint"
     _ok(runner, "--home", str(log.home), "audit", "checkpoint", "-o", str(out))
-    from rensei_routing.evidence.policy import check_log_signature
-
-    check_log_signature(parse_checkpoint(out.read_bytes()), load_key(log.vkey, key_type=1))
+    check_log_signature(parse_checkpoint(out.read_bytes()), load_key(log.vkey))
     doc = _ok(runner, "--home", str(log.home), "keys", "show", "--json")
     assert log.vkey in doc

@@ -220,13 +220,12 @@ def _witness_policy(
 ) -> None:
     """Hold the checkpoints checked to the witness policy (exit 1 ``quorum-not-met``; exit 3 a
     key that cannot be read)."""
-    from ..core.audit.transparency import COSIGNATURE_TYPE
     from ..errors import WitnessError
     from ..evidence.policy import check_quorum, load_key
     from ..evidence.proofs import with_cosignatures
 
     try:
-        keys = [load_key(w, key_type=COSIGNATURE_TYPE) for w in witnesses]
+        keys = [load_key(w, witness=True) for w in witnesses]
         checked = list(checkpoints)
         if home is not None:
             if not checked:
@@ -426,13 +425,12 @@ def audit_checkpoint(
 def _add_cosignatures(
     file: Path | None, witnesses: tuple[str, ...], output: Path | None, home: Path
 ) -> None:
-    from ..core.audit.transparency import COSIGNATURE_TYPE
     from ..evidence.policy import load_key
     from ..evidence.proofs import add_cosignature_lines
 
     if file is None or not witnesses or output is not None:
         raise click.UsageError("--add-cosignature FILE takes --witness KEY (and no -o)")
-    keys = [load_key(w, key_type=COSIGNATURE_TYPE) for w in witnesses]
+    keys = [load_key(w, witness=True) for w in witnesses]
     try:
         with open(file, "rb") as f:
             data = f.read(64 * 1024 + 1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from ..core.audit.note import Checkpoint
-from ..core.audit.transparency import COSIGNATURE_TYPE, NOTE_TYPE, PROOF_MAX_BYTES
+from ..core.audit.tlog import PROOF_MAX_BYTES
 from ..errors import InputError, RenseiRoutingError, WitnessError
 from ..evidence.policy import TrustedKey, load_key
 from ..evidence.proofs import check_consistency, consistency, prove, verify_proof
@@ -50,9 +50,7 @@ def _read(path: Path, what: str) -> bytes:
 
 def _keys(trust: str, witnesses: tuple[str, ...]) -> tuple[TrustedKey, list[TrustedKey]]:
     try:
-        return load_key(trust, key_type=NOTE_TYPE), [
-            load_key(w, key_type=COSIGNATURE_TYPE) for w in witnesses
-        ]
+        return load_key(trust), [load_key(w, witness=True) for w in witnesses]
     except (WitnessError, InputError) as e:
         raise CouldNotCheckError(f"could not check: {e}") from e
 

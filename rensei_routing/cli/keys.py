@@ -13,8 +13,8 @@ from typing import Final
 import click
 
 from ..control.snapshots import serve_token_path, snapshot_key_id
+from ..core.audit.cosignature import VerifierKey
 from ..core.audit.note import checkpoint_origin
-from ..core.audit.transparency import NOTE_TYPE, VerifierKey
 from ..evidence.cosign import witness_vkey
 from ._output import emit, printable
 from ._root import cli, echo_json, home_option, json_option
@@ -63,9 +63,7 @@ def keys_show(which: str | None, vkey: str | None, home: Path, json_: bool) -> N
     info = h.info()
     public = h.public_key()
     vkeys = {
-        "log": VerifierKey(
-            name=checkpoint_origin(info.org), key_type=NOTE_TYPE, public_key=public.raw
-        ).to_text(),
+        "log": VerifierKey(name=checkpoint_origin(info.org), public_key=public.raw).to_text(),
         "witness": witness_vkey(h),
     }
     if which is not None and vkey is not None:

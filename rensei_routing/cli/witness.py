@@ -10,7 +10,7 @@ from typing import Final
 
 import click
 
-from ..core.audit.transparency import ADD_CHECKPOINT_MAX_BYTES, NOTE_TYPE
+from ..core.audit.tlog import ADD_CHECKPOINT_MAX_BYTES
 from ..errors import InputError
 from ..evidence.cosign import cosign
 from ..evidence.policy import load_key
@@ -67,7 +67,7 @@ def witness_cosign(checkpoint: Path, proof: Path | None, trust: str, home: Path)
     roll it back). The same checkpoint again is cosigned again. A refusal (backwards, conflict,
     proof-required, old-size-mismatch, inconsistent, wrong-key, other-origin, ...) is one
     Error: line and exit 1; nothing is written."""
-    key = load_key(trust, key_type=NOTE_TYPE)
+    key = load_key(trust)
     data = read_small(checkpoint, "checkpoint")
     proof_data = None if proof is None else read_small(proof, "consistency proof")
     result = cosign(home_of(home), data, proof=proof_data, trust=key, now=int(now().timestamp()))

@@ -19,23 +19,18 @@ from typing import Final
 
 import apsw
 
+from ..core.audit.cosignature import VerifierKey
+from ..core.audit.cosignature import cosign as cosign_note
 from ..core.audit.cosigner import View, check_request
-from ..core.audit.note import Checkpoint, parse_checkpoint
-from ..core.audit.transparency import (
-    COSIGNATURE_TYPE,
-    Cosignature,
-    VerifierKey,
-    cosignature_message,
-    cosigner_key_hash,
-    parse_add_checkpoint,
-)
-from ..errors import CheckpointFormatError, WitnessError, WitnessRefusedError
+from ..core.audit.note import SIG_COSIGNATURE, Checkpoint, NoteSignature, parse_checkpoint
+from ..core.audit.tlog import parse_add_checkpoint
+from ..errors import EvidenceError, WitnessError, WitnessRefusedError
 from ..store.db import close_quietly, store_error
 from ..store.home import Home
 from ..store.witness import StoredView, advance, read_view
-from .policy import TrustedKey, check_log_signature
+from .policy import TrustedKey, check_log_signature, refusal
 
-__all__ = ["CosignResult", "cosign", "root_of", "witness_name", "witness_vkey"]
+__all__ = ["CosignResult", "cosign", "witness_name", "witness_vkey"]
 
 #: How many times a request is checked again after the view moved under it.
 _ATTEMPTS: Final = 8
@@ -54,21 +49,17 @@ def witness_vkey(home: Home) -> str:
     """
     return VerifierKey(
         name=witness_name(home.info().org),
-        key_type=COSIGNATURE_TYPE,
         public_key=home.public_key().raw,
+        sig_type=SIG_COSIGNATURE,
     ).to_text()
-
-
-def root_of(cp: Checkpoint) -> bytes:
-    """The 32 bytes of a checkpoint's hash line."""
-    return bytes.fromhex(cp.head_hash.partition(":")[2])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CosignResult:
-    """A cosignature made, and whether the view moved (``False``: the same checkpoint again)."""
+    """A cosignature made (its note signature line), and whether the view moved (``False``: the
+    same checkpoint again)."""
 
-    cosignature: Cosignature
+    cosignature: NoteSignature
     origin: str
     size: int
     advanced: bool
@@ -88,13 +79,16 @@ def cosign(
     """
     try:
         cp = parse_checkpoint(checkpoint)
-    except CheckpointFormatError as e:
+    except EvidenceError as e:
         raise WitnessError("malformed", f"the checkpoint: {e}") from e
     check_log_signature(cp, trust)
     old_size: int | None = None
     hashes: tuple[bytes, ...] = ()
     if proof is not None:
-        body = parse_add_checkpoint(proof)
+        try:
+            body = parse_add_checkpoint(proof)
+        except EvidenceError as e:
+            raise refusal(e) from e
         if body.checkpoint.body != cp.body:
             raise WitnessError(
                 "proof-for-other-checkpoint",
@@ -102,8 +96,8 @@ def cosign(
                 f"{body.checkpoint.size:,}) than the one to cosign (size {cp.size:,})",
             )
         old_size, hashes = body.old_size, body.proof
-    log_key = trust.log_vkey(cp.origin)
-    root = root_of(cp)
+    log_key = trust.as_log(cp.origin).to_text()
+    root = cp.root
     key = home.private_key()
     name = witness_name(home.info().org)
     conn = home.connect(write=True)
@@ -116,7 +110,9 @@ def cosign(
             check_request(
                 held, size=cp.size, root=root, log_key=log_key, old_size=old_size, proof=hashes
             )
-            signature = key.sign(cosignature_message(cp.body, now))
+            line = cosign_note(
+                cp, name=name, public_key=key.public_key.raw, timestamp=now, sign=key.sign
+            )
             with conn:
                 if advance(
                     conn,
@@ -128,7 +124,7 @@ def cosign(
                     note=cp.to_text(),
                     cosigned_at=now,
                 ):
-                    return _result(cp, name, key.public_key.raw, now, signature, view)
+                    return _result(cp, line, view)
         raise WitnessRefusedError(
             "busy", f"the view of {cp.origin!r} kept moving under this request; try again"
         )
@@ -138,14 +134,9 @@ def cosign(
         close_quietly(conn)
 
 
-def _result(
-    cp: Checkpoint, name: str, public: bytes, now: int, signature: bytes, view: StoredView | None
-) -> CosignResult:
-    cosig = Cosignature(
-        name=name, key_hash=cosigner_key_hash(name, public), timestamp=now, signature=signature
-    )
+def _result(cp: Checkpoint, line: NoteSignature, view: StoredView | None) -> CosignResult:
     return CosignResult(
-        cosignature=cosig,
+        cosignature=line,
         origin=cp.origin,
         size=cp.size,
         advanced=view is None or view.size != cp.size,

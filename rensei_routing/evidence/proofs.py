@@ -1,8 +1,9 @@
 """Proofs of this home's audit log a stranger can check with one public key: one record's
 inclusion (a C2SP ``tlog-proof@v1`` file), two checkpoints' consistency (a tlog-witness
 ``add-checkpoint`` body), the witnesses' cosignatures kept beside the checkpoints they sign,
-and the checks of all three with no home. Must not print; the formats are
-:mod:`..core.audit.transparency`'s, the tree the store's (:class:`..store.audit.AuditLog`).
+and the checks of all three with no home. Must not print; the formats and checks are
+:mod:`..core.audit.tlog`'s and :mod:`..core.audit.cosignature`'s, the tree the store's
+(:class:`..store.audit.AuditLog`).
 
 Verdicts a check raises (:class:`~rensei_routing.errors.WitnessError`), besides the key checks
 of :mod:`.policy` (``other-origin``, ``wrong-key``, ``bad-signature``, ``quorum-not-met``):
@@ -22,23 +23,25 @@ from dataclasses import dataclass, replace
 
 import apsw
 
+from .. import signing
 from ..core.audit.archive import export_line, rows_from_lines
 from ..core.audit.chain import verify_chain
-from ..core.audit.merkle import leaf_hash, verify_consistency, verify_inclusion
-from ..core.audit.note import Checkpoint, NoteSignature, parse_checkpoint
-from ..core.audit.transparency import (
+from ..core.audit.note import Checkpoint, NoteSignature, parse_checkpoint, parse_signature_lines
+from ..core.audit.tlog import (
     AddCheckpoint,
     TlogProof,
+    check_consistent,
     parse_add_checkpoint,
-    parse_proof,
+    parse_tlog_proof,
+    verify_tlog_proof,
 )
-from ..errors import CheckpointFormatError, ProofError, WitnessError
+from ..core.audit.treehead import form
+from ..errors import CheckpointFormatError, EvidenceError, WitnessError
 from ..store.audit import AuditLog
 from ..store.db import close_quietly, store_error
 from ..store.home import Home
 from ..store.witness import StoredCosignature, add_cosignatures, cosignatures_for
-from .cosign import root_of
-from .policy import TrustedKey, check_log_signature, check_quorum, valid_cosigners
+from .policy import TrustedKey, check_log_signature, policy_for, refusal, valid_cosigners
 
 __all__ = [
     "ProofVerdict",
@@ -93,8 +96,13 @@ def with_cosignatures(home: Home, cp: Checkpoint) -> Checkpoint:
 
 
 def _tree_checkpoint(log: AuditLog, cp: Checkpoint) -> bool:
-    """Whether ``cp``'s hash line is the stored tree's root at its size (a tlog checkpoint)."""
-    return 0 < cp.size <= log.tree_size() and root_of(cp) == log.tree_root(cp.size)
+    """Whether ``cp`` is of the tree-root form and its hash line the stored tree's root at its
+    size (what an inclusion or consistency proof can reach)."""
+    return (
+        form(cp) == "tree-root"
+        and 0 < cp.size <= log.tree_size()
+        and cp.root == log.tree_root(cp.size)
+    )
 
 
 def _covering(log: AuditLog, seq: int) -> Checkpoint:
@@ -132,7 +140,7 @@ def prove(home: Home, seq: int) -> TlogProof:
         path = log.inclusion_proof(seq, cp.size)
     line = export_line(record).rstrip(b"\n")
     return TlogProof(
-        extra=line, index=seq, proof=tuple(path), checkpoint=with_cosignatures(home, cp)
+        index=seq, proof=tuple(path), checkpoint=with_cosignatures(home, cp), extra=line
     )
 
 
@@ -165,21 +173,19 @@ def verify_proof(
     Raises:
         WitnessError: the verdicts of the module docstring.
     """
-    proof = parse_proof(data)
-    cp = proof.checkpoint
-    check_log_signature(cp, trust)
-    record_hash = _record_hash(proof)
     try:
-        verify_inclusion(
-            proof.index,
-            cp.size,
-            leaf_hash(bytes.fromhex(record_hash.partition(":")[2])),
-            proof.proof,
-            root_of(cp),
-        )
-    except ProofError as e:
-        raise WitnessError("inclusion-failed", f"{e.reason}: {e}") from e
-    cosigners = check_quorum(cp, witnesses, quorum)
+        proof = parse_tlog_proof(data)
+    except EvidenceError as e:
+        raise refusal(e) from e
+    record_hash = _record_hash(proof)
+    cp = proof.checkpoint
+    policy = policy_for(cp, trust, witnesses, quorum)
+    leaf = bytes.fromhex(record_hash.partition(":")[2])
+    try:
+        result = verify_tlog_proof(proof, leaf, policy, signing.check_raw)
+    except EvidenceError as e:
+        raise refusal(e) from e
+    cosigners = len(result.cosigned)
     return ProofVerdict(
         origin=cp.origin,
         index=proof.index,
@@ -216,9 +222,7 @@ def consistency(home: Home, old: int | Checkpoint, new: int | Checkpoint) -> Add
     """
     with AuditLog.open(home) as log:
         for given in (old, new):
-            if isinstance(given, Checkpoint) and not (
-                given.size <= log.tree_size() and root_of(given) == log.tree_root(given.size)
-            ):
+            if isinstance(given, Checkpoint) and not _tree_checkpoint(log, given):
                 raise WitnessError(
                     "inconsistent",
                     f"the checkpoint of size {given.size:,} is not this log's tree at that size",
@@ -244,11 +248,12 @@ def check_consistency(
     Raises:
         WitnessError: the verdicts of the module docstring.
     """
-    body = parse_add_checkpoint(data)
+    try:
+        body = parse_add_checkpoint(data)
+    except EvidenceError as e:
+        raise refusal(e) from e
     check_log_signature(old, trust)
     check_log_signature(body.checkpoint, trust)
-    if old.origin != body.checkpoint.origin:
-        raise WitnessError("other-origin", "the two checkpoints are of different logs")
     if body.old_size != old.size:
         raise WitnessError(
             "old-size-mismatch",
@@ -263,11 +268,9 @@ def check_consistency(
         if not same:
             raise WitnessError("proof-for-other-checkpoint", "the proof's checkpoint is not NEW")
     try:
-        verify_consistency(
-            old.size, body.checkpoint.size, root_of(old), root_of(body.checkpoint), body.proof
-        )
-    except ProofError as e:
-        raise WitnessError("inconsistent", f"{e.reason}: {e}") from e
+        check_consistent(old, body.checkpoint, body.proof)
+    except EvidenceError as e:
+        raise refusal(e) from e
     return body
 
 
@@ -287,11 +290,10 @@ def add_cosignature_lines(
         stored = sorted(log.checkpoints(), key=lambda c: c.size, reverse=True)
     if not stored:
         raise WitnessError("no-checkpoint", "this log has no stored checkpoint to attach to")
-    text = data.decode("utf-8", "replace")
-    if "\n\n" in text:  # a cosigned note: its signature lines
-        text = text.split("\n\n", 1)[1]
+    if b"\n\n" in data:  # a cosigned note: its signature lines
+        data = data.split(b"\n\n", 1)[1]
     try:
-        lines = parse_checkpoint(stored[0].body.decode() + "\n" + text).signatures
+        lines = parse_signature_lines(data)
     except CheckpointFormatError as e:
         raise WitnessError("malformed", f"not cosignature lines: {e}") from e
     found: list[StoredCosignature] = []

@@ -42,6 +42,7 @@ from .merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
 from .note import Checkpoint, parse_checkpoint
 
 __all__ = [
+    "ADD_CHECKPOINT_MAX_BYTES",
     "MAX_PROOF_LINES",
     "PROOF_HEADER",
     "PROOF_MAX_BYTES",
@@ -58,6 +59,8 @@ PROOF_HEADER: Final = "c2sp.org/tlog-proof@v1"
 MAX_PROOF_LINES: Final = 63
 #: A proof file's limit: an ``extra`` line holding one exported record, and the rest.
 PROOF_MAX_BYTES: Final = 4 * (MAX_LINE_BYTES // 3 + 1) + 64 * 1024
+#: An add-checkpoint body's limit (a checkpoint note and at most 63 hash lines fit well within).
+ADD_CHECKPOINT_MAX_BYTES: Final = 64 * 1024
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
 _MAX_INT: Final = 2**63 - 1
 
@@ -147,7 +150,7 @@ def parse_add_checkpoint(text: str | bytes) -> AddCheckpoint:
             checkpoint's, or a proof is given from size 0.
         CheckpointFormatError: the checkpoint note is malformed.
     """
-    head, note = _split(text, 64 * 1024, "add-checkpoint body")
+    head, note = _split(text, ADD_CHECKPOINT_MAX_BYTES, "add-checkpoint body")
     if not head or not head[0].startswith("old "):
         raise EvidenceFormatError("an add-checkpoint body starts with an 'old N' line")
     old = _decimal(head[0][len("old ") :], "old size")
