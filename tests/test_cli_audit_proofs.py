@@ -45,14 +45,18 @@ def homes(tmp_path: Path, runner: CliRunner) -> tuple[Path, Path, str, str]:
     return log, wit, vkey, wkey
 
 
+def _cosigned(runner: CliRunner, log: Path, wit: Path, vkey: str, cp: Path) -> str:
+    """A checkpoint of ``log`` written to ``cp`` and the witness's cosignature line of it."""
+    _ok(runner, "--home", str(log), "audit", "checkpoint", "-o", str(cp))
+    return _ok(runner, "--home", str(wit), "witness", "cosign", str(cp), "--trust", vkey)
+
+
 def test_prove_then_verify_with_a_witness_quorum(
     homes: tuple[Path, Path, str, str], runner: CliRunner, tmp_path: Path
 ) -> None:
     log, wit, vkey, wkey = homes
-    cp5 = tmp_path / "cp5"
-    _ok(runner, "--home", str(log), "audit", "checkpoint", "-o", str(cp5))
     cos = tmp_path / "cos5"
-    cos.write_text(_ok(runner, "--home", str(wit), "witness", "cosign", str(cp5), "--trust", vkey))
+    cos.write_text(_cosigned(runner, log, wit, vkey, tmp_path / "cp5"))
     _ok(
         runner,
         "--home",
@@ -207,9 +211,7 @@ def test_add_cosignature_refuses_a_line_no_key_verifies(
     homes: tuple[Path, Path, str, str], runner: CliRunner, tmp_path: Path
 ) -> None:
     log, wit, vkey, wkey = homes
-    cp = tmp_path / "cp"
-    _ok(runner, "--home", str(log), "audit", "checkpoint", "-o", str(cp))
-    line = _ok(runner, "--home", str(wit), "witness", "cosign", str(cp), "--trust", vkey)
+    line = _cosigned(runner, log, wit, vkey, tmp_path / "cp")
     blob = bytearray(base64.b64decode(line.split(" ")[2]))
     blob[-1] ^= 1
     forged = tmp_path / "forged"

@@ -28,7 +28,7 @@ from rensei_routing.core.audit.note import (
 from rensei_routing.core.audit.tlog import AddCheckpoint
 from rensei_routing.evidence.policy import check_log_signature, load_key, valid_cosigners
 from rensei_routing.store.home import Home
-from rensei_routing.store.witness import advance, read_view
+from rensei_routing.store.witness import StoredView, advance, read_view
 
 ORIGIN = checkpoint_origin("acme")
 
@@ -226,53 +226,27 @@ def test_a_stale_swap_changes_nothing(log: Log, witness: Path) -> None:
     """The window compare-and-swap closes: a request checked against a view that another request
     moved meanwhile writes nothing."""
     conn = Home(witness).connect(write=True)
-    try:
+
+    def swap(held: StoredView | None, size: int, at: int) -> bool:
         with conn:
-            assert advance(
+            return advance(
                 conn,
-                None,
+                held,
                 origin=ORIGIN,
-                size=4,
-                root=log.tree.root(4),
+                size=size,
+                root=log.tree.root(size),
                 log_key=log.vkey,
-                note="n4",
-                cosigned_at=1,
+                note=f"n{size}",
+                cosigned_at=at,
             )
+
+    try:
+        assert swap(None, 4, 1)
         seen = read_view(conn, ORIGIN)
         assert seen is not None
-        with conn:  # another request moves the view to 16
-            assert advance(
-                conn,
-                seen,
-                origin=ORIGIN,
-                size=16,
-                root=log.tree.root(16),
-                log_key=log.vkey,
-                note="n16",
-                cosigned_at=2,
-            )
-        with conn:  # the slower one, checked against size 4, would roll it back to 8
-            assert not advance(
-                conn,
-                seen,
-                origin=ORIGIN,
-                size=8,
-                root=log.tree.root(8),
-                log_key=log.vkey,
-                note="n8",
-                cosigned_at=3,
-            )
-        with conn:  # nor can a second "first" view replace the stored one
-            assert not advance(
-                conn,
-                None,
-                origin=ORIGIN,
-                size=2,
-                root=log.tree.root(2),
-                log_key=log.vkey,
-                note="n2",
-                cosigned_at=4,
-            )
+        assert swap(seen, 16, 2)  # another request moves the view to 16
+        assert not swap(seen, 8, 3)  # the slower one, checked against size 4, would roll it back
+        assert not swap(None, 2, 4)  # nor can a second "first" view replace the stored one
         now = read_view(conn, ORIGIN)
         assert now is not None and (now.size, now.note, now.advances) == (16, "n16", 1)
     finally:

@@ -80,6 +80,13 @@ def _write(target: Path | None, text: str, home: Path) -> None:
         raise CommandError(f"cannot write {target}: {e.strerror or e}") from e
 
 
+_output_option = click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the proof to FILE (default: print it).",
+)
 _witness_option = click.option(
     "witnesses",
     "--witness",
@@ -106,13 +113,7 @@ _trust_option = click.option(
 
 @audit.command(name="prove")
 @click.argument("seq", type=click.IntRange(min=0, max=2**63 - 1))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the proof to FILE (default: print it).",
-)
+@_output_option
 @home_option
 def audit_prove(seq: int, output: Path | None, home: Path) -> None:
     """Write one self-contained C2SP tlog-proof@v1 of record SEQ: the record (base64 of its
@@ -189,13 +190,7 @@ def _point(text: str, *, home_side: bool) -> int | Checkpoint:
 @audit.command(name="consistency")
 @click.argument("old", metavar="OLD")
 @click.argument("new", metavar="NEW")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the proof to FILE (default: print it).",
-)
+@_output_option
 @click.option(
     "check",
     "--check",
