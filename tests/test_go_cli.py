@@ -19,7 +19,7 @@ from rensei_routing.core.audit.note import parse_checkpoint
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 
-from .test_go_verifier import tlogverify
+from .test_go_verifier import _flip_line, tlogverify
 
 __all__ = ["tlogverify"]
 
@@ -70,15 +70,6 @@ def homes(tmp_path: Path, runner: CliRunner) -> Homes:
     return Homes(tmp_path, runner)
 
 
-def _flip(text: str, line: int) -> str:
-    """``text`` with one bit of the base64 hash on ``line`` (0-based) flipped."""
-    lines = text.split("\n")
-    h = bytearray(base64.b64decode(lines[line]))
-    h[0] ^= 1
-    lines[line] = base64.b64encode(bytes(h)).decode()
-    return "\n".join(lines)
-
-
 def test_go_opens_our_checkpoint_notes_with_the_vkey_keys_show_prints(
     tlogverify: Path, homes: Homes, runner: CliRunner
 ) -> None:
@@ -116,7 +107,7 @@ def test_go_checks_a_proof_audit_prove_wrote_and_refuses_a_tampered_copy(
         assert done.stdout == f"record {seq} included in rensei-routing/acme/audit at size 6\n"
     text = (homes.tmp / "p3").read_text()
     tampered = homes.tmp / "tampered"
-    tampered.write_text(_flip(text, 3))  # the first hash of the inclusion path
+    tampered.write_text(_flip_line(text, 3))  # the first hash of the inclusion path
     assert _go(tlogverify, "proof", homes.vkey, tampered, "-witness", homes.wkey).returncode == 1
     tampered.write_text(text.replace("index 3\n", "index 2\n"))
     assert _go(tlogverify, "proof", homes.vkey, tampered).returncode == 1
@@ -140,7 +131,7 @@ def test_go_checks_a_consistency_proof_audit_consistency_wrote_and_refuses_a_tam
     homes.cli("audit", "consistency", "6", "11", "-o", str(by_size))
     assert _go(tlogverify, "consistency", homes.vkey, old, by_size).returncode == 0
     tampered = homes.tmp / "tampered"
-    tampered.write_text(_flip(body.read_text(), 1))
+    tampered.write_text(_flip_line(body.read_text(), 1))
     assert _go(tlogverify, "consistency", homes.vkey, old, tampered).returncode == 1
     tampered.write_text(body.read_text().replace("old 6\n", "old 5\n", 1))
     assert _go(tlogverify, "consistency", homes.vkey, old, tampered).returncode == 1
