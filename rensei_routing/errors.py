@@ -453,3 +453,17 @@ class FleetRepairError(FleetError):
     """A repair of a host's held copy was refused (the host is not trusted, the seq lies past
     the records held or inside a fork's disputed records, or the copy lacks the record before
     it); nothing was changed."""
+
+
+class WitnessError(EvidenceError):
+    """A transparency-log statement was refused: a witness would not cosign, a cosignature,
+    proof or checkpoint does not hold. ``verdict`` is the stable name (docs/formats.md), and
+    leads the message."""
+
+    def __init__(self, verdict: str, message: str) -> None:
+        super().__init__(verdict, f"{verdict}: {message}")
+
+
+class WitnessRefusedError(WitnessError):
+    """This home, as a witness, refused to cosign a checkpoint (backwards, another root at the
+    same size, no or a failing consistency proof, another log key); its view is unchanged."""

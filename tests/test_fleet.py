@@ -72,10 +72,18 @@ def record(runner: CliRunner, home: Path, first: int, count: int) -> None:
 
 
 def export(runner: CliRunner, home: Path, stem: Path, *, since: int = 0) -> Path:
-    """Checkpoint, then export (seqs ``since``..): ``stem.checkpoint`` and ``stem.jsonl``."""
+    """Checkpoint, then export (seqs ``since``..): ``stem.checkpoint`` and ``stem.jsonl``, and,
+    when the home signed a checkpoint before, ``stem.consistency`` from that one's size to the
+    new one (what the fleet asks for when it holds the earlier checkpoint)."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     checkpoint = stem.with_suffix(".checkpoint")
+    with AuditLog.open(Home(home)) as log:
+        before = [cp.size for cp in log.checkpoints()]
     ok(runner.invoke(cli, ["--home", str(home), "audit", "checkpoint", "-o", str(checkpoint)]))
+    if before:
+        proof = stem.with_suffix(".consistency")
+        args = ["--home", str(home), "audit", "consistency", str(max(before)), str(checkpoint)]
+        ok(runner.invoke(cli, [*args, "-o", str(proof)]))
     target = stem.with_suffix(".jsonl")
     args = ["--home", str(home), "audit", "export", str(target), "--since", str(since)]
     ok(runner.invoke(cli, args))

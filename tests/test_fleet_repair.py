@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from rensei_routing.cli import cli
 from rensei_routing.errors import FleetRepairError, InputError
+from rensei_routing.fleet.db import SCHEMA_VERSION
 
 from .shadow_support import installed_seams
 from .test_fleet import (
@@ -112,8 +113,8 @@ def test_records_deleted_in_sql_leave_the_report_too(
         ).fetchone() or ("",)
         conn.execute("DELETE FROM fleet_records WHERE host_id = 'host-a' AND seq >= 10")
         conn.execute(
-            "UPDATE fleet_hosts SET size = 10, head_hash = %s, forked_seq = NULL "
-            "WHERE host_id = 'host-a'",
+            "UPDATE fleet_hosts SET size = 10, head_hash = %s, forked_seq = NULL, "
+            "checkpoint = NULL WHERE host_id = 'host-a'",  # the clone's checkpoint goes too
             (head,),
         )
     ok(ingest(runner, pg_url, genuine))
@@ -194,6 +195,7 @@ def test_a_version_1_database_is_upgraded_with_its_counts_rebuilt(
         conn.execute("DROP TRIGGER IF EXISTS fleet_records_clear ON fleet_records")
         conn.execute("DROP FUNCTION IF EXISTS fleet_agreement_forget()")
         conn.execute("DROP FUNCTION IF EXISTS fleet_agreement_clear()")
+        conn.execute("ALTER TABLE fleet_hosts DROP COLUMN checkpoint")  # version 3's
         conn.execute("UPDATE fleet_schema SET version = 1")
         (head,) = conn.execute(
             "SELECT record_hash FROM fleet_records WHERE host_id = 'host-a' AND seq = 9"
@@ -209,4 +211,6 @@ def test_a_version_1_database_is_upgraded_with_its_counts_rebuilt(
     ok(ingest(runner, pg_url, genuine))
     _assert_report_is(_report(runner, pg_url), {"host-a": genuine})
     with psycopg.connect(pg_url) as conn:
-        assert conn.execute("SELECT version FROM fleet_schema").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM fleet_schema").fetchall() == [(SCHEMA_VERSION,)]
+        held = conn.execute("SELECT checkpoint FROM fleet_hosts WHERE host_id = 'host-a'")
+        assert held.fetchone() is not None  # the column version 3 added

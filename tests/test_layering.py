@@ -290,6 +290,7 @@ ATTACHES = frozenset(
         ("rensei_routing.cli.replay", "rensei_routing.cli.audit"),
         ("rensei_routing.cli.audit_import", "rensei_routing.cli.audit"),
         ("rensei_routing.cli.audit_segments", "rensei_routing.cli.audit"),
+        ("rensei_routing.cli.audit_proofs", "rensei_routing.cli.audit"),
         ("rensei_routing.cli.policy_import", "rensei_routing.cli.policy"),
     }
 )

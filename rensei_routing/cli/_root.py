@@ -28,9 +28,9 @@ DEFAULT_HOME = ".rensei"
 #: order, and its short help as listed by ``rensei --help``.
 BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
     "audit": (
-        ("audit", "replay", "audit_import", "audit_segments"),
+        ("audit", "replay", "audit_import", "audit_segments", "audit_proofs"),
         "The hash-chained decision log: verify, replay, checkpoint, rotate, prune, export, import, "
-        "show, tail.",
+        "show, tail, prove, verify-proof, consistency.",
     ),
     "authorize": (
         ("authorize",),
@@ -91,6 +91,10 @@ BUILTIN: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         "Signed ruleset snapshots: compile, show, history, export, verify.",
     ),
     "ui": (("ui",), "The local, read-only web console over this home."),
+    "witness": (
+        ("witness",),
+        "This home as a witness of other logs, through files: cosign their checkpoints.",
+    ),
 }
 
 

@@ -68,7 +68,7 @@ _SEQ = click.IntRange(min=0, max=_MAX_INT64)
 @cli.group(name="audit")
 def audit() -> None:
     """The hash-chained decision log: verify, replay, checkpoint, rotate, prune, export, import,
-    show, tail."""
+    show, tail, prove, verify-proof, consistency."""
 
 
 @contextmanager
@@ -119,6 +119,21 @@ def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
     help="Processes that check ranges of the chain at once (default: every core; 1: one "
     "process). The verdict is the same; small logs are always walked in one process.",
 )
+@click.option(
+    "witnesses",
+    "--witness",
+    multiple=True,
+    metavar="KEY",
+    help="A witness policy: a witness's cosigner key (vkey, or a file holding it or its "
+    "ed25519: key); the checkpoints checked (each --checkpoint, else the newest stored one, with "
+    "the cosignatures stored for it) must carry --quorum valid cosignatures (repeatable).",
+)
+@click.option(
+    "--quorum",
+    type=click.IntRange(min=0),
+    default=None,
+    help="How many --witness keys must have cosigned (default: every one given).",
+)
 @home_option
 @json_option
 def audit_verify(
@@ -126,6 +141,8 @@ def audit_verify(
     files: tuple[Path, ...],
     trust: tuple[Path, ...],
     workers: int | None,
+    witnesses: tuple[str, ...],
+    quorum: int | None,
     home: Path,
     json_: bool,
 ) -> None:
@@ -146,6 +163,10 @@ def audit_verify(
     """
     if trust and not files:
         raise click.UsageError("--trust applies to --file (a home checks with its own key)")
+    if quorum is not None and quorum > len(witnesses):
+        raise click.UsageError(
+            f"--quorum {quorum} is more than the {len(witnesses)} --witness keys"
+        )
     if files and checkpoint_files and not trust:
         raise click.UsageError("--checkpoint with --file needs --trust KEYFILE")
     start, chain = 0, None
@@ -177,6 +198,8 @@ def audit_verify(
     if not result:
         seq = "-" if result.first_broken_seq is None else str(result.first_broken_seq)
         raise ChainBrokenError(f"audit log does not verify (seq {seq}: {result.reason})")
+    if witnesses:
+        _witness_policy(checkpoints, witnesses, quorum, None if files else home)
     if chain is not None and chain.unverifiable:
         size, name = chain.unverifiable[0]
         more = len(chain.unverifiable) - 1
@@ -187,6 +210,38 @@ def audit_verify(
             "check it against the export: rensei audit verify --file EXPORT --trust "
             "KEYFILE --checkpoint FILE"
         )
+
+
+def _witness_policy(
+    checkpoints: Sequence[Checkpoint],
+    witnesses: tuple[str, ...],
+    quorum: int | None,
+    home: Path | None,
+) -> None:
+    """Hold the checkpoints checked to the witness policy (exit 1 ``quorum-not-met``; exit 3 a
+    key that cannot be read)."""
+    from ..errors import WitnessError
+    from ..evidence.policy import check_quorum, load_key
+    from ..evidence.proofs import with_cosignatures
+
+    try:
+        keys = [load_key(w, witness=True) for w in witnesses]
+        checked = list(checkpoints)
+        if home is not None:
+            if not checked:
+                with AuditLog.open(home_of(home)) as log:
+                    checked = list(log.checkpoints())[-1:]
+            checked = [with_cosignatures(home_of(home), cp) for cp in checked]
+    except (RenseiRoutingError, OSError) as e:
+        raise CouldNotVerifyError(f"could not verify: {e}") from e
+    if not checked:
+        raise ChainBrokenError("quorum-not-met: no checkpoint to hold to the witness policy")
+    for cp in checked:
+        try:
+            n = check_quorum(cp, keys, quorum)
+        except WitnessError as e:
+            raise ChainBrokenError(f"checkpoint of size {cp.size:,}: {e}") from e
+        note(f"witness policy holds at size {cp.size:,}: {n} trusted witness(es) cosigned")
 
 
 def _export_lines(files: Sequence[Path]) -> Iterator[str]:
@@ -316,19 +371,45 @@ def audit_export(target: Path, since: int | None, format_: str, home: Path) -> N
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the signed note to FILE (default: print it).",
 )
+@click.option(
+    "cosignatures",
+    "--add-cosignature",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Instead of signing: store a witness's cosignature lines from FILE (`rensei witness "
+    "cosign` output, or a cosigned note) beside the stored checkpoint each signs (needs "
+    "--witness).",
+)
+@click.option(
+    "witnesses",
+    "--witness",
+    multiple=True,
+    metavar="KEY",
+    help="With --add-cosignature: a witness cosigner key (vkey, or a file holding it or its "
+    "ed25519: key) a line must verify under (repeatable).",
+)
 @home_option
-def audit_checkpoint(output: Path | None, home: Path) -> None:
+def audit_checkpoint(
+    output: Path | None, cosignatures: Path | None, witnesses: tuple[str, ...], home: Path
+) -> None:
     """Verify the whole log (every record and stored checkpoint, like `audit verify`), then
     sign and store a checkpoint of its size and head hash. A broken log is refused (exit 1,
     nothing stored). The note is printed, or with -o written to FILE, inside the transaction
     that stores it, and stored only if that succeeds (an unwritable stdout exits 3, nothing
     stored); with -o stdout stays empty and the confirmation goes to stderr. FILE may not be
     inside the home (its database, WAL, keys).
+
+    With --add-cosignature FILE --witness KEY...: store each cosignature line of FILE beside
+    the stored checkpoint it is a valid cosignature of under one of the KEYs (`audit prove`
+    then carries them); a line that verifies over no stored checkpoint stores nothing (exit 1).
     """
 
     def show(cp: Checkpoint) -> None:
         emit(cp.to_text(), nl=False)
 
+    if cosignatures is not None or witnesses:
+        _add_cosignatures(cosignatures, witnesses, output, home)
+        return
     if output is not None:
         require_output_dir(output)
     with AuditLog.open(home_of(home)) as log:
@@ -339,6 +420,24 @@ def audit_checkpoint(output: Path | None, home: Path) -> None:
             )
     if output is not None:
         note(f"checkpoint of {cp.size:,} records ({cp.head_hash}) written to {output}")
+
+
+def _add_cosignatures(
+    file: Path | None, witnesses: tuple[str, ...], output: Path | None, home: Path
+) -> None:
+    from ..evidence.policy import load_key
+    from ..evidence.proofs import add_cosignature_lines
+
+    if file is None or not witnesses or output is not None:
+        raise click.UsageError("--add-cosignature FILE takes --witness KEY (and no -o)")
+    keys = [load_key(w, witness=True) for w in witnesses]
+    try:
+        with open(file, "rb") as f:
+            data = f.read(64 * 1024 + 1)
+    except OSError as e:
+        raise CommandError(f"cannot read {file}: {e.strerror or e}") from e
+    for size, line in add_cosignature_lines(home_of(home), data, keys):
+        note(printable(f"kept beside the checkpoint of size {size:,}: {line.strip()}"))
 
 
 def _escaped(data: bytes) -> str:

@@ -8,7 +8,9 @@ ingests create them once; ``fleet_schema`` holds the version):
 * ``fleet_hosts``: one row per trusted host: its id, its Ed25519 public key, and what was
   ingested from it (``size`` = records held, the next seq; ``head_hash``; the head's
   ``recorded_at``; the last ingest; the org of its checkpoints; the latest snapshot and policy
-  revision its records cite; the seq of a fork, once one was seen).
+  revision its records cite; the seq of a fork, once one was seen; the latest checkpoint of the
+  tree-root form ingested, whose successors must come with a consistency proof, see
+  :mod:`.consistency`).
 * ``fleet_records``: every ingested record, ``(host_id, seq)`` unique, its chain fields as the
   host stored them and its payload as ``jsonb``; the report's facts (record type, seam, repo,
   role, mechanism, transport, outcome, divergence, agreed, the revisions cited) are stored
@@ -25,7 +27,9 @@ ingests create them once; ``fleet_schema`` holds the version):
 
 Version 2 added the trigger; a version-1 database is upgraded on first use (in the same
 transaction and lock): the trigger is created and ``fleet_agreement`` rebuilt from the records
-held, which also corrects counts left behind by a repair done in SQL before it.
+held, which also corrects counts left behind by a repair done in SQL before it. Version 3 added
+``fleet_hosts.checkpoint`` (empty for every host of an upgraded database: the next tree-root
+checkpoint ingested is taken as the first, checked by the chain alone).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ __all__ = [
 ]
 
 INSTALL_HINT: Final = "pip install 'rensei-routing[postgres]'"
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _CONNECT_TIMEOUT_S: Final = 10
 #: A fixed advisory-lock key: the schema is created by one session at a time.
 _SCHEMA_LOCK: Final = 0x7265_6E73_6569_0001
@@ -137,6 +141,12 @@ _UPGRADE_FROM_1: Final = (
     + agreement_groups("fleet_records"),
     "UPDATE fleet_schema SET version = 2",
 )
+#: Version 2 -> 3: the checkpoint held per host.
+_UPGRADE_FROM_2: Final = (
+    "ALTER TABLE fleet_hosts ADD COLUMN IF NOT EXISTS checkpoint text",
+    "UPDATE fleet_schema SET version = 3",
+)
+_UPGRADES: Final = {1: _UPGRADE_FROM_1, 2: _UPGRADE_FROM_2}
 
 
 _SCHEMA: Final = (
@@ -154,7 +164,8 @@ _SCHEMA: Final = (
         snapshot_revision bigint,
         policy_revision bigint,
         forked_seq bigint,
-        forked_at timestamptz
+        forked_at timestamptz,
+        checkpoint text
     )""",
     f"""CREATE TABLE fleet_records (
         host_id text NOT NULL,
@@ -280,7 +291,7 @@ def connect(url: str, *, read_only: bool = False) -> psycopg.Connection[Any]:
 
 def ensure_schema(conn: psycopg.Connection[Any], url: str = "") -> None:
     """Create the fleet tables when the database has none (one transaction, under an advisory
-    lock); upgrade a version-1 database (the same transaction); refuse any other version.
+    lock); upgrade a database of an earlier version (the same transaction); refuse any other.
 
     Raises:
         FleetStoreError: a statement failed, or the schema version is not ours.
@@ -293,10 +304,10 @@ def ensure_schema(conn: psycopg.Connection[Any], url: str = "") -> None:
             if exists and exists[0]:
                 row = conn.execute("SELECT max(version) FROM fleet_schema").fetchone()
                 version = None if row is None else row[0]
-                if version == 1:
-                    for statement in _UPGRADE_FROM_1:
+                while version in _UPGRADES:
+                    for statement in _UPGRADES[version]:
                         conn.execute(statement)
-                    return
+                    version += 1
                 if version != SCHEMA_VERSION:
                     raise FleetStoreError(
                         f"the fleet database {display_url(url)} has schema version {version}; "

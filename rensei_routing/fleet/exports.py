@@ -13,7 +13,9 @@ gives. Any other line goes through the archive reader itself
 (:func:`~rensei_routing.core.audit.archive.rows_from_lines`).
 
 Pairing: the checkpoint of ``NAME.jsonl`` is ``NAME.checkpoint`` beside it (what
-``rensei audit checkpoint -o NAME.checkpoint`` writes).
+``rensei audit checkpoint -o NAME.checkpoint`` writes), and its consistency proof, when the
+fleet needs one, ``NAME.consistency`` (what ``rensei audit consistency OLD NAME.checkpoint -o
+NAME.consistency`` writes).
 """
 
 from __future__ import annotations
@@ -27,9 +29,18 @@ from ..core.audit.archive import MAX_LINE_BYTES, rows_from_lines
 from ..core.audit.chain import Row
 from ..errors import InputError
 
-__all__ = ["CHECKPOINT_SUFFIX", "checkpoint_for", "export_files", "export_rows", "first_seq"]
+__all__ = [
+    "CHECKPOINT_SUFFIX",
+    "CONSISTENCY_SUFFIX",
+    "checkpoint_for",
+    "consistency_for",
+    "export_files",
+    "export_rows",
+    "first_seq",
+]
 
 CHECKPOINT_SUFFIX: Final = ".checkpoint"
+CONSISTENCY_SUFFIX: Final = ".consistency"
 EXPORT_SUFFIX: Final = ".jsonl"
 
 _LINE: Final = re.compile(
@@ -105,6 +116,11 @@ def first_seq(path: Path) -> int:
 def checkpoint_for(export: Path) -> Path:
     """Where the checkpoint of ``export`` is: ``NAME.checkpoint`` for ``NAME.jsonl``."""
     return export.with_suffix(CHECKPOINT_SUFFIX)
+
+
+def consistency_for(export: Path) -> Path:
+    """Where the consistency proof of ``export`` is: ``NAME.consistency`` for ``NAME.jsonl``."""
+    return export.with_suffix(CONSISTENCY_SUFFIX)
 
 
 def export_files(paths: Sequence[Path]) -> list[Path]:

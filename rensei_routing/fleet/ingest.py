@@ -18,7 +18,10 @@ One export file, in one transaction:
    equal the held chain's. A fork rolls back, then an alarm row names the host and the first
    seq at which the two chains differ (:class:`~rensei_routing.errors.FleetForkError`); the
    host is refused from then on. An export starting after the held head is a gap (refused).
-4. Only then are the spooled rows loaded (``COPY``), the host's head, size, last ingest and
+4. Its checkpoint is checked against the one the fleet holds for the host by a consistency
+   proof, ``NAME.consistency`` beside the export when the new checkpoint is larger
+   (:mod:`.consistency`): two checkpoints that are not one history are a fork, handled as in 3.
+5. Only then are the spooled rows loaded (``COPY``), the host's head, size, last ingest and
    revisions updated, and the loaded shadow records added to the report's per-group counts
    (:func:`.report.accumulate`); the transaction commits, or nothing of the file is in the
    database.
@@ -45,6 +48,7 @@ from ..core.audit.chain import (
     note_key_hash,
     verify_chain,
 )
+from ..core.audit.tlog import ADD_CHECKPOINT_MAX_BYTES
 from ..core.audit.treehead import chain_head
 from ..errors import (
     AuditError,
@@ -54,8 +58,9 @@ from ..errors import (
     InputError,
 )
 from ..store.notes import read_checkpoint
+from .consistency import check_against_held, held_after
 from .db import store_error
-from .exports import checkpoint_for, export_files, export_rows
+from .exports import checkpoint_for, consistency_for, export_files, export_rows
 from .report import accumulate
 from .trust import trusted_keys
 
@@ -242,12 +247,13 @@ def _ingest_locked(
     conn: psycopg.Connection[Any], export: Path, cp: Checkpoint, host_id: str, key: Any
 ) -> IngestResult:
     row = conn.execute(
-        "SELECT size, head_hash, forked_seq FROM fleet_hosts WHERE host_id = %s FOR UPDATE",
+        "SELECT size, head_hash, forked_seq, checkpoint FROM fleet_hosts WHERE host_id = %s "
+        "FOR UPDATE",
         (host_id,),
     ).fetchone()
     if row is None:  # untrusted between reading the keys and locking the row
         raise FleetIngestRefusedError(f"host {host_id} is no longer trusted", host_id=host_id)
-    held, held_head, forked = row
+    held, held_head, forked, held_note = row
     if forked is not None:
         raise FleetIngestRefusedError(
             f"host {host_id} forked at seq {forked} (see its alarm); refusing its exports",
@@ -282,6 +288,8 @@ def _ingest_locked(
                 seq=held,
             )
         _check_continuity(conn, export, cp, host_id, held, held_head, start_seq, start_hash, spool)
+        proof_path = consistency_for(export)
+        check_against_held(host_id, held_note, cp, _read_proof(proof_path), str(proof_path))
         if spool.count:
             out.seek(0)
             with conn.cursor().copy(_COPY) as copy:
@@ -302,6 +310,10 @@ def _ingest_locked(
             "WHERE host_id = %s",
             (_org(cp.origin), host_id),
         )
+    conn.execute(
+        "UPDATE fleet_hosts SET checkpoint = %s WHERE host_id = %s",
+        (held_after(held_note, cp), host_id),
+    )
     now_held = max(held, cp.size)
     conn.execute(
         "INSERT INTO fleet_ingests(host_id, file, first_seq, added, checkpoint_size, head_hash) "
@@ -319,6 +331,18 @@ def _ingest_locked(
         head_hash=chain_head(cp) if cp.size >= held else held_head,
         beyond=max(0, start_seq + spool.rows_seen - max(cp.size, start_seq)),
     )
+
+
+def _read_proof(path: Path) -> bytes | None:
+    """The bytes of a consistency proof file (at most one byte over its bound), ``None`` when
+    there is none."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(ADD_CHECKPOINT_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise FleetIngestRefusedError(f"cannot read {path}: {e.strerror or e}") from e
 
 
 def _verify(

@@ -12,7 +12,8 @@ One transaction, the host's row locked (as an ingest locks it):
    from the records it still holds, so the report's figures are those of the records held.
 3. ``size = N``, the head is the held record at ``N - 1`` (its hash and ``recorded_at``;
    genesis for 0), the fork mark is cleared, and the snapshot and policy revisions cited are
-   those of the records kept.
+   those of the records kept. When records were dropped, the checkpoint held is forgotten too
+   (it may be the impostor's): the next one ingested is checked by the chain alone.
 4. A ``repair`` row in ``fleet_alarms`` says what was done (the fork's alarm row stays).
 
 Any refusal (:class:`~rensei_routing.errors.FleetRepairError`) rolls back: nothing changes.
@@ -139,8 +140,9 @@ def _repair_locked(conn: psycopg.Connection[Any], host_id: str, at: int | None) 
     accumulate(conn, host_id, 0)
     conn.execute(
         "UPDATE fleet_hosts SET size = %s, head_hash = %s, head_recorded_at = %s::timestamptz, "
-        "forked_seq = NULL, forked_at = NULL WHERE host_id = %s",
-        (at, head_hash, head_at, host_id),
+        "forked_seq = NULL, forked_at = NULL, "
+        "checkpoint = CASE WHEN %s < size THEN NULL ELSE checkpoint END WHERE host_id = %s",
+        (at, head_hash, head_at, at, host_id),
     )
     conn.execute(_REVISIONS, {"h": host_id})
     cleared = f"; the fork at seq {forked} cleared" if forked is not None else ""

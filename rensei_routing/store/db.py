@@ -278,6 +278,28 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
         hashes BLOB NOT NULL
     ) STRICT;
     """,
+    # witness: what this home, as a witness of other logs, last cosigned for each origin (its
+    #    view, advanced by compare-and-swap: store/witness.py), and the cosignatures witnesses
+    #    made of this home's own checkpoints, kept beside the checkpoint body they sign.
+    """
+    CREATE TABLE witness_views(
+        origin TEXT PRIMARY KEY,
+        size INTEGER NOT NULL CHECK (size >= 0),
+        root BLOB NOT NULL CHECK (length(root) = 32),
+        log_key TEXT NOT NULL,
+        note TEXT NOT NULL,
+        cosigned_at INTEGER NOT NULL,
+        advances INTEGER NOT NULL DEFAULT 0
+    ) STRICT;
+    CREATE TABLE audit_cosignatures(
+        size INTEGER NOT NULL,
+        body BLOB NOT NULL,
+        line TEXT NOT NULL,
+        key_name TEXT NOT NULL,
+        key_hash BLOB NOT NULL,
+        PRIMARY KEY (size, body, line)
+    ) STRICT, WITHOUT ROWID;
+    """,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 #: The oldest schema a sealed audit segment file may have: step 5 added segments, and a

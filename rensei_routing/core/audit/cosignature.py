@@ -26,14 +26,20 @@ only builds and reads the bytes.
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from ...errors import CheckpointRejectedError, InputError, KeyFormatError
-from .note import SIG_COSIGNATURE, SIG_ED25519, Checkpoint, NoteSignature, note_key_id
+from .note import (
+    SIG_COSIGNATURE,
+    SIG_ED25519,
+    Checkpoint,
+    NoteSignature,
+    decode_b64,
+    note_key_id,
+)
 
 __all__ = [
     "COSIGNATURE_HEADER",
@@ -119,12 +125,9 @@ def parse_vkey(text: str) -> VerifierKey:
     name, key_id, blob_text = parts
     if not _KEY_ID.fullmatch(key_id):
         raise KeyFormatError("a verifier key's key ID is 8 lowercase hex digits")
-    try:
-        blob = base64.b64decode(blob_text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as e:
-        raise KeyFormatError("a verifier key's key is not base64") from e
-    if not blob or base64.b64encode(blob).decode("ascii") != blob_text:
-        raise KeyFormatError("a verifier key's key is not canonical base64")
+    blob = decode_b64(blob_text, "a verifier key's key", KeyFormatError)
+    if not blob:
+        raise KeyFormatError("a verifier key's key is empty")
     key = VerifierKey(name=name, public_key=blob[1:], sig_type=blob[0])
     if key.key_id.hex() != key_id:
         raise KeyFormatError("a verifier key's key ID does not match its name and key")

@@ -38,6 +38,7 @@ import base64
 import binascii
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -51,7 +52,9 @@ __all__ = [
     "STRICT_PAYLOADS",
     "Checkpoint",
     "NoteSignature",
+    "bounded_text",
     "checkpoint_origin",
+    "decode_b64",
     "note_key_hash",
     "note_key_id",
     "parse_checkpoint",
@@ -173,13 +176,7 @@ def parse_checkpoint(note: str | bytes) -> Checkpoint:
         CheckpointFormatError: the text is too long, not UTF-8, lacks the blank line or a
             signature, or has a malformed origin, size, hash or signature line.
     """
-    raw = note if isinstance(note, bytes) else note.encode("utf-8", "surrogatepass")
-    if len(raw) > NOTE_MAX_BYTES:
-        raise CheckpointFormatError(f"checkpoint note longer than {NOTE_MAX_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CheckpointFormatError("checkpoint note is not UTF-8") from e
+    text = bounded_text(note, NOTE_MAX_BYTES, "checkpoint note")
     if any(c < " " and c != "\n" for c in text) or "\x7f" in text:
         raise CheckpointFormatError("checkpoint note contains control characters")
     if not text.endswith("\n"):
@@ -196,7 +193,7 @@ def parse_checkpoint(note: str | bytes) -> Checkpoint:
         raise CheckpointFormatError("checkpoint origin line is empty or padded")
     if not _DECIMAL.fullmatch(size_text) or int(size_text) > _MAX_SIZE:
         raise CheckpointFormatError(f"checkpoint size is not a decimal count: {size_text!r}")
-    head = _decode_b64(hash_text, "checkpoint hash")
+    head = decode_b64(hash_text, "checkpoint hash")
     if len(head) != 32:
         raise CheckpointFormatError("checkpoint hash is not 32 bytes")
     if any(not line for line in extensions):
@@ -215,14 +212,42 @@ def parse_checkpoint(note: str | bytes) -> Checkpoint:
     )
 
 
-def _decode_b64(text: str, what: str) -> bytes:
+def decode_b64(
+    text: str, what: str, error: Callable[[str], Exception] = CheckpointFormatError
+) -> bytes:
+    """The bytes of canonical base64 ``text`` (padded, no other characters), as the signed-note
+    formats write it.
+
+    Raises:
+        CheckpointFormatError: (or ``error``) not base64, or not canonical.
+    """
     try:
         data = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError) as e:
-        raise CheckpointFormatError(f"{what} is not base64") from e
+        raise error(f"{what} is not base64") from e
     if base64.b64encode(data).decode("ascii") != text:
-        raise CheckpointFormatError(f"{what} is not canonical base64")
+        raise error(f"{what} is not canonical base64")
     return data
+
+
+def bounded_text(
+    data: str | bytes,
+    limit: int,
+    what: str,
+    error: Callable[[str], Exception] = CheckpointFormatError,
+) -> str:
+    """``data`` as text: at most ``limit`` bytes of UTF-8.
+
+    Raises:
+        CheckpointFormatError: (or ``error``) longer than ``limit`` bytes, or not UTF-8.
+    """
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
+    if len(raw) > limit:
+        raise error(f"{what} longer than {limit} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{what} is not UTF-8") from e
 
 
 def _check_body(cp: Checkpoint) -> None:
@@ -239,13 +264,7 @@ def parse_signature_lines(text: str | bytes) -> tuple[NoteSignature, ...]:
     Raises:
         CheckpointFormatError: the text is too long, not UTF-8, empty, or a line is malformed.
     """
-    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if len(raw) > NOTE_MAX_BYTES:
-        raise CheckpointFormatError(f"signature lines longer than {NOTE_MAX_BYTES} bytes")
-    try:
-        decoded = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CheckpointFormatError("signature lines are not UTF-8") from e
+    decoded = bounded_text(text, NOTE_MAX_BYTES, "signature lines")
     if not decoded.endswith("\n") or any((c < " " and c != "\n") or c == "\x7f" for c in decoded):
         raise CheckpointFormatError("signature lines must be newline-terminated text")
     lines = decoded[:-1].split("\n")
@@ -265,7 +284,7 @@ def parse_signature_line(line: str) -> NoteSignature:
     parts = line[len(_SIG_PREFIX) :].split(" ")
     if len(parts) != 2 or not _KEY_NAME.fullmatch(parts[0]):
         raise CheckpointFormatError("checkpoint signature line must be '— <name> <base64>'")
-    blob = _decode_b64(parts[1], "checkpoint signature")
+    blob = decode_b64(parts[1], "checkpoint signature")
     if len(blob) < 5:
         raise CheckpointFormatError("checkpoint signature is too short")
     return NoteSignature(name=parts[0], key_hash=blob[:4], signature=blob[4:])

@@ -29,7 +29,6 @@ canonical, hashes are 32 bytes, at most 63 of them; anything else is an
 from __future__ import annotations
 
 import base64
-import binascii
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,9 +38,10 @@ from ...errors import CheckpointRejectedError, EvidenceFormatError
 from .archive import MAX_LINE_BYTES
 from .cosignature import Check, PolicyResult, WitnessPolicy, check_checkpoint
 from .merkle import HASH_SIZE, leaf_hash, verify_consistency, verify_inclusion
-from .note import Checkpoint, parse_checkpoint
+from .note import Checkpoint, bounded_text, decode_b64, parse_checkpoint
 
 __all__ = [
+    "ADD_CHECKPOINT_MAX_BYTES",
     "MAX_PROOF_LINES",
     "PROOF_HEADER",
     "PROOF_MAX_BYTES",
@@ -58,6 +58,8 @@ PROOF_HEADER: Final = "c2sp.org/tlog-proof@v1"
 MAX_PROOF_LINES: Final = 63
 #: A proof file's limit: an ``extra`` line holding one exported record, and the rest.
 PROOF_MAX_BYTES: Final = 4 * (MAX_LINE_BYTES // 3 + 1) + 64 * 1024
+#: An add-checkpoint body's limit (a checkpoint note and at most 63 hash lines fit well within).
+ADD_CHECKPOINT_MAX_BYTES: Final = 64 * 1024
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
 _MAX_INT: Final = 2**63 - 1
 
@@ -147,7 +149,7 @@ def parse_add_checkpoint(text: str | bytes) -> AddCheckpoint:
             checkpoint's, or a proof is given from size 0.
         CheckpointFormatError: the checkpoint note is malformed.
     """
-    head, note = _split(text, 64 * 1024, "add-checkpoint body")
+    head, note = _split(text, ADD_CHECKPOINT_MAX_BYTES, "add-checkpoint body")
     if not head or not head[0].startswith("old "):
         raise EvidenceFormatError("an add-checkpoint body starts with an 'old N' line")
     old = _decimal(head[0][len("old ") :], "old size")
@@ -184,13 +186,7 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str, what: str) -> bytes:
-    try:
-        data = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError) as e:
-        raise EvidenceFormatError(f"{what} is not base64") from e
-    if _b64(data) != text:
-        raise EvidenceFormatError(f"{what} is not canonical base64")
-    return data
+    return decode_b64(text, what, EvidenceFormatError)
 
 
 def _decimal(text: str, what: str) -> int:
@@ -213,13 +209,7 @@ def _hashes(lines: Sequence[str]) -> tuple[bytes, ...]:
 
 def _split(text: str | bytes, limit: int, what: str) -> tuple[list[str], str]:
     """The lines before the first blank line, and the note after it."""
-    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if len(raw) > limit:
-        raise EvidenceFormatError(f"{what} longer than {limit} bytes")
-    try:
-        decoded = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise EvidenceFormatError(f"{what} is not UTF-8") from e
+    decoded = bounded_text(text, limit, what, EvidenceFormatError)
     split = decoded.find("\n\n")
     if split < 0:
         raise EvidenceFormatError(f"{what} has no blank line before its checkpoint")
