@@ -229,6 +229,11 @@ class PartialRecordError(AuditError):
     """A batch failed after earlier batches were committed (the message says what was kept)."""
 
 
+class TraceUnavailableError(AuditError):
+    """A recorded decision's full trace cannot be re-derived (the message says why: no decision,
+    the revision it cites is absent or changed, or the replayed decision differs)."""
+
+
 class SegmentError(AuditError):
     """A rotation or a prune of the audit log's segments was refused or could not complete
     (the message says why; the layout is the old one: nothing was sealed, moved or deleted)."""

@@ -97,8 +97,8 @@ def quick_decision(text: str) -> tuple[str, str, str] | None:
     A stored payload is RFC 8785 text, so the decision's keys before ``explanation`` form a
     prefix and those after it start at the first ``,"outcome":`` past the stored context (no
     key of that name lies between; the context ends where the explanation's accounts, or a
-    compact explanation's ``trace``, begin). ``None`` when the text is not a plain decision or a shadow
-    record in that form (the caller parses the whole payload). Each text parses as an object
+    compact explanation's ``trace``, begin). ``None`` when the text is not a plain decision or a
+    shadow record in that form (the caller parses the whole payload). Each text parses as an object
     (``head`` and ``tail`` are built to); repeated decisions repeat them exactly, so a caller
     may parse each distinct one once."""
     kind, start, end = DECISION, 0, len(text) - 1
