@@ -147,6 +147,7 @@ class MatrixAxisError(MatrixError):
 class MatrixTooLargeError(MatrixError):
     """A matrix would hold more cells than its bound; narrow its axes."""
 
+
 # -- store --------------------------------------------------------------------------------------
 
 

@@ -62,9 +62,7 @@ def test_trust_from_home_uses_the_key_id_its_snapshots_carry(
     host = tmp_path / "host"
     trusted = runner.invoke(cli, ["--home", str(host), "host", "trust", "--from-home", str(ctl)])
     assert trusted.exit_code == 0 and "platform:key-7" in trusted.stderr
-    assert [p.name for p in (host / "host" / "trusted").iterdir()] == [
-        "platform:key-7.trust.json"
-    ]
+    assert [p.name for p in (host / "host" / "trusted").iterdir()] == ["platform:key-7.trust.json"]
     synced = runner.invoke(cli, ["--home", str(host), "host", "sync", "--from", str(exported)])
     assert synced.exit_code == 0, synced.output  # the key file alone would not verify it
     other = tmp_path / "other"

@@ -28,7 +28,7 @@ def _bare_numbers(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A control home with 1,001 recorded decisions after its policy save's record (1,002 records)
-and one compiled snapshot."""
+    and one compiled snapshot."""
     base = tmp_path_factory.mktemp("thousands")
     home = base / "h"
     contexts = (EXAMPLES / "contexts.jsonl").read_text().splitlines()

@@ -111,9 +111,7 @@ def test_a_receipt_is_signed_by_the_host_key_and_recorded_with_the_claim(host: H
     assert receipt.host_id == host.home.info().key_id
     assert receipt.signing_key_id == host.home.public_key().key_id
     assert (receipt.ruleset_rev, receipt.degraded, receipt.pool) == ("org_a@1", False, "pool-a")
-    assert signing.check(
-        host.home.public_key(), receipt.signed_bytes(), receipt.signature_bytes()
-    )
+    assert signing.check(host.home.public_key(), receipt.signed_bytes(), receipt.signature_bytes())
     claim = host.records()[-1]
     assert claim["record_type"] == "claim-decision" and claim["admitted"] is True
     assert claim["receipt"] == receipt.to_dict()

@@ -218,8 +218,6 @@ def issue_line(issue: ValidationIssue) -> str:
     return "\t".join(printable(c) for c in cells)
 
 
-
-
 def render_decision(decision: RouteDecision, stamp: Freshness | None = None) -> str:
     """A readable, self-contained explanation of one decision
     (:func:`~rensei_routing.core.routing.explain_text.decision_lines`, which the console shows

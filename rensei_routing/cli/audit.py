@@ -496,5 +496,3 @@ def tail_lines(records: Sequence[AuditRecord]) -> list[str]:
         rest = [c.ljust(widths[i + 1]) for i, c in enumerate(row[1:-1])]
         out.append("  ".join([first, *rest, row[-1]]).rstrip())
     return out
-
-

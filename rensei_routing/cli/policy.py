@@ -312,6 +312,7 @@ def policy_history(home: Path, json_: bool) -> None:
 
 # -- the route matrix and the blast radius (docs/route-matrix.md) -------------------------------
 
+
 def save_blast_radius(store: ControlStore, before: int, after: int) -> dict[str, Any]:
     """What ``policy save`` reports about the revision it saved: the blast radius of moving
     from ``before`` to ``after`` (``summary`` one line, the rest the cells), or why there is

@@ -115,8 +115,7 @@ def serve(
         watcher.first_step.wait(30)
         latest = service.held()
         note(
-            "a replica of the shared control database "
-            f"(LISTEN/NOTIFY, polling every {watch_s:g}s)"
+            f"a replica of the shared control database (LISTEN/NOTIFY, polling every {watch_s:g}s)"
         )
         if service.store_error is not None:
             held = (

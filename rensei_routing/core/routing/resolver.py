@@ -82,6 +82,7 @@ def record_trace(trace: Trace) -> Trace:
     taken as given."""
     return RECORD_TRACE if trace == "auto" else trace
 
+
 #: Candidates read first under a compact trace: the winners and their ties, then
 #: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
 #: the first look.

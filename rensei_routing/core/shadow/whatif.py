@@ -122,8 +122,9 @@ def stored_context_text(text: str) -> str | None:
     compact explanation's ``trace``), whose ``,"`` cannot occur inside a string either. Only a
     context nested in a way no context is (the key again inside it) could end elsewhere; then
     the text returned is a proper prefix of the value, which is never JSON on its own, so
-    parsing it (as :func:`stored_context` does, and a reader must before trusting it) tells. Skipping the rest is what makes replaying a
-    long chain affordable; a replay that has seen a context's text already need not parse it.
+    parsing it (as :func:`stored_context` does, and a reader must before trusting it) tells.
+    Skipping the rest is what makes replaying a long chain affordable; a replay that has seen a
+    context's text already need not parse it.
     """
     i = text.find(_EXPLANATION)
     if i < 0 or text.rfind(_DECISION_ID, 0, i) < 0:
