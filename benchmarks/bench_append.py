@@ -258,7 +258,9 @@ def run(cfg: Config) -> BenchResult:
                 )
             )
     progress(f"{NAME}: decision record sizes")
-    res.figures.extend(record_size.size_figures(cfg, "decision record", record_size.decision_record))
+    res.figures.extend(
+        record_size.size_figures(cfg, "decision record", record_size.decision_record)
+    )
     res.growth.append(
         Growth(
             what="library time per record by records/txn",

@@ -22,7 +22,14 @@ from rensei_routing.core.snapshot.freshness import Freshness, StampedDecision
 from .harness import Config, Figure
 from .workload import build_contexts, policy_set
 
-__all__ = ["SHADOW_TARGET_BYTES", "SIZES", "TARGET_BYTES", "decision_record", "shadow_record", "size_figures"]
+__all__ = [
+    "SHADOW_TARGET_BYTES",
+    "SIZES",
+    "TARGET_BYTES",
+    "decision_record",
+    "shadow_record",
+    "size_figures",
+]
 
 SIZES: Final = (10, 100, 1_000)
 TARGET_BYTES: Final = 1_500
