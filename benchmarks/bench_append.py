@@ -40,7 +40,7 @@ from rensei_routing.store.audit.autocheckpoint import DEFAULT_CHECKPOINT_EVERY
 from rensei_routing.store.codec import Codec
 from rensei_routing.store.db import connect
 
-from . import bench_shadow
+from . import bench_shadow, record_size
 from .harness import BenchResult, Config, Figure, Growth, progress, timed
 from .workload import decision_dicts, decisions
 
@@ -257,6 +257,10 @@ def run(cfg: Config) -> BenchResult:
                     note=f"{mean:,.0f} canonical bytes per payload",
                 )
             )
+    progress(f"{NAME}: decision record sizes")
+    res.figures.extend(
+        record_size.size_figures(cfg, "decision record", record_size.decision_record)
+    )
     res.growth.append(
         Growth(
             what="library time per record by records/txn",

@@ -39,6 +39,7 @@ from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore
 
+from . import record_size
 from .harness import REPO_ROOT, BenchResult, Config, Figure, progress, timed
 
 NAME = "shadow"
@@ -264,6 +265,12 @@ def run(cfg: Config) -> BenchResult:
         ]
         progress(f"{NAME}: whatif over {count:,} distinct recorded contexts")
         _whatif(res, Path(tmp), distinct, current, "all distinct")
+    progress(f"{NAME}: shadow record sizes")
+    res.figures.extend(
+        record_size.size_figures(
+            cfg, "shadow record", record_size.shadow_record, record_size.SHADOW_TARGET_BYTES
+        )
+    )
     res.notes.append(
         f"spawns: the shipped HydraFlow sample (3,000 distinct, cycled to {count:,}); policies: "
         "its policies.json (6) and candidate-policies.json (5); 'all distinct' gives every "

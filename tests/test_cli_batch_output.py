@@ -243,7 +243,10 @@ def test_a_bad_line_among_quick_lines_prints_and_records_nothing(tmp_path: Path)
         assert log.count() == 1 + len(lines)
     with closing(Home(home).connect()) as conn:
         snapshot = PolicyStore(conn).load().snapshot
-    decisions = explain_batch([RouteContext.from_dict(json.loads(x)) for x in lines], snapshot)
+    # with --record, what is printed is what is recorded: the compact explanation
+    decisions = explain_batch(
+        [RouteContext.from_dict(json.loads(x)) for x in lines], snapshot, trace="compact"
+    )
     assert done.stdout == _want(decisions, Freshness.live())
 
 

@@ -282,3 +282,20 @@ def test_since_edges(tmp_path: Path, runner: CliRunner) -> None:
     )
     assert damaged.exit_code == 0, damaged.output
     assert json.loads(damaged.stdout)["total"]["spawns"] == 3  # the undated record is not since
+
+
+@pytest.mark.parametrize(("args", "compact"), [((), True), (("--trace", "full"), False)])
+def test_shadow_record_stores_the_compact_explanation_unless_asked_for_the_full_one(
+    runner: CliRunner, tmp_path: Path, args: tuple[str, ...], compact: bool
+) -> None:
+    home = home_with_policies(tmp_path)
+    path = write_lines(tmp_path / "s.jsonl", SPAWNS)
+    result = runner.invoke(cli, ["--home", str(home.path), "shadow", "record", str(path), *args])
+    assert result.exit_code == 0, result.output
+    with AuditLog.open(home) as log:
+        shadows = [r.payload for r in log.records() if "proposed" in r.payload]
+    assert len(shadows) == len(SPAWNS)
+    for payload in shadows:
+        explanation = payload["proposed"]["explanation"]
+        assert ("trace" in explanation) is compact
+        assert ("eligible_account_ids" in explanation) is not compact

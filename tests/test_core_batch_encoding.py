@@ -212,15 +212,40 @@ def test_the_compact_trace_is_bounded() -> None:
     assert RouteDecision.from_dict(json.loads(compact.canonical())) == compact
 
 
-def test_a_trace_within_the_bound_reads_as_before() -> None:
-    snapshot = _ladder(COMPACT_RIVALS)
-    decision = explain(
-        RouteContext.from_dict({"principal_id": "implementer"}), snapshot, trace="compact"
-    )
-    assert decision.explanation.unlisted_outranked_count == 0
-    assert "unlisted_outranked_count" not in decision.to_dict()["explanation"]
-    assert b"unlisted_outranked_count" not in decision.canonical()
-    assert len(decision.explanation.considered) == 2 + COMPACT_RIVALS
+def test_a_compact_trace_says_so_and_a_full_one_reads_as_before() -> None:
+    snapshot = _ladder(3)
+    ctx = RouteContext.from_dict({"principal_id": "implementer"})
+    compact = explain(ctx, snapshot, trace="compact")
+    full = explain(ctx, snapshot, trace="full")
+    assert compact.to_dict()["explanation"]["trace"] == "compact"
+    assert compact.to_dict()["explanation"]["unlisted_outranked_count"] == 3  # rivals counted
+    assert "trace" not in full.to_dict()["explanation"]
+    assert b"unlisted_outranked_count" not in full.canonical()
+    assert b'"trace"' not in full.canonical()
+
+
+def test_a_bounded_trace_written_before_compact_records_reads_back_as_written() -> None:
+    """Before compact records, a trace at more than 256 policies listed the winners, eight
+    rivals and the accounts, with no ``trace`` member: such a record reads back unchanged."""
+    full = explain(
+        RouteContext.from_dict(
+            {
+                "principal_id": "implementer",
+                "accounts": [{"account_id": "a1", "provider_binding": "anthropic"}],
+            }
+        ),
+        _ladder(12),
+        trace="full",
+    ).to_dict()
+    ex = full["explanation"]
+    ex["considered"] = ex["considered"][:10]  # the two winners and eight rivals
+    ex["unlisted_outranked_count"] = 4
+    ex["unlisted_policy_count"] = 1
+    stored = canonical_bytes(full)
+    back = RouteDecision.from_dict(json.loads(stored))
+    assert not back.explanation.compact
+    assert back.explanation.eligible_account_ids == ("a1",)
+    assert back.canonical() == stored
 
 
 @settings(max_examples=150, deadline=None)

@@ -17,6 +17,7 @@ from ..core.audit.chain import AuditRecord
 from ..core.redact import DEFAULT_REDACTOR
 from ..core.routing.decision import STATE_ABSENT, RouteDecision
 from ..core.routing.policy import PolicySnapshot
+from ..core.routing.resolver import Trace
 from ..core.shadow.report import ShadowReport
 from ..core.shadow.spawn import Spawn
 from ..core.snapshot.freshness import StampedDecision
@@ -211,6 +212,7 @@ def record_spawns(
     batch: int = DEFAULT_BATCH,
     report: ShadowReport,
     label: str = "recording",
+    trace: Trace = "auto",
 ) -> Recorded:
     """:func:`rensei_routing.shadow.batch.record_spawns` with a progress bar on a terminal's
     stderr (for more than one batch), then the observers told (``shadow record``, quickstart).
@@ -237,6 +239,7 @@ def record_spawns(
                 report=report,
                 batch=batch,
                 progress=None if progress is None else progress.update,
+                trace=trace,
             )
         except PartialRecordError as e:
             raise CommandError(str(e)) from e

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import click
 
@@ -40,10 +40,14 @@ from ..core.audit.chain import (
 from ..core.audit.summary import summarize
 from ..errors import InputError, RenseiRoutingError
 from ..files import atomic_write
+
+if TYPE_CHECKING:
+    from ..ops.rederive import FullTrace
 from ..store.audit import AuditLog, read_checkpoint
 from ._output import emit, json_text, next_step, note, printable
 from ._render import chain_line, verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
+from ._session import session
 from ._store import home_of, refuse_home_target, require_output_dir
 
 
@@ -457,9 +461,15 @@ def _damaged_warning(records: Sequence[AuditRecord]) -> None:
         )
 
 
-def _record_text(record: AuditRecord) -> str:
+def _record_text(record: AuditRecord, full: FullTrace | None = None) -> str:
     error = record.payload_error
-    if error is None:
+    if full is not None and full.rederived:
+        payload = (
+            f"trace:        full, re-derived from the stored context against policy revision "
+            f"{full.revision} (the record stores the compact explanation; the hashes are the "
+            "record's)\npayload:\n" + json_text(full.payload)
+        )
+    elif error is None:
         payload = "payload:\n" + json_text(record.payload)
     else:
         data = record.payload_bytes
@@ -480,22 +490,53 @@ def _record_text(record: AuditRecord) -> str:
 
 @audit.command(name="show")
 @click.argument("seq", type=_SEQ)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Show a recorded decision with its full per-policy trace, re-derived from the stored "
+    "context against the revision it cites (as `audit replay` does) when the record stores the "
+    "compact explanation.",
+)
 @home_option
 @json_option
-def audit_show(seq: int, home: Path, json_: bool) -> None:
+def audit_show(seq: int, full: bool, home: Path, json_: bool) -> None:
     """Show the record with sequence number SEQ (as stored: redacted).
+
+    A decision record stores a compact explanation by default: the winner and its ties, with
+    the other policies counted. --full re-derives the full trace (every policy with its
+    reason, and the accounts) and shows the payload as a full-trace record would store it;
+    it refuses (exit 1) when the revision the record cites is not held here or the decision
+    replayed from it differs from the recorded one.
 
     A damaged record (payload bytes that are not JSON) is shown too, marked UNPARSEABLE with its
     bytes in hex and escaped text (--json: "payload": null, "payload_raw_hex", "payload_error"),
     and a warning on stderr; the exit code is still 0.
     """
-    with AuditLog.open(home_of(home)) as log:
+    h = home_of(home)
+    with AuditLog.open(h) as log:
         record = log.get(seq)
     _damaged_warning([record])
+    trace = None
+    if full and record.payload_error is None:
+        from ..ops.rederive import full_trace
+        from ..ops.replay import Sources
+
+        s = session()
+        trace = full_trace(
+            record.payload,
+            Sources(h, vocabulary=s.vocabulary()),
+            where=f"record {seq}",
+            vocabulary=s.vocabulary(),
+            redactor=s.redactor(),
+        )
     if json_:
-        echo_json(record.to_dict())
+        data = record.to_dict()
+        if trace is not None:
+            data["payload"] = trace.payload
+            data["trace_rederived"] = trace.rederived
+        echo_json(data)
     else:
-        emit(_record_text(record))
+        emit(_record_text(record, trace))
 
 
 @audit.command(name="tail")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..core.routing.policy import PolicySnapshot
-from ..core.routing.resolver import explain
+from ..core.routing.resolver import explain, record_trace
 from ..core.routing.validation import validate_policies
 from ..core.snapshot.freshness import Freshness, StampedDecision, format_age
 from ..errors import InputError, SnapshotError
@@ -95,8 +95,10 @@ def _trace_option(f: F) -> F:
         type=click.Choice(["auto", "full", "compact"]),
         default="auto",
         show_default=True,
-        help="Explanation detail: every policy (full), the matched ones plus a count (compact), "
-        "or full up to 256 policies (auto).",
+        help="Explanation detail: every policy and account (full), the winner and its ties with "
+        "the rest counted (compact), or full up to 256 policies (auto). With --record, auto "
+        "is compact: a record carries the compact explanation and `rensei audit show SEQ "
+        "--full` re-derives the full trace; --trace full stores it.",
     )(f)
 
 
@@ -157,7 +159,8 @@ def explain_cmd(
         ctx,
         snapshot,
         snapshot_state=state,
-        trace=trace,  # type: ignore[arg-type]
+        # What is shown is what is recorded: with --record, auto is the record's (compact).
+        trace=record_trace(trace) if record else trace,  # type: ignore[arg-type]
         vocabulary=vocabulary,
         redactor=session().redactor(),  # the audit log's own: a stored id is over what is stored
     )
@@ -199,7 +202,7 @@ def explain_batch_cmd(
         snapshot=snapshot,
         state=state,
         stamp=stamp,
-        trace=trace,  # type: ignore[arg-type]
+        trace=record_trace(trace) if record else trace,  # type: ignore[arg-type]
         vocabulary=vocabulary,
         home=home if record else None,
     )

@@ -93,9 +93,20 @@ def shadow_status(home: Path, json_: bool) -> None:
     show_default=True,
     help="Spawns per transaction.",
 )
+@click.option(
+    "--trace",
+    type=click.Choice(["compact", "full"]),
+    default="compact",
+    show_default=True,
+    help="Explanation each record stores: the winner and its ties with the rest counted "
+    "(compact; `rensei audit show SEQ --full` re-derives the full trace), or every policy and "
+    "account (full).",
+)
 @home_option
 @json_option
-def shadow_record(spawns: Path, seam: str | None, batch: int, home: Path, json_: bool) -> None:
+def shadow_record(
+    spawns: Path, seam: str | None, batch: int, trace: str, home: Path, json_: bool
+) -> None:
     """Record every spawn of SPAWNS.jsonl ('-' for stdin) as a shadow decision.
 
     Each line is one spawn: seam, principal_id, repo, repo_class, role, model_requirement,
@@ -113,7 +124,14 @@ def shadow_record(spawns: Path, seam: str | None, batch: int, home: Path, json_:
         registry.get(seam)
     items = read_spawn_lines(str(spawns), registry, seam)
     report = ShadowReport()
-    recorded = record_spawns(where, registry, items, batch=batch, report=report)
+    recorded = record_spawns(
+        where,
+        registry,
+        items,
+        batch=batch,
+        report=report,
+        trace="full" if trace == "full" else "compact",
+    )
     first_seq, last_seq = recorded.first_seq, recorded.last_seq
     snap, state = recorded.snapshot
     total = report.total

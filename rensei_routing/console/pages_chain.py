@@ -14,7 +14,9 @@ from ..core.audit.hydraflow import imported_payload
 from ..core.routing.decision import RouteDecision
 from ..core.routing.explain_text import decision_lines
 from ..core.shadow.compare import ShadowDecision, is_shadow_payload
-from ..errors import CheckpointFormatError, InputError, NotFoundError
+from ..errors import CheckpointFormatError, InputError, NotFoundError, TraceUnavailableError
+from ..ops.rederive import full_trace, is_full
+from ..ops.replay import Sources
 from ..store.audit import AuditLog
 from .context import Console, NotFound, Query, int_param
 from .html import esc, link, num, page, table, url
@@ -100,6 +102,28 @@ def _decision_of(record: AuditRecord) -> tuple[RouteDecision, ShadowDecision | N
     return RouteDecision.from_dict(payload, path=where, redacted=True), None
 
 
+def _with_full_trace(
+    c: Console, record: AuditRecord, decision: RouteDecision
+) -> tuple[RouteDecision, str]:
+    """The decision with its full trace, re-derived as ``rensei audit show SEQ --full`` does
+    when the record stores the compact one, and a note saying so (or why it could not be)."""
+    if is_full(decision.to_dict()["explanation"]):
+        return decision, ""
+    try:
+        found = full_trace(
+            imported_payload(record.payload),
+            Sources(c.home, vocabulary=c.vocabulary),
+            where=f"record {record.seq}",
+            vocabulary=c.vocabulary,
+        )
+    except TraceUnavailableError as e:
+        return decision, f"The record stores the compact explanation; {e}."
+    return found.decision, (
+        "Full trace re-derived from the stored context against policy revision "
+        f"{found.revision} (the record stores the compact explanation)."
+    )
+
+
 def decision_page(c: Console, q: Query, seq: int) -> bytes:
     """One recorded decision, explained."""
     with AuditLog.open(c.home, read_only=True) as log:
@@ -124,8 +148,13 @@ def decision_page(c: Console, q: Query, seq: int) -> bytes:
     parts.append(
         '<dl class="facts">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>"
     )
+    decision, trace_note = _with_full_trace(c, record, decision)
     parts.append("<h2>Explanation</h2>")
-    parts.append(f'<pre id="explanation">{esc(chr(10).join(decision_lines(decision)))}</pre>')
+    if trace_note:
+        parts.append(f'<p id="trace-note">{esc(trace_note)}</p>')
+    hint = f"rensei audit show {seq} --full"
+    lines = decision_lines(decision, full_hint=f"{hint} lists them")
+    parts.append(f'<pre id="explanation">{esc(chr(10).join(lines))}</pre>')
     if shadow is not None:
         a = shadow.actual
         route = [

@@ -15,6 +15,7 @@ from typing import Final
 
 from ..core.redact import Redactor
 from ..core.routing.policy import PolicySnapshot
+from ..core.routing.resolver import Trace
 from ..core.routing.vocabulary import Vocabulary
 from ..core.shadow.report import ShadowReport
 from ..core.shadow.spawn import Spawn
@@ -57,9 +58,11 @@ def record_spawns(
     report: ShadowReport,
     batch: int = DEFAULT_BATCH,
     progress: Callable[[int], None] | None = None,
+    trace: Trace = "auto",
 ) -> Recorded:
     """Record checked spawns against one policy revision, ``batch`` per transaction, adding
-    each record to ``report``; ``progress(n)`` after each committed batch of ``n``.
+    each record to ``report``; ``progress(n)`` after each committed batch of ``n``. ``trace``:
+    the explanation each record stores (see :class:`ShadowRecorder`; ``auto``: compact).
 
     Raises:
         RenseiRoutingError: the first batch failed (nothing was recorded).
@@ -68,7 +71,7 @@ def record_spawns(
     first_seq: int | None = None
     last_seq: int | None = None
     with ShadowRecorder(
-        home, registry, clock=clock, vocabulary=vocabulary, redactor=redactor
+        home, registry, clock=clock, vocabulary=vocabulary, redactor=redactor, trace=trace
     ) as recorder:
         snapshot = recorder.snapshot()
         for start in range(0, len(items), batch):

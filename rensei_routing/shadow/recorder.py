@@ -25,7 +25,7 @@ from ..core.routing.context import RouteContext
 from ..core.routing.decision import STATE_ABSENT
 from ..core.routing.ids import ScanMemo
 from ..core.routing.policy import PolicySnapshot
-from ..core.routing.resolver import Trace, explain, explain_batch
+from ..core.routing.resolver import Trace, explain, explain_batch, record_trace
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.shadow.compare import (
     RECORD_KEYS,
@@ -94,6 +94,10 @@ class ShadowRecorder:
     first record (so a missing or read-only home is a sink error of that call, not of the
     caller's start-up); keeps its connections for repeated calls, and reloads the policies only
     when the current revision or its hash changed. Not for use by several threads at once.
+
+    ``trace``: the proposed decision's explanation in each record; ``auto`` (the default) and
+    ``compact`` store the compact one (the full trace is re-derived on demand, ``rensei audit
+    show SEQ --full``), ``full`` stores every policy's line.
     """
 
     __slots__ = (
@@ -125,7 +129,7 @@ class ShadowRecorder:
         self._vocabulary = vocabulary
         self._redactor = redactor
         self._clock = clock
-        self._trace: Trace = trace
+        self._trace: Trace = record_trace(trace)  # auto: the compact explanation
         self._log: AuditLog | None = None
         self._conn: apsw.Connection | None = None
         self._store: PolicyStore | None = None

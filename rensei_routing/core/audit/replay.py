@@ -96,8 +96,9 @@ def quick_decision(text: str) -> tuple[str, str, str] | None:
     fields before and after its explanation (the bulk of a record), found without parsing it.
     A stored payload is RFC 8785 text, so the decision's keys before ``explanation`` form a
     prefix and those after it start at the first ``,"outcome":`` past the stored context (no
-    key of that name lies between). ``None`` when the text is not a plain decision or a shadow
-    record in that form (the caller parses the whole payload). Each text parses as an object
+    key of that name lies between; the context ends where the explanation's accounts, or a
+    compact explanation's ``trace``, begin). ``None`` when the text is not a plain decision or a
+    shadow record in that form (the caller parses the whole payload). Each text parses as an object
     (``head`` and ``tail`` are built to); repeated decisions repeat them exactly, so a caller
     may parse each distinct one once."""
     kind, start, end = DECISION, 0, len(text) - 1
@@ -112,7 +113,10 @@ def quick_decision(text: str) -> tuple[str, str, str] | None:
     elif not text.startswith('{"account_id":') or not text.endswith("}"):
         return None
     explanation = text.find(_EXPLANATION, start)
+    # The member after the context: a full explanation's accounts, a compact one's marker.
     after = text.find(',"eligible_account_ids":', explanation) if explanation >= 0 else -1
+    if after < 0 or after > end:
+        after = text.find(',"trace":"compact",', explanation) if explanation >= 0 else -1
     outcome = text.find(_OUTCOME, after) if after >= 0 else -1
     if outcome < 0 or outcome > end:
         return None

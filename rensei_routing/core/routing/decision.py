@@ -18,6 +18,7 @@ from ..canonical import json_string as _s
 from .context import RouteContext
 from .explanation import (
     ACCOUNT_REASONS,
+    COMPACT,
     MATCH_REASONS,
     ConsideredPolicy,
     Explanation,
@@ -115,6 +116,7 @@ class _DecisionFields:
         "_keys",
         "_matched",
         "_last",
+        "_compact",
     )
 
     decision_id: str
@@ -141,6 +143,7 @@ class _DecisionFields:
     _keys: tuple[Any, ...]
     _matched: tuple[int, ...]
     _last: int
+    _compact: bool
 
 
 class RouteDecision(_DecisionFields):
@@ -208,6 +211,7 @@ class RouteDecision(_DecisionFields):
                 self._keys,
                 self._matched,
                 self._last,
+                self._compact,
             )
             # The parts stay: a thread reading them while another builds must see them whole
             # (both build the same value; the last store wins, and either is correct).
@@ -356,8 +360,15 @@ class RouteDecision(_DecisionFields):
                 "conflicting_policy_ids",
                 "unlisted_policy_count",
                 "unlisted_outranked_count",
+                "trace",
             ),
         )
+        compact = "trace" in e
+        if compact:
+            p.choice(e["trace"], p.at(epath, "trace"), (COMPACT,), what="trace")
+            for listed in ("eligible_account_ids", "rejected_accounts"):
+                if listed in e:
+                    raise p.fail(p.at(epath, listed), "a compact explanation lists no accounts")
         cpath = p.at(epath, "considered")
         considered = []
         for i, item in enumerate(p.array(e.get("considered", []), cpath)):
@@ -467,6 +478,7 @@ class RouteDecision(_DecisionFields):
                     lo=0,
                     hi=2**53 - 1,
                 ),
+                compact=compact,
             ),
         )
 
@@ -506,6 +518,7 @@ def decision_of(
     keys: tuple[Any, ...] = (),
     matched: tuple[int, ...] = (),
     last: int = -1,
+    compact: bool = False,
 ) -> RouteDecision:
     """A decision with the fields in declaration order, whose explanation (the arguments from
     ``context`` on, as :func:`explanation_of` takes them; no ``source``: nothing considered)
@@ -535,6 +548,7 @@ def decision_of(
     d._keys = keys
     d._matched = matched
     d._last = last
+    d._compact = compact
     d.__class__ = RouteDecision
     assert isinstance(d, RouteDecision)
     return d

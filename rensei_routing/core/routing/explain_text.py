@@ -16,12 +16,19 @@ __all__ = ["decision_lines"]
 _MARK: Final = {"matched": "+", "outranked": "~"}
 
 
-def decision_lines(decision: RouteDecision, *, ruleset: str | None = None) -> list[str]:
+def decision_lines(
+    decision: RouteDecision,
+    *,
+    ruleset: str | None = None,
+    full_hint: str = "--trace full lists them",
+) -> list[str]:
     """The lines of a readable, self-contained explanation of one decision (``rensei
     explain`` prints them, the console's decision page shows them): outcome and reason, the
     policy, the route, conflicts, the snapshot, ``ruleset`` (a cached snapshot's description,
     when the decision was made against one), the decision id, the policies considered and the
-    accounts. Raw text: the caller escapes it for its medium."""
+    accounts. Raw text: the caller escapes it for its medium. A compact explanation says what
+    it does not list, and ``full_hint`` where the full trace is found (a recorded decision's:
+    ``rensei audit show SEQ --full``)."""
     lines = [f"{decision.outcome}: {decision.reason}"]
     if decision.policy_id is not None:
         rung = decision.precedence_level
@@ -57,13 +64,12 @@ def decision_lines(decision: RouteDecision, *, ruleset: str | None = None) -> li
             )
         if ex.unlisted_outranked_count:
             lines.append(
-                f"  ({ex.unlisted_outranked_count} more matched but were outranked; "
-                "--trace full lists them)"
+                f"  ({ex.unlisted_outranked_count} more matched but were outranked; {full_hint})"
             )
         if ex.unlisted_policy_count:
-            lines.append(
-                f"  ({ex.unlisted_policy_count} more did not match; --trace full lists them)"
-            )
+            lines.append(f"  ({ex.unlisted_policy_count} more did not match; {full_hint})")
+    if ex.compact and decision.policy_id is not None:
+        lines.append(f"accounts: not listed in a compact explanation ({full_hint})")
     if ex.eligible_account_ids or ex.rejected_accounts:
         lines.append("accounts:")
         for i, account in enumerate(ex.eligible_account_ids):

@@ -59,8 +59,11 @@ ACCOUNT_REASONS: Final = (
     LITERAL_FAMILY_INCOMPATIBLE,
 )
 
-#: The outranked rivals a compact trace lists after the winner and its ties (see Explanation).
-COMPACT_RIVALS: Final = 8
+#: The outranked rivals a compact trace lists after the winner and its ties (see Explanation):
+#: none, they are counted.
+COMPACT_RIVALS: Final = 0
+#: The ``trace`` member a compact explanation's JSON carries (a full one has none).
+COMPACT: Final = "compact"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +129,7 @@ class _ExplanationFields:
         "_last",
         "_matched",
         "_source",
+        "compact",
         "conflicting_policy_ids",
         "context",
         "eligible_account_ids",
@@ -140,6 +144,7 @@ class _ExplanationFields:
     conflicting_policy_ids: tuple[str, ...]
     unlisted_policy_count: int
     unlisted_outranked_count: int
+    compact: bool
     _considered: tuple[ConsideredPolicy, ...] | None
     _source: TraceSource | None
     _keys: tuple[Any, ...]
@@ -150,12 +155,18 @@ class _ExplanationFields:
 class Explanation(_ExplanationFields):
     """Everything needed to re-check a decision without the resolver's process.
 
-    ``considered`` lists every policy in rank order under a full trace. Under a compact trace
-    (large snapshots) it is bounded: the winner and every policy tied with it, then the
-    nearest outranked rivals, at most ``COMPACT_RIVALS`` of them, best (most specific) first;
-    ``unlisted_outranked_count`` counts the outranked rivals beyond those (in the JSON only
-    when not zero, so a decision within the bound reads as before), and
-    ``unlisted_policy_count`` counts the rest, none of which matched.
+    ``considered`` lists every policy in rank order under a full trace, with the accounts the
+    winner could use (``eligible_account_ids``) and could not (``rejected_accounts``).
+
+    A compact explanation (``compact``; what a record carries by default, see
+    docs/formats.md) lists the winner and every policy tied with it, each with its rung and
+    priority (why it won); ``unlisted_outranked_count`` counts the other matched policies (the
+    rivals it outranked), ``unlisted_policy_count`` the policies that did not match, and the
+    accounts are not listed. Nothing is lost: the full trace is the same resolver run again on
+    the stored context against the revision the decision cites (``rensei audit show SEQ
+    --full``). Its JSON says ``"trace": "compact"``. An explanation without that member and
+    with ``unlisted_outranked_count`` (written before compact records) listed up to eight
+    rivals and the accounts; it reads back as it was written.
 
     The resolver keeps what the trace needs at decision time (:func:`explanation_of`) and
     ``considered`` is built on first read, so a batch that only routes never pays for listing
@@ -175,9 +186,11 @@ class Explanation(_ExplanationFields):
         conflicting_policy_ids: tuple[str, ...] = (),
         unlisted_policy_count: int = 0,
         unlisted_outranked_count: int = 0,
+        compact: bool = False,
     ) -> None:
         init = object.__setattr__
         init(self, "context", context)
+        init(self, "compact", compact)
         init(self, "_considered", considered)
         init(self, "_source", None)
         init(self, "_keys", ())
@@ -223,6 +236,7 @@ class Explanation(_ExplanationFields):
             self.conflicting_policy_ids,
             self.unlisted_policy_count,
             self.unlisted_outranked_count,
+            self.compact,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -240,13 +254,22 @@ class Explanation(_ExplanationFields):
             f"rejected_accounts={self.rejected_accounts!r}, "
             f"conflicting_policy_ids={self.conflicting_policy_ids!r}, "
             f"unlisted_policy_count={self.unlisted_policy_count!r}, "
-            f"unlisted_outranked_count={self.unlisted_outranked_count!r})"
+            f"unlisted_outranked_count={self.unlisted_outranked_count!r}, "
+            f"compact={self.compact!r})"
         )
 
     def canonical_json(self) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
         conflicting = ",".join(_e(i) for i in self.conflicting_policy_ids)
         considered = ",".join(c.canonical_json() for c in self.considered)
+        if self.compact:
+            return (
+                (f'{{"conflicting_policy_ids":[{conflicting}],' if conflicting else "{")
+                + f'"considered":[{considered}],"context":{self.context.canonical_text()},'
+                f'"trace":"{COMPACT}",'
+                f'"unlisted_outranked_count":{self.unlisted_outranked_count},'
+                f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
+            )
         eligible = ",".join(_e(i) for i in self.eligible_account_ids)
         rejected = ",".join(
             f'{{"account_id":{_e(r.account_id)},"reason":{_e(r.reason)}}}'
@@ -265,6 +288,17 @@ class Explanation(_ExplanationFields):
         )
 
     def to_dict(self) -> dict[str, Any]:
+        if self.compact:
+            compact: dict[str, Any] = {
+                "context": self.context.to_dict(),
+                "considered": [c.to_dict() for c in self.considered],
+                "trace": COMPACT,
+                "unlisted_outranked_count": self.unlisted_outranked_count,
+                "unlisted_policy_count": self.unlisted_policy_count,
+            }
+            if self.conflicting_policy_ids:
+                compact["conflicting_policy_ids"] = list(self.conflicting_policy_ids)
+            return compact
         out = {
             "context": self.context.to_dict(),
             "considered": [c.to_dict() for c in self.considered],
@@ -300,15 +334,18 @@ def explanation_of(
     keys: tuple[Any, ...] = (),
     matched: tuple[int, ...] = (),
     last: int = -1,
+    compact: bool = False,
 ) -> Explanation:
     """An explanation whose ``considered`` is given, or (``None``) built on first read by
-    ``source.considered(context, keys, matched, last)``."""
+    ``source.considered(context, keys, matched, last)``; ``compact``: see :class:`Explanation`
+    (its accounts are not listed, whatever is given)."""
     if considered is None and source is None:
         raise ValueError("an explanation needs considered policies or a source to build them")
     e = _ExplanationFields()
     e.context = context
-    e.eligible_account_ids = eligible_account_ids
-    e.rejected_accounts = rejected_accounts
+    e.compact = compact
+    e.eligible_account_ids = () if compact else eligible_account_ids
+    e.rejected_accounts = () if compact else rejected_accounts
     e.conflicting_policy_ids = conflicting_policy_ids
     e.unlisted_policy_count = unlisted_policy_count
     e.unlisted_outranked_count = unlisted_outranked_count
@@ -330,6 +367,7 @@ def _explanation_from_fields(
     conflicting_policy_ids: tuple[str, ...],
     unlisted_policy_count: int,
     unlisted_outranked_count: int,
+    compact: bool = False,
 ) -> Explanation:
     """Unpickling: the arguments in ``Explanation._key`` order."""
     return Explanation(
@@ -340,4 +378,5 @@ def _explanation_from_fields(
         conflicting_policy_ids=conflicting_policy_ids,
         unlisted_policy_count=unlisted_policy_count,
         unlisted_outranked_count=unlisted_outranked_count,
+        compact=compact,
     )

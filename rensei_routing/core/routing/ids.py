@@ -32,6 +32,7 @@ from ..canonical import json_string as _s
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
+from .explanation import COMPACT
 
 __all__ = [
     "ID_FIELDS",
@@ -133,7 +134,8 @@ class ScanMemo:
         stamped with ``ruleset_rev``), keys included: when ``False``, the record's stored form
         is its canonical bytes as they are (what ``encode_payload`` then returns)."""
         if self._keys_suspect is None:
-            self._keys_suspect = self._redactor.might_match(" ".join(RECORD_KEYS))
+            # The keys, and the one fixed value a compact explanation adds ("trace").
+            self._keys_suspect = self._redactor.might_match(" ".join((*RECORD_KEYS, COMPACT)))
         if self._keys_suspect:
             return True
         ex = decision.explanation
@@ -176,6 +178,7 @@ RECORD_KEYS: Final = (
     "conflicting_policy_ids",
     "unlisted_policy_count",
     "unlisted_outranked_count",
+    "trace",
     *CONTEXT_FIELDS,
     "value",
     "version",

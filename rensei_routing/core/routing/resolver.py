@@ -58,6 +58,7 @@ from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_
 
 __all__ = [
     "FULL_TRACE_LIMIT",
+    "RECORD_TRACE",
     "Trace",
     "decision_id",
     "explain",
@@ -70,8 +71,21 @@ Trace = Literal["auto", "full", "compact"]
 #: Under ``trace="auto"``, snapshots with at most this many policies get a full per-policy trace.
 FULL_TRACE_LIMIT: Final = 256
 
+#: The trace a recorder resolves with unless asked for the full one: a record carries a compact
+#: explanation, and the full trace is re-derived on demand (``rensei audit show SEQ --full``).
+RECORD_TRACE: Final[Trace] = "compact"
+
+
+def record_trace(trace: Trace) -> Trace:
+    """The trace a recorded decision is resolved with when its recorder was given ``trace``:
+    ``auto`` means :data:`RECORD_TRACE` (compact) when recording; ``full`` and ``compact`` are
+    taken as given."""
+    return RECORD_TRACE if trace == "auto" else trace
+
+
 #: Candidates read first under a compact trace: the winners and their ties, then
-#: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
+#: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
+#: the first look.
 _FIRST_LOOK: Final = COMPACT_RIVALS + 4
 
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
@@ -404,6 +418,7 @@ def _resolve(
         keys,
         listed,
         last,
+        not call.full,
     )
 
 

@@ -103,8 +103,10 @@ def label(decision: RouteDecision | Verdict) -> str:
 _EXPLANATION: Final = '"explanation":{'
 _CONTEXT: Final = '"context":'
 _DECISION_ID: Final = '"decision_id":'
-#: The key after ``context`` in a canonical explanation (keys sorted).
+#: The key after ``context`` in a canonical explanation (keys sorted): a full one's accounts,
+#: a compact one's marker.
 _AFTER_CONTEXT: Final = ',"eligible_account_ids":'
+_AFTER_COMPACT_CONTEXT: Final = ',"trace":"compact",'
 
 
 def stored_context_text(text: str) -> str | None:
@@ -116,12 +118,13 @@ def stored_context_text(text: str) -> str | None:
     escaped, so ``"context":`` can only be a key, and the first one after a decision's
     ``"explanation":{`` (whose earlier keys are ``conflicting_policy_ids`` and ``considered``)
     is that decision's context, in a shadow record (``proposed``) and in a plain decision
-    alike; the context runs to the explanation's next key, ``eligible_account_ids``, whose
-    ``,"`` cannot occur inside a string either. Only a context nested in a way no context is
-    (the key again inside it) could end elsewhere; then the text returned is a proper prefix of
-    the value, which is never JSON on its own, so parsing it (as :func:`stored_context` does,
-    and a reader must before trusting it) tells. Skipping the rest is what makes replaying a
-    long chain affordable; a replay that has seen a context's text already need not parse it.
+    alike; the context runs to the explanation's next key, ``eligible_account_ids`` (or a
+    compact explanation's ``trace``), whose ``,"`` cannot occur inside a string either. Only a
+    context nested in a way no context is (the key again inside it) could end elsewhere; then
+    the text returned is a proper prefix of the value, which is never JSON on its own, so
+    parsing it (as :func:`stored_context` does, and a reader must before trusting it) tells.
+    Skipping the rest is what makes replaying a long chain affordable; a replay that has seen a
+    context's text already need not parse it.
     """
     i = text.find(_EXPLANATION)
     if i < 0 or text.rfind(_DECISION_ID, 0, i) < 0:
@@ -131,6 +134,9 @@ def stored_context_text(text: str) -> str | None:
         return None
     start = j + len(_CONTEXT)
     end = text.find(_AFTER_CONTEXT, start)
+    compact = text.find(_AFTER_COMPACT_CONTEXT, start, None if end < 0 else end)
+    if compact >= 0:
+        end = compact
     return None if end < 0 else text[start:end]
 
 
