@@ -278,7 +278,6 @@ class PartialRecordError(AuditError):
     """A batch failed after earlier batches were committed (the message says what was kept)."""
 
 
-<<<<<<< HEAD
 class TreeError(AuditError):
     """The audit log's Merkle tree storage is missing hashes or holds malformed ones."""
 
@@ -291,11 +290,11 @@ class ProofError(EvidenceError):
     def __init__(self, verdict: str, reason: str, message: str) -> None:
         super().__init__(verdict, f"{verdict} ({reason}): {message}")
         self.reason = reason
-=======
+
+
 class TraceUnavailableError(AuditError):
     """A recorded decision's full trace cannot be re-derived (the message says why: no decision,
     the revision it cites is absent or changed, or the replayed decision differs)."""
->>>>>>> record
 
 
 class SegmentError(AuditError):
