@@ -184,6 +184,7 @@ def commit(log: LogHandle, batch: list[Job]) -> None:
                     if not conn.in_transaction:
                         raise
                     job.error = store_error("cannot append to the audit log", e, log._path)
+                    job.error.__cause__ = e
                 except Exception as e:
                     job.error = e
                 if job.error is not None:
