@@ -11,12 +11,14 @@ alternate, so all see the same machine.
 * **The same work, written plainly** (target: at least 0.8x at every batch size): from the same
   payloads, straight-line code does what any hash-chained, compressed, tree-covered durable log
   must: the canonical bytes (the object's own ``canonical()`` where it has one, else the RFC
-  8785 encoder), SHA-256 of them, the record hash over the link, zstd with the database's
-  dictionary at our level, the INSERT, and the tree's hashes (a leaf, and one per subtree it
-  completes) and rows, in one transaction, committed. Its records and tree rows are checked
-  equal to the library's, so it provably did the same work. What the library adds is the
-  redaction pre-check, reading the head and the tree's edge inside the transaction, and its
-  layers (the commit queue shared by threads, the typed errors).
+  8785 encoder), the credential pre-check on that text with the default redactor (redacting
+  and encoding again where it might match, as a log that promises redaction must), SHA-256 of
+  the bytes, the record hash over the link, zstd with the database's dictionary at our level,
+  the INSERT, and the tree's hashes (a leaf, and one per subtree it completes) and rows, in one
+  transaction, committed. Its records and tree rows are checked equal to the library's, so it
+  provably did the same work. What the library adds is its layers: reading the head and the
+  tree's edge inside the transaction, the commit queue shared by threads, savepoints, the
+  typed errors, the automatic checkpoint and rotation checks after the commit.
 * **Raw INSERT of the same stored rows** (no target): the bytes the library stored, read back
   untimed and inserted as they are: what the work above costs over the bare write.
 
@@ -45,6 +47,7 @@ from typing import Any
 from rensei_routing import signing
 from rensei_routing.core.audit.chain import GENESIS_HASH, ROW_COLUMNS
 from rensei_routing.core.canonical import canonical_bytes
+from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.timestamps import format_timestamp
 from rensei_routing.shadow.recorder import ShadowRecorder
 from rensei_routing.store.audit import AuditLog
@@ -93,8 +96,12 @@ class _Plain:
         sha = hashlib.sha256
         rows = []
         seq, prev, edge, out = self.seq, self.prev, self.edge, self.hashes
+        redactor = DEFAULT_REDACTOR
         for p in payloads:
             data = _encode_baseline(p)
+            if redactor.might_match(data.decode("utf-8")):  # what the log stores: redacted
+                value = p.to_dict() if hasattr(p, "to_dict") else p
+                data = canonical_bytes(redactor.redact(value))
             p_hash = "sha256:" + sha(data).hexdigest()
             link = (
                 f'{{"payload_hash":{_e(p_hash)},"prev_hash":{_e(prev)},'
