@@ -5,6 +5,7 @@ note files (reading, atomic export, protected targets) to :mod:`.notes`.
 
 Appends read the chain head inside their own ``BEGIN IMMEDIATE`` transaction, so any number of
 processes appending to one database produce one unbroken chain; a batch is one transaction.
+One process's concurrent appends to one file share transactions and syncs (:mod:`.group`).
 Verification streams one read snapshot through a cursor (constant memory at any log size).
 The chain may be cut into sealed segments (:mod:`.segments`, :mod:`.rotation`): every read and
 verification here goes across them, and the live table continues from the newest one's head.
