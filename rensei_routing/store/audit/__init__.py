@@ -8,7 +8,8 @@ Merkle tree stored under the chain), :mod:`.handle` (one log's connections and k
 :mod:`.group` (the commit queue one process's appends share), :mod:`.recovery` (the directory
 reconciled with the catalogue), :mod:`.chainwalk` (verification across segments),
 :mod:`.rotation` (seal and prune), :mod:`.autocheckpoint`, :mod:`.reattest`, and :mod:`.log`
-(:class:`AuditLog`, which uses them all). None imports one above it. The names below are the package's public API.
+(:class:`AuditLog`, which uses them all). None imports one above it. The names below are the
+package's public API.
 """
 
 from __future__ import annotations
