@@ -25,6 +25,7 @@ from . import (
     bench_enforce,
     bench_fleet,
     bench_interop,
+    bench_live_record,
     bench_policies,
     bench_replay,
     bench_resolution,
@@ -56,6 +57,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_fleet,
     bench_ui,
     bench_enforce,
+    bench_live_record,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

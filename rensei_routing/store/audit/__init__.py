@@ -5,10 +5,11 @@ segment files under ``<home>/audit/segments/``.
 The modules form a DAG, lowest first: :mod:`.segments` (the catalogue, sealed files, reading
 across them), :mod:`.attest` (what is signed and what a row is held to), :mod:`.tree` (the
 Merkle tree stored under the chain), :mod:`.handle` (one log's connections and keys),
-:mod:`.recovery` (the directory reconciled with the catalogue), :mod:`.chainwalk`
-(verification across segments), :mod:`.rotation` (seal and prune), :mod:`.autocheckpoint`,
-:mod:`.reattest`, and :mod:`.log` (:class:`AuditLog`, which uses them all). None imports one
-above it. The names below are the package's public API.
+:mod:`.group` (the commit queue one process's appends share), :mod:`.recovery` (the directory
+reconciled with the catalogue), :mod:`.chainwalk` (verification across segments),
+:mod:`.rotation` (seal and prune), :mod:`.autocheckpoint`, :mod:`.reattest`, and :mod:`.log`
+(:class:`AuditLog`, which uses them all). None imports one above it. The names below are the
+package's public API.
 """
 
 from __future__ import annotations

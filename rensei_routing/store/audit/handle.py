@@ -7,6 +7,7 @@ walk, rotation, checkpoints) take the handle, so none of them imports the log.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ class LogHandle:
     __slots__ = (
         "_checkpoint_every",
         "_checkpointed",
+        "_group",
         "_key",
         "_options",
         "_path",
@@ -84,6 +86,14 @@ class LogHandle:
         self._vouched: list[tuple[int, int, str, str]] = []
         self.auto_checkpoint_error: str | None = None
         self._sealed = Sealed(self._path, self._options)
+        self._group: tuple[str, str | None] | None = None
+
+    def _group_key(self) -> tuple[str, str | None]:
+        """What this log's appends share commits by (see :mod:`.group`): the database file's
+        resolved path and the VFS."""
+        if self._group is None:
+            self._group = (os.path.realpath(self._path), self._options.vfs)
+        return self._group
 
     def _codec(self, conn: apsw.Connection) -> Codec:
         """The writer's codec (the dictionaries it holds do not change while it is open)."""

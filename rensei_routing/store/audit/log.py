@@ -5,6 +5,7 @@ note files (reading, atomic export, protected targets) to :mod:`.notes`.
 
 Appends read the chain head inside their own ``BEGIN IMMEDIATE`` transaction, so any number of
 processes appending to one database produce one unbroken chain; a batch is one transaction.
+One process's concurrent appends to one file share transactions and syncs (:mod:`.group`).
 Verification streams one read snapshot through a cursor (constant memory at any log size).
 The chain may be cut into sealed segments (:mod:`.segments`, :mod:`.rotation`): every read and
 verification here goes across them, and the live table continues from the newest one's head.
@@ -35,7 +36,6 @@ from ...core.audit.chain import (
     checkpoint_origin,
     encode_payload,
     encode_payloads,
-    link_stamped,
 )
 from ...core.redact import DEFAULT_REDACTOR, Redactor
 from ...core.timestamps import check_timestamp
@@ -51,22 +51,19 @@ from ..codec import FUNCTION
 from ..db import store_error
 from ..home import Home
 from ..notes import publish, read_checkpoint, refuse_protected, stage
-from . import attest, autocheckpoint, chainwalk, rotation, segments, tree
+from . import attest, autocheckpoint, chainwalk, group, rotation, segments, tree
+from .group import APPEND_CHUNK
 from .handle import LogHandle
 
 #: ``read_checkpoint`` is :mod:`.notes`'s, re-exported for the modules that still import it here.
-__all__ = ["AppendResult", "AuditLog", "read_checkpoint"]
+__all__ = ["APPEND_CHUNK", "AppendResult", "AuditLog", "read_checkpoint"]
 
-_COLUMNS: Final = ", ".join(ROW_COLUMNS)
 #: Every read sees the canonical payload bytes, however they are stored (see .codec).
 _SELECT: Final = (
     f"SELECT {', '.join(ROW_COLUMNS[:-1])}, {FUNCTION}(payload) AS payload FROM audit_records"
 )
-_INSERT: Final = f"INSERT INTO audit_records({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
 _INSERT_CHECKPOINT: Final = "INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (?, ?, ?)"
-#: Rows linked and inserted per ``executemany`` by a streaming append.
-APPEND_CHUNK: Final = 1_000
 #: The largest SQLite integer: no seq can exceed it, and apsw cannot bind anything larger.
 _MAX_INT64: Final = 2**63 - 1
 
@@ -222,37 +219,22 @@ class AuditLog(LogHandle):
         log's canonical encoding (the automatic checkpoint need not parse them again)."""
         if stamped is None:
             check_timestamp(recorded_at)
-        conn = self._write_conn()
-        kept: list[tuple[int, str, str, str, str, bytes]] = []
-        count = 0
-        try:
-            compress = self._codec(conn).compress
-            with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
-                if within is not None:
-                    encoded = [encode_payload(p, self._redactor) for p in within(conn)]
-                    if not encoded:  # the change alone (a heartbeat): nothing to link
-                        return AppendResult(first_seq=0, count=0, head_hash=""), kept
-                head = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
-                first, prev = (0, GENESIS_HASH) if head is None else (head[0] + 1, head[1])
-                before = prev
-                grow = tree.Appender.at(conn, first)
-                pairs = (
-                    ((recorded_at, d) for d in encoded)
-                    if stamped is None
-                    else stamped(conn, first, prev)
-                )
-                while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):
-                    rows = link_stamped(chunk, seq=first + count, prev_hash=prev)
-                    conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
-                    if grow is not None:
-                        grow.add([r[4] for r in rows])
-                        grow.flush()
-                    count += len(rows)
-                    prev = rows[-1][4]
-                    if keep:
-                        kept.extend(rows)
-        except apsw.Error as e:
-            raise self._write_failed("cannot append to the audit log", e) from e
+        if self.read_only:
+            raise StoreError(f"{self._path} is opened read-only here: nothing is written")
+        job = group.Job(
+            encoded=encoded,
+            recorded_at=recorded_at,
+            keep=keep,
+            within=within,
+            stamped=stamped,
+            redactor=self._redactor,
+        )
+        group.committer_of(self._group_key()).run(self, job)
+        if job.error is not None:
+            raise job.error
+        first, count, before, prev = job.first, job.count, job.before, job.head
+        if within is not None and not count:  # the change alone (a heartbeat)
+            return AppendResult(first_seq=0, count=0, head_hash=""), job.rows
         # After the commit, never inside it: a checkpoint of the head, then the rotation.
         if self._checkpoint_every is not None and count and self._key is not None:
             if own:
@@ -260,7 +242,7 @@ class AuditLog(LogHandle):
             autocheckpoint.checkpoint_if_due(self, first + count, self._checkpoint_every)
         if self._rotate_at is not None and count:
             rotation.rotate_if_due(self, first + count, self._rotate_at)
-        return AppendResult(first_seq=first, count=count, head_hash=prev), kept
+        return AppendResult(first_seq=first, count=count, head_hash=prev), job.rows
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -1,0 +1,247 @@
+"""Group commit: the appends of one process to one database file share write transactions.
+Owns the per-process queue of each database file and the write transaction that links and
+inserts the records; the checks before it and the work after it (timestamps, encoding, the
+automatic checkpoint, the rotation) stay :class:`.log.AuditLog`'s.
+
+Every append of a process (whatever :class:`.log.AuditLog` object it goes through, in whatever
+thread) becomes a :class:`Job` handed to the :class:`Committer` of its database file (keyed by
+the file's resolved path and the VFS). The first caller to find no commit running becomes the
+**leader**: it takes every job queued at that moment, its own included, and on its own log's
+writer connection runs them in one ``BEGIN IMMEDIATE`` transaction, in queue order, each inside
+its own ``SAVEPOINT``: a job that raises is rolled back alone (its caller gets its error, typed
+as before), the others go on from the head the last good job left. Then one ``COMMIT`` (one
+sync, under ``synchronous=FULL``) makes them all durable, and each caller is woken with its own
+result. Callers that arrived meanwhile have queued; the next leader takes them all. So a call
+still returns only once its own record is durable, and N callers waiting at once cost one sync,
+not N.
+
+What holds as before: seqs are given in queue order, each job's records are contiguous and
+linked to the one before; the head is read inside the write transaction, so other processes
+still append through SQLite's lock and the chain stays one; a job's builder writes its index
+rows through the connection it is given and they commit with its records or not at all; the
+Merkle tree grows in the same transaction. When the transaction as a whole fails (the commit,
+an I/O error, a full disk: SQLite rolls back everything), every job of it gets the typed error
+and nothing of any of them is written, and the leader's writer connection is dropped as before.
+
+A builder runs on the leader's thread: it must use only the connection it is given and never
+wait for anything its own caller holds. An append from inside a builder (this process's commit
+of the same file) is refused with :class:`StoreError` instead of waiting for itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import apsw
+
+from ...core.audit.chain import GENESIS_HASH, encode_payload, link_stamped
+from ...core.redact import DEFAULT_REDACTOR, Redactor
+from ...errors import StoreError
+from ..db import store_error
+from . import segments, tree
+from .handle import LogHandle
+
+__all__ = ["APPEND_CHUNK", "Committer", "Job", "committer_of"]
+
+#: Rows linked and inserted per ``executemany`` by a streaming append.
+APPEND_CHUNK: Final = 1_000
+
+_INSERT: Final = (
+    "INSERT INTO audit_records(seq, recorded_at, prev_hash, payload_hash, record_hash, payload) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
+
+#: The apsw errors that fail one job alone (its statement was refused; the transaction and the
+#: connection are sound). Any other (I/O, a full disk, corruption, ...) fails the transaction.
+_JOB_ONLY: Final = (
+    apsw.ConstraintError,
+    apsw.SQLError,
+    apsw.MismatchError,
+    apsw.RangeError,
+    apsw.TooBigError,
+)
+
+Row = tuple[int, str, str, str, str, bytes]
+Stamped = Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]
+Within = Callable[[apsw.Connection], Iterable[Any]]
+
+
+@dataclass(slots=True, kw_only=True)
+class Job:
+    """One caller's append: the payloads (``encoded`` at ``recorded_at``, or what ``within``
+    returns, encoded with ``redactor``, or the pairs ``stamped`` yields), and, once done, its
+    outcome: ``first``/``count``/``before``/``head`` (the seqs written and the heads around
+    them) and the rows with ``keep``, or ``error``."""
+
+    encoded: Iterable[bytes] = ()
+    recorded_at: str = ""
+    keep: bool = False
+    within: Within | None = None
+    stamped: Stamped | None = None
+    redactor: Redactor = DEFAULT_REDACTOR
+    first: int = 0
+    count: int = 0
+    before: str = ""
+    head: str = ""
+    rows: list[Row] = field(default_factory=list)
+    error: BaseException | None = None
+    committed: bool = False
+    done: bool = False
+
+
+class Committer:
+    """The queue of one database file in this process, and whether a leader is committing."""
+
+    __slots__ = ("__weakref__", "_cond", "_leader", "_queue")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[Job] = []
+        self._leader: int | None = None  # the committing thread's ident
+
+    def run(self, log: LogHandle, job: Job) -> None:
+        """Queue ``job`` and return once it is done (its outcome set on it): committed by
+        whichever caller leads, or by this one on ``log``'s writer connection."""
+        me = threading.get_ident()
+        with self._cond:
+            if self._leader == me:
+                raise StoreError(
+                    "cannot append to the audit log from inside an append's transaction"
+                )
+            self._queue.append(job)
+            while not job.done and self._leader is not None:
+                self._cond.wait()
+            if job.done:
+                return
+            self._leader = me
+            batch, self._queue = self._queue, []
+        try:
+            commit(log, batch)
+        finally:
+            with self._cond:
+                for j in batch:
+                    if not j.committed and j.error is None:  # the leader was interrupted
+                        j.error = StoreError("the audit append was interrupted: nothing written")
+                    j.done = True
+                self._leader = None
+                self._cond.notify_all()
+
+
+_registry_lock = threading.Lock()
+_registry: weakref.WeakValueDictionary[tuple[str, str | None], Committer] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def committer_of(key: tuple[str, str | None]) -> Committer:
+    """The committer of ``(resolved database path, VFS)`` in this process (made on first use;
+    kept while any caller holds it)."""
+    with _registry_lock:
+        found = _registry.get(key)
+        if found is None:
+            found = _registry[key] = Committer()
+        return found
+
+
+def _after_fork() -> None:
+    """A child starts with no commit running: a lock held by a parent's thread at the fork
+    would never be released in the child."""
+    global _registry_lock, _registry
+    _registry_lock = threading.Lock()
+    _registry = weakref.WeakValueDictionary()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def commit(log: LogHandle, batch: list[Job]) -> None:
+    """Run ``batch`` in one write transaction on ``log``'s writer (see the module docstring);
+    sets every job's outcome, never raises for a job's own failure."""
+    try:
+        conn = log._write_conn()
+    except Exception as e:  # the writer cannot be opened: nothing runs
+        _fail_all(batch, e)
+        return
+    try:
+        compress = log._codec(conn).compress
+        with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
+            row = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
+            first, prev = (0, GENESIS_HASH) if row is None else (row[0] + 1, row[1])
+            grow = tree.Appender.at(conn, first)
+            for job in batch:
+                try:
+                    with conn:  # SAVEPOINT: this job alone rolls back
+                        _run(conn, job, first, prev, grow, compress)
+                except _JOB_ONLY as e:  # a statement of this job's refused: the rest is sound
+                    if not conn.in_transaction:
+                        raise
+                    job.error = store_error("cannot append to the audit log", e, log._path)
+                    job.error.__cause__ = e
+                except Exception as e:
+                    job.error = e
+                if job.error is not None:
+                    job.rows = []
+                    grow = tree.Appender.at(conn, first)  # the tree as the savepoint left it
+                    continue
+                if job.count:
+                    first, prev = first + job.count, job.head
+        for job in batch:
+            job.committed = job.error is None
+    except apsw.Error as e:
+        _fail_all(batch, log._write_failed("cannot append to the audit log", e), cause=e)
+
+
+def _fail_all(batch: list[Job], error: Exception, *, cause: BaseException | None = None) -> None:
+    """Every job of a transaction that failed as a whole gets the error (a copy each: each
+    caller raises its own), unless it has one of its own already."""
+    for job in batch:
+        job.committed = False
+        job.rows = []
+        if job.error is None:
+            mine = copy.copy(error)
+            mine.__cause__ = cause if cause is not None else error.__cause__
+            job.error = mine
+
+
+def _run(
+    conn: apsw.Connection,
+    job: Job,
+    first: int,
+    prev: str,
+    grow: tree.Appender | None,
+    compress: Callable[[bytes], bytes],
+) -> None:
+    """Link and insert ``job``'s records after ``(first, prev)``, a chunk at a time."""
+    job.first, job.before, job.head, job.count = first, prev, "", 0
+    encoded = job.encoded
+    if job.within is not None:
+        redactor = job.redactor
+        encoded = [encode_payload(p, redactor) for p in job.within(conn)]
+        if not encoded:  # the change alone (a heartbeat): nothing to link
+            job.first = 0
+            return
+    pairs = (
+        ((job.recorded_at, d) for d in encoded)
+        if job.stamped is None
+        else job.stamped(conn, first, prev)
+    )
+    count = 0
+    while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):
+        rows = link_stamped(chunk, seq=first + count, prev_hash=prev)
+        conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
+        if grow is not None:
+            grow.add([r[4] for r in rows])
+            grow.flush()
+        count += len(rows)
+        prev = rows[-1][4]
+        if job.keep:
+            job.rows.extend(rows)
+    job.count, job.head = count, prev
