@@ -187,9 +187,7 @@ def poll_once(
         snap = accepted.snapshot
         return f"{verb}: {snap.ruleset_rev} (compiled {snap.compiled_at})"
     if config.endpoint is not None:
-        return _poll_endpoints(
-            cache, endpoints_of(config.endpoint), config.token_file, now, counts
-        )
+        return _poll_endpoints(cache, endpoints_of(config.endpoint), config.token_file, now, counts)
     raise SnapshotError("no snapshot source configured (rensei host sync)")
 
 
