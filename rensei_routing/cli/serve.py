@@ -145,7 +145,7 @@ def serve(
         service=service,
         jwks=home_jwks(h),
         host_status=lambda: host_status_data(cache, now=now()),
-        metrics=serve_metrics(service.held, HomeMetrics(h.path), now),
+        metrics=serve_metrics(service, HomeMetrics(h.path), now),
     )
     if latest is not None and (warning := ahead_of_clock(latest, now())):
         note(f"warning: {warning}")

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from ..control.server import SnapshotService
 from ..core.enforce.bound import ANSWERS, TRIPPED
 from ..core.enforce.records import DECISION_RECORD, TRIP_RECORD
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
@@ -398,21 +399,22 @@ def _latest_checkpoint(log: AuditLog, now: datetime) -> list[Family]:
 
 
 def serve_metrics(
-    service_held: Callable[[], RulesetSnapshot | None],
-    home: HomeMetrics,
-    clock: Callable[[], datetime],
+    service: SnapshotService, home: HomeMetrics, clock: Callable[[], datetime]
 ) -> Collect:
-    """What ``serve`` answers on ``/metrics``: the snapshot it serves, its HTTP answers (the
-    snapshot route's are the hosts' fetches by result) and its home's figures."""
+    """What ``serve`` answers on ``/metrics``: the snapshot it serves (what a snapshot request
+    would be answered now; the one held when that fails), its HTTP answers (the snapshot
+    route's are the hosts' fetches by result) and its home's figures."""
+
+    def served() -> RulesetSnapshot | None:
+        try:
+            return service.current().snapshot
+        except RenseiRoutingError:
+            return service.held()
 
     def collect(requests: Mapping[tuple[str, str], int]) -> str:
         now = clock()
         return render(
-            [
-                *served_families(service_held(), now),
-                *request_families(requests),
-                *home.families(now),
-            ]
+            [*served_families(served(), now), *request_families(requests), *home.families(now)]
         )
 
     return collect
