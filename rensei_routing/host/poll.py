@@ -300,8 +300,8 @@ def _poll_endpoints(
     try:
         token = token_from_file(token_file or "")
     except RenseiRoutingError as e:
-        for _ in endpoints:
-            if counts is not None:
+        if counts is not None:  # no endpoint could be asked: each fetch failed
+            for _ in endpoints:
                 counts.fetched("failed")
         cache.record_fetch(now=now, source=where, ok=False, detail=str(e))
         raise
