@@ -22,7 +22,7 @@ from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
 from ..errors import ConfigurationError, KeyFormatError, SnapshotError
 from ..files import read_limited, removed_on_failure
 from ..host.cache import HostCache, HostConfig, host_cache
-from ..host.poll import poll_once, run_polls
+from ..host.poll import PollCounts, poll_once, run_polls
 from ..host.status import (
     SYNC_STEP,
     TRUST_STEP,
@@ -249,8 +249,9 @@ def host_sync(
     "--listen",
     default=None,
     metavar="HOST:PORT",
-    help="Also serve GET /api/daemon/routing/config (the cache status) on this address; "
-    "with no snapshot source configured, serve only that (nothing to poll).",
+    help="Also serve GET /api/daemon/routing/config (the cache status) and GET /metrics "
+    "(Prometheus) on this address; with no snapshot source configured, serve only those "
+    "(nothing to poll).",
 )
 @home_option
 def host_run(interval: float | None, jitter: float | None, listen: str | None, home: Path) -> None:
@@ -267,10 +268,20 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
     period = config.interval_s if interval is None else interval
     spread = config.jitter_s if jitter is None else jitter
     log_to_stderr()
-    server = _status_server(cache, listen) if listen else None
+    counts = PollCounts()
+    server = _status_server(cache, listen, counts, home) if listen else None
     with stop_on_sigterm() as stop:
         if config.has_source:
-            run_polls(cache, config, period=period, spread=spread, stop=stop, clock=now, log=log)
+            run_polls(
+                cache,
+                config,
+                period=period,
+                spread=spread,
+                stop=stop,
+                clock=now,
+                log=log,
+                counts=counts,
+            )
         else:
             note(
                 "no snapshot source configured: nothing to poll, serving the status alone "
@@ -283,13 +294,18 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
     note("stopped")
 
 
-def _status_server(cache: HostCache, listen: str) -> RunningServer:
+def _status_server(cache: HostCache, listen: str, counts: PollCounts, home: Path) -> RunningServer:
     from ..control.server import make_app, serve_in_thread
+    from ..ops.metrics import HomeMetrics, host_metrics
 
     bind, _, port = listen.rpartition(":")
     if not bind or not port.isdigit():
         raise click.UsageError(f"--listen {listen!r} is not HOST:PORT")
-    app = make_app(now=now, host_status=lambda: host_status_data(cache, now=now()))
+    app = make_app(
+        now=now,
+        host_status=lambda: host_status_data(cache, now=now()),
+        metrics=host_metrics(cache, counts, HomeMetrics(home), now),
+    )
     server = serve_in_thread(app, host=bind, port=int(port))
     note(f"status on http://{bind}:{server.port}/api/daemon/routing/config")
     return server

@@ -83,8 +83,8 @@ def serve(
     """Serve GET /api/daemon/ruleset-snapshot (bearer token: <home>/keys/serve.token) until
     SIGTERM; writes to policies or org data are recompiled in the background. Also GET
     /api/daemon/routing/config (no token): this home's host cache status, as `host status
-    --json` gives it. SIGTERM stops accepting and lets responses in flight finish (up to
-    --drain seconds)."""
+    --json` gives it. GET /metrics (bearer token): Prometheus metrics. SIGTERM stops accepting
+    and lets responses in flight finish (up to --drain seconds)."""
     from ..control.listener import Limits, RunningServer
     from ..control.server import ahead_of_clock, make_app
     from ..control.snapshots import (
@@ -94,6 +94,7 @@ def serve(
         replica_service,
         snapshot_service,
     )
+    from ..ops.metrics import HomeMetrics, serve_metrics
     from ..plugins.manager import snapshot_validators
     from ._store import home_of
 
@@ -144,6 +145,7 @@ def serve(
         service=service,
         jwks=home_jwks(h),
         host_status=lambda: host_status_data(cache, now=now()),
+        metrics=serve_metrics(service, HomeMetrics(h.path), now),
     )
     if latest is not None and (warning := ahead_of_clock(latest, now())):
         note(f"warning: {warning}")

@@ -9,6 +9,9 @@
   --listen`` serves it, and ``serve`` for its own home's cache).
 - ``GET /.well-known/jwks.json`` (control side, no token: public keys only): the signing key as
   a JWKS document (``kty=OKP, crv=Ed25519``), under the key id snapshots carry.
+- ``GET /metrics`` (both sides): the Prometheus text exposition; it takes the bearer token when
+  the server has one (``serve``), as the snapshot route does, and none when it has none
+  (``host run --listen``, whose status route takes none either).
 
 Adapter: owns HTTP only; compiling, verifying and caching are the callables it is given. The
 clock is injected (``now``). Access log lines never include headers, so never the token, and
@@ -23,7 +26,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -50,6 +54,16 @@ log = logging.getLogger("rensei_routing.http")
 SNAPSHOT_PATH: Final = "/api/daemon/ruleset-snapshot"
 CONFIG_PATH: Final = "/api/daemon/routing/config"
 JWKS_PATH: Final = "/.well-known/jwks.json"
+METRICS_PATH: Final = "/metrics"
+#: The route label of each path in ``rensei_http_requests_total`` (any other path: ``other``).
+_ROUTES: Final = {
+    SNAPSHOT_PATH: "snapshot",
+    CONFIG_PATH: "config",
+    JWKS_PATH: "jwks",
+    METRICS_PATH: "metrics",
+}
+#: The exposition's content type (ops.exposition.CONTENT_TYPE; the adapter imports no service).
+_METRICS_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -275,18 +289,58 @@ def make_app(
     freshness: FreshnessPolicy | None = None,
     host_status: Callable[[], dict[str, Any]] | None = None,
     jwks: dict[str, Any] | None = None,
+    metrics: Callable[[Mapping[tuple[str, str], int]], str] | None = None,
 ) -> WSGIApp:
     """A WSGI app serving the snapshot endpoint (when ``service`` is given; it requires
-    ``token``), the host status endpoint (when ``host_status`` is given) and the JWKS
-    document (when ``jwks`` is given: public keys only, so no token)."""
+    ``token``), the host status endpoint (when ``host_status`` is given), the JWKS
+    document (when ``jwks`` is given: public keys only, so no token) and ``/metrics`` (when
+    ``metrics`` is given: called with this app's answers so far by (route, code); it requires
+    ``token`` when there is one)."""
     policy = freshness or FreshnessPolicy()
+    answered: Counter[tuple[str, str]] = Counter()
+    answered_lock = threading.Lock()
 
     def app(environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         method = environ.get("REQUEST_METHOD", "GET")
         status, body = _route(environ, path, method, start)
-        log.info("%s %s %s", loggable(method), loggable(path), status.split(" ", 1)[0])
+        code = status.split(" ", 1)[0]
+        with answered_lock:
+            answered[(_ROUTES.get(path, "other"), code)] += 1
+        log.info("%s %s %s", loggable(method), loggable(path), code)
         return body
+
+    def _authorized(environ: dict[str, Any]) -> bool:
+        given = environ.get("HTTP_AUTHORIZATION", "")
+        expected = f"Bearer {token}" if token else None
+        return expected is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+    def _unauthorized(start: StartResponse) -> tuple[str, Iterable[bytes]]:
+        start(
+            "401 Unauthorized",
+            [("WWW-Authenticate", 'Bearer realm="rensei"'), ("Content-Length", "0")],
+        )
+        return "401", [b""]
+
+    def _metrics(environ: dict[str, Any], start: StartResponse) -> tuple[str, Iterable[bytes]]:
+        assert metrics is not None
+        if token and not _authorized(environ):
+            return _unauthorized(start)
+        with answered_lock:
+            so_far = dict(answered)
+        try:
+            body = metrics(so_far).encode("utf-8")
+        except RenseiRoutingError as e:
+            return "503", _json(start, "503 Service Unavailable", {"error": str(e)})
+        start(
+            "200 OK",
+            [
+                ("Content-Type", _METRICS_TYPE),
+                ("Content-Length", str(len(body))),
+                ("Cache-Control", "no-store"),
+            ],
+        )
+        return "200", [body]
 
     def _route(
         environ: dict[str, Any], path: str, method: str, start: StartResponse
@@ -299,18 +353,14 @@ def make_app(
             return "200", _json(start, "200 OK", host_status())
         if path == JWKS_PATH and jwks is not None:
             return "200", _json(start, "200 OK", jwks)
+        if path == METRICS_PATH and metrics is not None:
+            return _metrics(environ, start)
         return "404", _json(start, "404 Not Found", {"error": f"no route {path}"})
 
     def _snapshot(environ: dict[str, Any], start: StartResponse) -> tuple[str, Iterable[bytes]]:
         assert service is not None
-        given = environ.get("HTTP_AUTHORIZATION", "")
-        expected = f"Bearer {token}" if token else None
-        if expected is None or not hmac.compare_digest(given.encode(), expected.encode()):
-            start(
-                "401 Unauthorized",
-                [("WWW-Authenticate", 'Bearer realm="rensei"'), ("Content-Length", "0")],
-            )
-            return "401", [b""]
+        if not _authorized(environ):
+            return _unauthorized(start)
         try:
             served = service.current()
         except SnapshotValidationError as e:

@@ -4,7 +4,8 @@ and the poll loop that repeats it.
 
 Owns the order (read or fetch, rank the replicas' copies, accept into the cache, record the
 fetch); the verification and succession rules are the cache's and the core's. The clock and the
-stop signal are the caller's.
+stop signal are the caller's. What each poll did is counted in a :class:`PollCounts` when one is
+given (the ``/metrics`` of ``host run --listen``).
 """
 
 from __future__ import annotations
@@ -21,14 +22,105 @@ from pathlib import Path
 from typing import Final
 
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment, verify_snapshot
-from ..errors import DamagedCacheError, FetchError, RenseiRoutingError, SnapshotError
+from ..errors import (
+    DamagedCacheError,
+    ExpiredError,
+    FetchError,
+    FutureSnapshotError,
+    RenseiRoutingError,
+    RollbackError,
+    SnapshotError,
+    SnapshotFormatError,
+    SnapshotVerificationError,
+)
 from ..files import read_limited, token_from_file
-from .cache import HostCache, HostConfig
+from .cache import AcceptResult, HostCache, HostConfig
 
-__all__ = ["MAX_SOURCE_BYTES", "endpoints_of", "etag_of", "poll_once", "run_polls"]
+__all__ = [
+    "FETCH_RESULTS",
+    "MAX_SOURCE_BYTES",
+    "REFUSAL_REASONS",
+    "PollCounts",
+    "endpoints_of",
+    "etag_of",
+    "poll_once",
+    "refusal_reason",
+    "run_polls",
+]
 
 #: The largest snapshot file ``host sync --from`` reads.
 MAX_SOURCE_BYTES: Final = 64 * 1024 * 1024
+
+
+#: What one fetch (of a file, or from one endpoint) came to.
+FETCH_RESULTS: Final = ("ok", "not_modified", "failed")
+#: Why a fetched copy was not adopted (:func:`refusal_reason`).
+REFUSAL_REASONS: Final = (
+    "rollback",
+    "future",
+    "verification",
+    "format",
+    "expired",
+    "damaged",
+    "other",
+)
+
+
+def refusal_reason(error: SnapshotError) -> str:
+    """The low-cardinality reason code of a refused copy: the kind of refusal, never its text."""
+    kinds: tuple[tuple[type[SnapshotError], str], ...] = (
+        (RollbackError, "rollback"),
+        (FutureSnapshotError, "future"),
+        (SnapshotVerificationError, "verification"),
+        (SnapshotFormatError, "format"),
+        (ExpiredError, "expired"),
+        (DamagedCacheError, "damaged"),
+    )
+    return next((name for kind, name in kinds if isinstance(error, kind)), "other")
+
+
+class PollCounts:
+    """What this process's polls did since it started (process-local: a restart begins at
+    zero, which Prometheus reads as a counter reset): fetches by result, copies adopted, and
+    copies refused by :func:`refusal_reason`. Safe to read from another thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fetches = dict.fromkeys(FETCH_RESULTS, 0)
+        self._refused = dict.fromkeys(REFUSAL_REASONS, 0)
+        self._adopted = 0
+
+    def fetched(self, result: str) -> None:
+        with self._lock:
+            self._fetches[result] += 1
+
+    def adopted(self) -> None:
+        with self._lock:
+            self._adopted += 1
+
+    def refused(self, error: SnapshotError) -> None:
+        with self._lock:
+            self._refused[refusal_reason(error)] += 1
+
+    def read(self) -> tuple[dict[str, int], int, dict[str, int]]:
+        """``(fetches by result, adopted, refused by reason)`` as of now."""
+        with self._lock:
+            return dict(self._fetches), self._adopted, dict(self._refused)
+
+
+def _accept(
+    cache: HostCache, data: bytes, *, now: datetime, source: str, counts: PollCounts | None
+) -> AcceptResult:
+    """``cache.accept``, counted."""
+    try:
+        accepted = cache.accept(data, now=now, source=source)
+    except SnapshotError as e:
+        if counts is not None:
+            counts.refused(e)
+        raise
+    if counts is not None and accepted.adopted:
+        counts.adopted()
+    return accepted
 
 
 def etag_of(snap: RulesetSnapshot) -> str:
@@ -67,7 +159,9 @@ def _held_etag(cache: HostCache) -> str | None:
     return hashlib.sha256(data).hexdigest()
 
 
-def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
+def poll_once(
+    cache: HostCache, config: HostConfig, *, now: datetime, counts: PollCounts | None = None
+) -> str:
     """One fetch + verify + persist at ``now``; the line to report. With several endpoints
     every one is asked and the host ends holding the newest verified copy any of them offered
     (:func:`_poll_endpoints`); the line names where it came from and every endpoint that failed
@@ -82,14 +176,18 @@ def poll_once(cache: HostCache, config: HostConfig, *, now: datetime) -> str:
         try:
             data = read_limited(Path(source), MAX_SOURCE_BYTES)
         except (OSError, ValueError) as e:
+            if counts is not None:
+                counts.fetched("failed")
             cache.record_fetch(now=now, source=source, ok=False, detail=str(e))
             raise SnapshotError(f"cannot read {source}: {e}") from e
-        accepted = cache.accept(data, now=now, source=source)
+        if counts is not None:
+            counts.fetched("ok")
+        accepted = _accept(cache, data, now=now, source=source, counts=counts)
         verb = "adopted" if accepted.adopted else "unchanged"
         snap = accepted.snapshot
         return f"{verb}: {snap.ruleset_rev} (compiled {snap.compiled_at})"
     if config.endpoint is not None:
-        return _poll_endpoints(cache, endpoints_of(config.endpoint), config.token_file, now)
+        return _poll_endpoints(cache, endpoints_of(config.endpoint), config.token_file, now, counts)
     raise SnapshotError("no snapshot source configured (rensei host sync)")
 
 
@@ -133,22 +231,33 @@ def _ask(
     token: str,
     etag: str | None,
     held: RulesetSnapshot | None,
+    counts: PollCounts | None,
 ) -> _Offer:
     """One endpoint's answer, its body verified (not yet offered to the cache)."""
     from .fetch import fetch_snapshot
 
+    def counted(result: str) -> None:
+        if counts is not None:
+            counts.fetched(result)
+
     try:
         result = fetch_snapshot(source, token=token, etag=etag)
     except RenseiRoutingError as e:
+        counted("failed")
         return _Offer(source=source, order=order, error=e)
     store_ok = result.headers.get("x-ruleset-store", "ok").strip().lower() != "unreachable"
     if result.body is None:
         if held is None:  # a 304 to no tag: nothing it confirms
+            counted("failed")
             return _Offer(source=source, order=order, error=FetchError(f"{source} answered 304"))
+        counted("not_modified")
         return _Offer(source=source, order=order, snapshot=held, store_ok=store_ok)
+    counted("ok")
     try:
         snap = verify_snapshot(result.body, lookup=cache.lookup(), scope_of=cache.scope_of())
     except SnapshotError as e:
+        if counts is not None:
+            counts.refused(e)
         return _Offer(source=source, order=order, error=e)
     return _Offer(source=source, order=order, data=result.body, snapshot=snap, store_ok=store_ok)
 
@@ -166,7 +275,11 @@ _MAX_PARALLEL: Final = 8
 
 
 def _poll_endpoints(
-    cache: HostCache, endpoints: list[str], token_file: str | None, now: datetime
+    cache: HostCache,
+    endpoints: list[str],
+    token_file: str | None,
+    now: datetime,
+    counts: PollCounts | None = None,
 ) -> str:
     """Ask every endpoint (at once), then offer the cache their verified copies newest first
     (:meth:`_Offer.rank`) until it holds one: it adopts it (newer), finds it unchanged (what it
@@ -187,13 +300,16 @@ def _poll_endpoints(
     try:
         token = token_from_file(token_file or "")
     except RenseiRoutingError as e:
+        if counts is not None:  # no endpoint could be asked: each fetch failed
+            for _ in endpoints:
+                counts.fetched("failed")
         cache.record_fetch(now=now, source=where, ok=False, detail=str(e))
         raise
     held = _held_or_none(cache)
     etag = _held_etag(cache)
 
     def ask(item: tuple[int, str]) -> _Offer:
-        return _ask(cache, item[1], item[0], token=token, etag=etag, held=held)
+        return _ask(cache, item[1], item[0], token=token, etag=etag, held=held, counts=counts)
 
     if len(endpoints) == 1:
         offers = [ask((0, endpoints[0]))]
@@ -209,7 +325,7 @@ def _poll_endpoints(
             kept = (offer, "not modified")
             break
         try:
-            accepted = cache.accept(offer.data, now=now, source=offer.source)
+            accepted = _accept(cache, offer.data, now=now, source=offer.source, counts=counts)
         except SnapshotError as e:
             refused[offer.order] = e
             continue
@@ -259,13 +375,14 @@ def run_polls(
     stop: threading.Event,
     clock: Callable[[], datetime],
     log: logging.Logger,
+    counts: PollCounts | None = None,
 ) -> None:
     """:func:`poll_once` every ``period`` + up to ``spread`` seconds until ``stop`` is set; a
-    failed poll is logged and keeps the last known-good copy."""
+    failed poll is logged and keeps the last known-good copy. ``counts`` counts every poll."""
     rng = random.Random()
     while not stop.is_set():
         try:
-            log.info("%s", poll_once(cache, config, now=clock()))
+            log.info("%s", poll_once(cache, config, now=clock(), counts=counts))
         except RenseiRoutingError as e:
             log.warning("poll failed, keeping the last known-good snapshot: %s", e)
         stop.wait(period + rng.uniform(0, spread))

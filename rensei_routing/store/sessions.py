@@ -316,6 +316,19 @@ class SessionStore:
             raise StoreError(f"cannot count sessions: {e}") from e
         return int(value) if isinstance(value, int) else 0
 
+    def counts_by_state(self, *, now_ms: int) -> dict[str, int]:
+        """How many sessions are in each state at ``now_ms`` (an open one whose lease lapsed
+        counts as expired, as :meth:`SessionRow.state_at` says). Raises: StoreError."""
+        sql = (
+            "SELECT CASE WHEN state = 'open' AND expires_ms < ?1 THEN 'expired' ELSE state END, "
+            "count(*) FROM sessions GROUP BY 1"
+        )
+        try:
+            rows = self._conn.execute(sql, (now_ms,)).fetchall()
+        except apsw.Error as e:
+            raise StoreError(f"cannot count sessions: {e}") from e
+        return {str(state): n for state, n in rows if isinstance(n, int)}
+
     def open_count_of(self, project: str | None, *, now_ms: int) -> int:
         """Open sessions with a live lease of ``project`` (``None``: of no project).
 
