@@ -1,11 +1,12 @@
 """Everything a plugin author imports, from one place: ``from rensei_routing.plugin import ...``.
 
 The hook marker (``hookimpl``), every type a hook takes or registers (the seam and its stages,
-vocabulary extensions and the shipped vocabulary, redaction patterns, snapshot validators,
-authorizers and what they answer, the audit record an observer sees, the enforced route and its
-kinds), the errors a plugin raises or meets, and the test helpers (docs/plugins.md).
-``tests/test_plugin_api.py`` checks that every type named in a hook specification's signature,
-and every type those types hold, is exported here, so a new hook cannot forget one.
+vocabulary extensions with the shipped vocabulary and Anthropic provenance, redaction patterns,
+snapshot validators, authorizers and what they answer, the audit record an observer sees, the
+enforced route and its kinds), the errors a plugin raises or meets, and the test helpers
+(docs/plugins.md). ``tests/test_plugin_api.py`` checks that every type named in a hook
+specification's signature, and every type those types hold, is exported here, so a new hook
+cannot forget one.
 
 This module is the plugin contract: a name in ``__all__`` keeps its meaning across releases,
 whatever module defines it. The host's own machinery (the manager, the checks, loading) is
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from .core.enforce.route import ENFORCED, LEGACY_COMPATIBLE, ROUTE_KINDS, EnforcedRoute
     from .core.redact import RedactionPattern
     from .core.routing.vocabulary import (
+        ANTHROPIC_PROVENANCE,
         DEFAULT_VOCABULARY,
         LiteralFamily,
         Provenance,
@@ -79,6 +81,7 @@ _LAZY: dict[str, str] = {
     # register_vocabulary
     **_from(
         ".core.routing.vocabulary",
+        "ANTHROPIC_PROVENANCE",
         "DEFAULT_VOCABULARY",
         "LiteralFamily",
         "Provenance",
@@ -118,6 +121,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "ANTHROPIC_PROVENANCE",
     "DEFAULT_VOCABULARY",
     "ENFORCED",
     "LEGACY_COMPATIBLE",
@@ -156,13 +160,17 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __package__), name)
-    globals()[name] = value
-    return value
+# Outside TYPE_CHECKING only: a type checker sees the imports above and nothing else, so
+# ``from rensei_routing.plugin import Sema`` is an error there too, not a name of type Any.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __package__), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
