@@ -1,15 +1,16 @@
 """The plugin hook specifications (pluggy project ``rensei_routing``): what a plugin may add.
 Owns no behaviour; each docstring is the plugin author's reference (docs/plugins.md repeats it
-with examples).
+with examples). Every type a hook takes or registers, and ``hookimpl``, is exported by
+:mod:`rensei_routing.plugin`, the one module a plugin imports (``tests/test_plugin_api.py``).
 
 Every hook is called with keywords only, once per plugin, in the order of the plugins' names
 (never pluggy's LIFO registration order). The ``register_*`` hooks contribute values through a
 ``register`` callback and must return ``None``; the manager collects every contribution, sorts
-it by a stable key, and refuses a name claimed twice with a :class:`~rensei_routing.errors.
-PluginError` naming both plugins. A hook that raises, registers a value of the wrong type or
-returns a value is a ``PluginError`` naming the plugin. ``apply_enforced_route`` is the one hook
-that answers a value: the seam's own plugin is asked (:func:`~rensei_routing.plugins.routes.
-apply_route`).
+it by a stable key, and refuses a name claimed twice with a
+:class:`~rensei_routing.plugin.PluginError` naming both plugins. A hook that raises, registers a
+value of the wrong type or returns a value is a ``PluginError`` naming the plugin.
+``apply_enforced_route`` is the one hook that answers a value: the seam's own plugin is asked
+(:func:`~rensei_routing.plugins.routes.apply_route`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def register_seams(register: Callable[[Seam], None]) -> None:
     """Call ``register(seam)`` once per spawn seam this plugin serves.
 
-    A :class:`~rensei_routing.core.shadow.compare.Seam` names the seam, its request face (a word
+    A :class:`~rensei_routing.plugin.Seam` names the seam, its request face (a word
     of the vocabulary's ``request_faces``; it decides the transport rule), the ordered names of the
     legacy stages it applies (each a word of ``legacy_mechanisms``), its legacy-mechanism
     classifier (``Sequence[Stage] -> Stage``: the stage that decided the route) and the
@@ -66,7 +67,7 @@ def register_vocabulary(register: Callable[[VocabularyExtension], None]) -> None
 @hookspec
 def register_redaction_patterns(register: Callable[[RedactionPattern], None]) -> None:
     """Call ``register(pattern)`` once per credential shape to redact from audit records
-    (a :class:`~rensei_routing.core.redact.RedactionPattern`: label, compiled regex, literal
+    (a :class:`~rensei_routing.plugin.RedactionPattern`: label, compiled regex, literal
     triggers). Plugin patterns run after the built-in ones, sorted by (label, regex); a plugin
     can add redaction, never remove it. An identical pattern from two plugins is kept once.
     """
@@ -75,7 +76,7 @@ def register_redaction_patterns(register: Callable[[RedactionPattern], None]) ->
 @hookspec
 def register_snapshot_validators(register: Callable[[SnapshotValidator], None]) -> None:
     """Call ``register(validator)`` once per check over a ruleset snapshot's sections (a
-    :class:`~rensei_routing.core.snapshot.validators.SnapshotValidator`: name, check). The check
+    :class:`~rensei_routing.plugin.SnapshotValidator`: name, check). The check
     gets a deep read-only copy of the sections and returns a list of problems (empty = valid);
     a check that changes them fails. Validators run sorted
     by name; a validator that raises or returns the wrong type counts as a failed validation.
@@ -86,7 +87,7 @@ def register_snapshot_validators(register: Callable[[SnapshotValidator], None]) 
 @hookspec
 def register_authorizers(register: Callable[[Authorizer], None]) -> None:
     """Call ``register(authorizer)`` once per authorizer for claim and spawn admission (a
-    :class:`~rensei_routing.core.snapshot.authz.Authorizer`: name, ``prepare(sections) -> decide``,
+    :class:`~rensei_routing.plugin.Authorizer`: name, ``prepare(sections) -> decide``,
     ``decide(requests) -> [PolicyVerdict]``). ``prepare`` runs once per snapshot revision; each
     request carries principal, action, resource and a context (pool, project, repo, role, and
     the snapshot's ``rulesetRev``/``snapshotAgeMs``/``degraded``). A verdict is a permit, a
@@ -107,7 +108,7 @@ def register_commands(cli: click.Group) -> None:
     """Attach click commands or groups to ``cli``; they appear under the ``rensei`` root.
 
     A name already used by a built-in command, or by another plugin, is a ``PluginError``
-    naming both. Plugin commands raise :class:`~rensei_routing.errors.RenseiRoutingError`
+    naming both. Plugin commands raise :class:`~rensei_routing.plugin.RenseiRoutingError`
     subclasses for expected failures (one line on stderr, exit 1).
     """
 
@@ -116,7 +117,7 @@ def register_commands(cli: click.Group) -> None:
 def decision_recorded(record: AuditRecord) -> None:
     """Observe one record just durably appended to the audit log by the CLI (``explain
     --record``, ``explain-batch --record``, shadow recording): the stored, redacted
-    :class:`~rensei_routing.core.audit.chain.AuditRecord` (``seq``, hashes, ``payload``).
+    :class:`~rensei_routing.plugin.AuditRecord` (``seq``, hashes, ``payload``).
 
     Called after the commit, once per record, in seq order. An observer that raises is logged
     (one warning line naming the plugin) and skipped; it never undoes or fails the append.
@@ -126,15 +127,15 @@ def decision_recorded(record: AuditRecord) -> None:
 @hookspec(firstresult=True)
 def apply_enforced_route(seam: str, route: EnforcedRoute, request: Any) -> Any:
     """Apply an enforced route to a spawn at ``seam``: return ``request`` rewritten so the
-    spawn runs on ``route`` (a :class:`~rensei_routing.core.enforce.route.EnforcedRoute`), or
+    spawn runs on ``route`` (a :class:`~rensei_routing.plugin.EnforcedRoute`), or
     ``None`` for a seam that is not this plugin's.
 
     ``request`` is whatever the seam spawns from (an argv, a request mapping): the plugin gets
     its own deep copy, so it can never change the caller's, and returns a new value. A
     ``legacy-compatible`` route leaves the request's model as it was (or sets the same one); a
     route whose ``model`` is ``None`` names no model and leaves it too. A request of the wrong
-    shape is a :class:`~rensei_routing.errors.SeamRequestError`. The host asks only the plugin
+    shape is a :class:`~rensei_routing.plugin.SeamRequestError`. The host asks only the plugin
     that registered ``seam`` (``apply_route``); an enforced route at a seam whose plugin
     answers ``None`` or does not implement this hook is a
-    :class:`~rensei_routing.errors.RouteNotAppliedError`: the spawn must not run.
+    :class:`~rensei_routing.plugin.RouteNotAppliedError`: the spawn must not run.
     """

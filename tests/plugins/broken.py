@@ -6,13 +6,14 @@ from collections.abc import Callable, Sequence
 
 import click
 
-from rensei_routing import hookimpl
-from rensei_routing.core.routing.vocabulary import (
+from rensei_routing.plugin import (
     ANTHROPIC_PROVENANCE,
     LiteralFamily,
+    Seam,
+    Stage,
     VocabularyExtension,
+    hookimpl,
 )
-from rensei_routing.core.shadow.compare import Seam, Stage
 
 from .sample import SEAM
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rensei_routing.core.shadow.compare import Seam
-from rensei_routing.plugins.hookspecs import hookimpl
+from rensei_routing.plugin import Seam, hookimpl
 
 _AGENTIC = ("default", "role-dial", "fleet-ratchet", "repo-provider", "credit-failover")
 _DIALLED = ("maintenance-default", "role-dial", "fleet-ratchet")

@@ -9,16 +9,18 @@ from typing import Any
 
 import click
 
-from rensei_routing import hookimpl
-from rensei_routing.core.audit.chain import AuditRecord
-from rensei_routing.core.redact import RedactionPattern
-from rensei_routing.core.routing.vocabulary import (
+from rensei_routing.plugin import (
     ANTHROPIC_PROVENANCE,
+    AuditRecord,
     LiteralFamily,
+    RedactionPattern,
+    Seam,
+    SnapshotValidator,
+    Stage,
     VocabularyExtension,
+    classify_legacy_mechanism,
+    hookimpl,
 )
-from rensei_routing.core.shadow.compare import Seam, Stage, classify_legacy_mechanism
-from rensei_routing.core.snapshot.validators import SnapshotValidator
 
 HAIKU = LiteralFamily(name="claude-haiku", token="haiku", provenance=ANTHROPIC_PROVENANCE)
 ACME_TOKEN = RedactionPattern(

@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rensei_routing import hookimpl
-from rensei_routing.core.authz import Authorizer
-from rensei_routing.core.validators import SnapshotValidator
+from rensei_routing.plugin import Authorizer, SnapshotValidator, hookimpl
 
 if TYPE_CHECKING:
     from .engine import CedarDecider

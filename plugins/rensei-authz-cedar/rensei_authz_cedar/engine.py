@@ -38,10 +38,13 @@ from typing import Any, Final
 
 import cedarpy
 
-from rensei_routing.core.authz import AuthorizationRequest, EntityRef
-from rensei_routing.core.org import authorization_of
-from rensei_routing.core.postures import PolicyVerdict
-from rensei_routing.errors import SnapshotError
+from rensei_routing.plugin import (
+    AuthorizationRequest,
+    EntityRef,
+    PolicyVerdict,
+    SnapshotError,
+    authorization_of,
+)
 
 __all__ = [
     "CedarBundle",

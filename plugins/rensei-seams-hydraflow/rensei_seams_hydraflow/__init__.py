@@ -45,9 +45,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from rensei_routing import hookimpl
-from rensei_routing.core.enforce.route import EnforcedRoute
-from rensei_routing.core.shadow import Classifier, Seam, Stage, classify_legacy_mechanism
+from rensei_routing.plugin import (
+    Classifier,
+    EnforcedRoute,
+    Seam,
+    Stage,
+    classify_legacy_mechanism,
+    hookimpl,
+)
 
 from .routes import apply_model
 

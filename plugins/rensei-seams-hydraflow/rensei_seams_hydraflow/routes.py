@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from rensei_routing.core.enforce.route import ENFORCED, EnforcedRoute
-from rensei_routing.errors import SeamRequestError
+from rensei_routing.plugin import ENFORCED, EnforcedRoute, SeamRequestError
 
 __all__ = ["ARGV_SEAMS", "MAPPING_SEAMS", "MODEL_FLAG", "apply_model", "rewrite_argv", "set_model"]
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...core.shadow.compare import Seam
-from ..hookspecs import hookimpl
+from ...plugin import Seam, hookimpl
 
 
 @hookimpl

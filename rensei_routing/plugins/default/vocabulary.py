@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...core.routing.vocabulary import DEFAULT_VOCABULARY, VocabularyExtension
-from ..hookspecs import hookimpl
+from ...plugin import DEFAULT_VOCABULARY, VocabularyExtension, hookimpl
 
 
 @hookimpl
