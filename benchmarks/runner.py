@@ -31,6 +31,7 @@ from . import (
     bench_sessions,
     bench_shadow,
     bench_snapshot,
+    bench_tree,
     bench_ui,
     bench_validation,
     bench_verify,
@@ -56,6 +57,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_fleet,
     bench_ui,
     bench_enforce,
+    bench_tree,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

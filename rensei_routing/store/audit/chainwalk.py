@@ -198,6 +198,7 @@ def verify_all(
     progress: Callable[[int], None] | None,
     public: signing.PublicKey | None,
     workers: int | None = None,
+    tree: bool = True,
 ) -> ChainVerdict:
     """Verify the chain: from the anchor (the newest pruned segment's signed head, or genesis),
     every sealed segment present in order (its seal's signature, its first ``prev_hash`` equal
@@ -205,6 +206,8 @@ def verify_all(
     live table from the last head. ``checkpoints`` are held to the segment their size falls
     in; one inside the pruned stretch has its signature checked and, at the anchor's size, its
     head compared. The verdict's counts and head are a single walk's from the anchor.
+    ``tree=False`` walks the chain alone (:attr:`ChainVerdict.tree` stays ``None``): the
+    benchmarks' baseline, the verification as it was before the tree.
 
     Raises:
         AuditError: segments or checkpoints must be checked but there is no public key.
@@ -215,7 +218,7 @@ def verify_all(
     conn = log._read_conn()
     with conn:
         verdict = _walk_all(log, conn, checkpoints, stored, progress, public, workers)
-        if verdict.result.ok:
+        if verdict.result.ok and tree:
             verdict = _with_tree(log, conn, verdict, checkpoints, stored)
     return verdict
 
