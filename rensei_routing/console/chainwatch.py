@@ -191,9 +191,9 @@ def _tree_verdict(
         count, want = stored_count(conn), stored_hash_count(result.records_checked)
         if count <= want:
             return result
-        seq = result.records_checked
+        top = result.records_checked
         detail = f"the tree stores {count} hashes, {count - want} past the chain's head"
-        return broken(seq, seq, "tree-overrun", detail, result.head_hash or GENESIS_HASH)
+        return broken(top, top, "tree-overrun", detail, result.head_hash or GENESIS_HASH)
     if state == "unchecked":
         return broken(0, None, "tree-node-mismatch", outcome[2])
     bad = failure(outcome)
