@@ -32,6 +32,7 @@ from . import (
     bench_sessions,
     bench_shadow,
     bench_snapshot,
+    bench_tree,
     bench_ui,
     bench_validation,
     bench_verify,
@@ -58,6 +59,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     bench_ui,
     bench_enforce,
     bench_live_record,
+    bench_tree,
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "latest.json"
 

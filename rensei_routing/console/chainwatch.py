@@ -9,7 +9,11 @@ the database file was replaced or removed (its device and inode), or when a file
 segments changed (name, size, mtime, inode). :func:`extend` verifies only the records appended
 after a verified head, and only when nothing else it can see changed: the record at the old head
 still carries the verified hash, the checkpoints and the segment catalogue are the ones the last
-walk checked; anything else is the caller's cue for a full walk.
+walk checked; anything else is the caller's cue for a full walk. The tree's hashes those
+records added are recomputed from their record hashes (and the stored right edge of the tree the
+last walk verified) and compared with the table (:class:`..store.treecheck.RangeCheck`): a
+replaced or missing node among them fails the increment, and the caller's full walk names it. A
+node below the verified size replaced alongside an append is the next full walk's to name.
 """
 
 from __future__ import annotations
@@ -32,12 +36,15 @@ from ..core.audit.chain import (
     parse_checkpoint,
     verify_chain,
 )
+from ..core.audit.merkle import stored_hash_count
 from ..core.audit.treehead import chain_head
+from ..core.audit.verdict import broken
 from ..errors import CheckpointFormatError
 from ..store.audit.segments import read_catalog, segments_dir
 from ..store.codec import FUNCTION
 from ..store.db import close_quietly, store_error
 from ..store.home import Home
+from ..store.treecheck import RangeCheck, failure, stored_count
 
 __all__ = ["ChainMark", "ChangeWatch", "extend", "mark"]
 
@@ -153,8 +160,45 @@ def mark(conn: apsw.Connection) -> ChainMark:
     return ChainMark(checkpoints=ids, catalog=catalog)
 
 
-def _rows(conn: apsw.Connection, start: int) -> Iterator[tuple[Any, ...]]:
-    yield from conn.execute(_ROWS, (start,))
+def _rows(conn: apsw.Connection, start: int, tree: RangeCheck | None) -> Iterator[tuple[Any, ...]]:
+    """The rows from ``start``, each record hash handed to ``tree`` on the way."""
+    if tree is None:
+        yield from conn.execute(_ROWS, (start,))
+        return
+    for row in conn.execute(_ROWS, (start,)):
+        tree.add(row[4])
+        yield row
+
+
+def _tree_of(conn: apsw.Connection, size: int) -> RangeCheck | None:
+    """The check of the tree's hashes past ``size`` leaves, when the stored tree covers them
+    (none: a home whose tree is unavailable or not built yet, which the full walk reports)."""
+    count = stored_count(conn)
+    if count == 0 or count < stored_hash_count(size):
+        return None
+    return RangeCheck(conn, size)
+
+
+def _tree_verdict(
+    conn: apsw.Connection, tree: RangeCheck | None, result: VerifyResult
+) -> VerifyResult:
+    """``result`` (the appended records held), unless the tree's hashes they added do not."""
+    if tree is None:
+        return result
+    outcome = tree.outcome()
+    state = outcome[0]
+    if state == "ok":
+        count, want = stored_count(conn), stored_hash_count(result.records_checked)
+        if count <= want:
+            return result
+        top = result.records_checked
+        detail = f"the tree stores {count} hashes, {count - want} past the chain's head"
+        return broken(top, top, "tree-overrun", detail, result.head_hash or GENESIS_HASH)
+    if state == "unchecked":
+        return broken(0, None, "tree-node-mismatch", outcome[2])
+    bad = failure(outcome)
+    seq = bad.first_bad_seq
+    return broken(seq or 0, seq, bad.state, bad.detail, result.head_hash or GENESIS_HASH)  # type: ignore[arg-type]
 
 
 def extend(
@@ -210,14 +254,21 @@ def extend(
                     return None  # a checkpoint inside what was walked: a full walk checks it
                 else:
                     cps.append(cp)
-            result = verify_chain(
-                _rows(conn, size),
-                checkpoints=cps,
-                origin=origin,
-                signature_ok=signature_ok if cps else None,
-                start_seq=size,
-                start_hash=head,
-            )
+            tree = _tree_of(conn, size)
+            try:
+                result = verify_chain(
+                    _rows(conn, size, tree),
+                    checkpoints=cps,
+                    origin=origin,
+                    signature_ok=signature_ok if cps else None,
+                    start_seq=size,
+                    start_hash=head,
+                )
+                if result.ok:
+                    result = _tree_verdict(conn, tree, result)
+            finally:
+                if tree is not None:
+                    tree.close()
     except apsw.Error as e:
         raise store_error("cannot read the audit log", e, Path(conn.filename)) from e
     if result.ok:

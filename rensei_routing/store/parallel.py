@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -49,6 +50,7 @@ from ..core.audit.verdict import GENESIS_HASH
 from ..errors import StoreError
 from .codec import Codec
 from .db import SEGMENT_MIN_VERSION, close_quietly, connect
+from .treecheck import RangeCheck, RangeTree
 
 if TYPE_CHECKING:  # not imported by a worker process: its start-up is part of every verify
     from .home import ConnectOptions
@@ -58,6 +60,7 @@ __all__ = [
     "MIN_RANGE_RECORDS",
     "PARALLEL_MIN_RECORDS",
     "PARSE_WEIGHT",
+    "TreeWork",
     "cut",
     "default_workers",
     "verify_in_workers",
@@ -92,8 +95,26 @@ _POLL: Final = 0.2
 _SELECT_ALL: Final = f"SELECT {', '.join(ROW_COLUMNS)} FROM audit_records ORDER BY seq"
 _SELECT: Final = _SELECT_ALL.replace("ORDER BY", "WHERE seq >= ? AND seq < ? ORDER BY")
 
-#: One range to check: (index, lo, hi, checkpoint marks, parsed_below).
-_Task = tuple[int, int, int, dict[int, list[str]], int]
+#: One range to check: (index, lo, hi, checkpoint marks, parsed_below, the database holding
+#: the tree to check the range's leaves against, or ``None``).
+_Task = tuple[int, int, int, dict[int, list[str]], int, str | None]
+#: Opens (or returns the one already open) a read-only connection to a database by path.
+_Opener = Callable[[str], apsw.Connection]
+
+
+@dataclass(slots=True)
+class TreeWork:
+    """The walk checks the stored Merkle tree too (:mod:`.treecheck`), each range the leaves of
+    its own rows: ``conn`` is this process's connection to the database holding ``audit_tree``
+    (in a read transaction the caller holds), ``path`` that database's file (the workers open
+    it); each range's outcome is appended to ``outcomes`` in seq order (one for a one-process
+    walk). An outcome of a walk whose chain failed means nothing."""
+
+    conn: apsw.Connection
+    path: Path
+    outcomes: list[RangeTree] = field(default_factory=list)
+
+
 #: The directory holding the package, put on the workers' path.
 _ROOT: Final = str(Path(__file__).resolve().parent.parent.parent)
 
@@ -156,36 +177,83 @@ def _receive(inp: IO[bytes]) -> Any:
 
 
 def _inflated(
-    rows: Iterable[Sequence[Any]], inflate: Callable[[Any], Any]
+    rows: Iterable[Sequence[Any]], inflate: Callable[[Any], Any], tree: RangeCheck | None = None
 ) -> Iterator[tuple[Any, ...]]:
-    """The rows with their stored payloads inflated (see :data:`_SELECT_ALL`)."""
+    """The rows with their stored payloads inflated (see :data:`_SELECT_ALL`), each record hash
+    handed to ``tree`` on the way (so the tree is checked from the rows the chain reads)."""
+    if tree is None:
+        for seq, recorded_at, prev_hash, p_hash, r_hash, stored in rows:
+            yield seq, recorded_at, prev_hash, p_hash, r_hash, inflate(stored)
+        return
+    add = tree.add
     for seq, recorded_at, prev_hash, p_hash, r_hash, stored in rows:
+        add(r_hash)
         yield seq, recorded_at, prev_hash, p_hash, r_hash, inflate(stored)
 
 
 def _check(
-    conn: apsw.Connection, task: _Task, report: Callable[[Any], None]
+    conn: apsw.Connection, task: _Task, report: Callable[[Any], None], open_tree: _Opener
 ) -> tuple[str, int, Any]:
-    """Check the range ``[lo, hi)`` in one read transaction: ``("ok", index, outcome)`` or
-    ``("error", index, message)`` (an exception is not sent: a typed error may not unpickle);
-    ``report`` gets the progress messages meanwhile."""
-    index, lo, hi, marks, parsed_below = task
+    """Check the range ``[lo, hi)`` in one read transaction: ``("ok", index, (outcome, tree
+    outcome or None))`` or ``("error", index, message)`` (an exception is not sent: a typed
+    error may not unpickle); ``report`` gets the progress messages meanwhile. The tree (when
+    the task names its database) is read through ``open_tree``'s connection: ``conn`` itself
+    when the records are the home's, in the same transaction."""
+    index, lo, hi, marks, parsed_below, tree_path = task
 
     def progress(seq: int) -> None:
         report(("progress", index, seq - lo))
 
     try:
-        with conn:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(conn)
+            tree: RangeCheck | None = None
+            if tree_path is not None:
+                tree_conn = open_tree(tree_path)
+                if tree_conn is not conn:
+                    stack.enter_context(tree_conn)
+                tree = RangeCheck(tree_conn, lo)
+                stack.callback(tree.close)
             inflate = Codec.load(conn).inflate
             cursor = conn.execute(_SELECT, (lo, hi))
             try:
-                rows = _inflated(cursor, inflate)
+                rows = _inflated(cursor, inflate, tree)
                 outcome = check_range(rows, marks, parsed_below=parsed_below, progress=progress)
             finally:
                 cursor.close(True)
+            found = None if tree is None else tree.outcome()
     except Exception as e:
         return "error", index, f"{type(e).__name__}: {e}"
-    return "ok", index, outcome
+    return "ok", index, (outcome, found)
+
+
+class _Connections:
+    """Read-only connections by path, opened on first use: a process's own database and the
+    home database holding the tree (when the records are a sealed segment's)."""
+
+    def __init__(self, busy_timeout_ms: int) -> None:
+        self._busy_timeout_ms = busy_timeout_ms
+        self._open: dict[str, apsw.Connection] = {}
+
+    def get(self, path: str, *, min_version: int | None = None) -> apsw.Connection:
+        conn = self._open.get(path)
+        if conn is None:
+            if min_version is None:
+                conn = connect(Path(path), write=False, busy_timeout_ms=self._busy_timeout_ms)
+            else:
+                conn = connect(
+                    Path(path),
+                    write=False,
+                    busy_timeout_ms=self._busy_timeout_ms,
+                    min_version=min_version,
+                )
+            self._open[path] = conn
+        return conn
+
+    def close(self) -> None:
+        for conn in self._open.values():
+            close_quietly(conn)
+        self._open.clear()
 
 
 def serve(path: Path, busy_timeout_ms: int) -> int:
@@ -193,10 +261,9 @@ def serve(path: Path, busy_timeout_ms: int) -> int:
     read-only connection; ranges in on stdin, progress and outcomes out on stdout, until stdin
     ends. Only ever started by :func:`_run`, which trusts what it reads back."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
+    conns = _Connections(busy_timeout_ms)
     try:
-        conn = connect(
-            path, write=False, busy_timeout_ms=busy_timeout_ms, min_version=SEGMENT_MIN_VERSION
-        )
+        conn = conns.get(str(path), min_version=SEGMENT_MIN_VERSION)
     except Exception as e:
         _send(out, ("error", -1, f"{type(e).__name__}: {e}"))
         return 1
@@ -207,9 +274,9 @@ def serve(path: Path, busy_timeout_ms: int) -> int:
 
     try:
         while (task := _receive(inp)) is not None:
-            _send(out, _check(conn, task, report))
+            _send(out, _check(conn, task, report, conns.get))
     finally:
-        close_quietly(conn)
+        conns.close()
     return 0
 
 
@@ -225,11 +292,13 @@ def walk(
     options: ConnectOptions,
     start_seq: int = 0,
     start_hash: str = GENESIS_HASH,
+    tree: TreeWork | None = None,
 ) -> VerifyResult:
     """:func:`.chain.verify_chain` over every row of ``conn`` (in a read transaction the caller
     holds), in ``workers`` processes (``None``: :func:`default_workers`) when :func:`wanted`,
     else in this one. ``start_seq``/``start_hash``: the rows begin after a trusted prefix (a
-    sealed or pruned segment's head, see :mod:`.segments`), as in ``verify_chain``.
+    sealed or pruned segment's head, see :mod:`.segments`), as in ``verify_chain``. With
+    ``tree``, the leaves of the rows are checked against the stored tree as they are read.
 
     Raises:
         StoreError: a worker could not read its range, or a worker process failed.
@@ -252,19 +321,21 @@ def walk(
             parsed_below=spare,
             start_seq=start_seq,
             start_hash=start_hash,
+            tree=tree,
         )
     cursors: list[apsw.Cursor] = []
     inflate = Codec.load(conn).inflate
+    check = None if tree is None else RangeCheck(tree.conn, start_seq)
 
-    def rows() -> Iterator[tuple[Any, ...]]:
+    def rows(leaves: RangeCheck | None = None) -> Iterator[tuple[Any, ...]]:
         """The rows from genesis, in the caller's read transaction (so the same snapshot:
         ``verify_chain`` walks them a second time to name a failure below a checkpoint)."""
         cursors.append(conn.execute(_SELECT_ALL))
-        return _inflated(cursors[-1], inflate)
+        return _inflated(cursors[-1], inflate, leaves)
 
     try:
-        return verify_chain(
-            rows(),
+        result = verify_chain(
+            rows(check),
             checkpoints=checkpoints,
             origin=origin,
             signature_ok=signature_ok,
@@ -273,9 +344,14 @@ def walk(
             start_seq=start_seq,
             start_hash=start_hash,
         )
+        if tree is not None and check is not None:
+            tree.outcomes.append(check.outcome())
+        return result
     finally:
         for cursor in cursors:
             cursor.close(True)
+        if check is not None:
+            check.close()
 
 
 def verify_in_workers(
@@ -291,10 +367,11 @@ def verify_in_workers(
     parsed_below: int,
     start_seq: int = 0,
     start_hash: str = GENESIS_HASH,
+    tree: TreeWork | None = None,
 ) -> VerifyResult:
     """:func:`.chain.verify_chain`'s verdict on the rows of ``path`` with seq ``start_seq..top``
     (the largest stored, read by the caller with the checkpoints), reached in ``workers``
-    processes.
+    processes; ``tree`` as :func:`walk`'s.
     ``parsed_below`` as there (the largest checkpoint carrying ``payloads: strict-json``): a
     failure below it is looked for again with every payload parsed, so the verdict is a full
     strict walk's.
@@ -307,10 +384,20 @@ def verify_in_workers(
         return marks
     start = (start_seq, start_hash)
     result = _run(
-        path, marks, len(checkpoints), top, workers, busy_timeout_ms, parsed_below, progress, start
+        path,
+        marks,
+        len(checkpoints),
+        top,
+        workers,
+        busy_timeout_ms,
+        parsed_below,
+        progress,
+        start,
+        tree,
     )
     seq = result.first_broken_seq
     if parsed_below and seq is not None and seq < parsed_below:
+        # The chain failed: the tree's outcomes mean nothing, and are not looked for again.
         result = _run(path, marks, len(checkpoints), top, workers, busy_timeout_ms, 0, None, start)
     return result
 
@@ -325,18 +412,25 @@ def _run(
     parsed_below: int,
     progress: Callable[[int], None] | None,
     start: tuple[int, str] = (0, GENESIS_HASH),
+    tree: TreeWork | None = None,
 ) -> VerifyResult:
     """One walk over ``[start seq, top]`` in ranges; see :func:`verify_in_workers`. This
     process checks ranges beside ``workers - 1`` worker processes (it would otherwise only
     wait, and one interpreter fewer starts)."""
     cuts = cut(start[0], top + 1, workers, parsed_below)
-    tasks = [(i, lo, hi, marks, parsed_below) for i, (lo, hi) in enumerate(cuts)]
+    tree_path = None if tree is None else str(tree.path)
+    tasks = [(i, lo, hi, marks, parsed_below, tree_path) for i, (lo, hi) in enumerate(cuts)]
     pool = _Pool(path, busy_timeout_ms, max(0, min(workers, len(tasks)) - 1))
     # The workers count records checked; a single walk reports the next seq (from the start).
     counted = None if progress is None else (lambda n: progress(start[0] + n))
     try:
         result = join(
-            pool.outcomes(tasks, counted, _Local(path, busy_timeout_ms)),
+            pool.outcomes(
+                tasks,
+                counted,
+                _Local(path, busy_timeout_ms),
+                None if tree is None else tree.outcomes,
+            ),
             marks,
             checkpoints=count,
             parsed_below=parsed_below,
@@ -355,24 +449,20 @@ class _Local:
     its own, opened on first use and closed by :meth:`close`."""
 
     def __init__(self, path: Path, busy_timeout_ms: int) -> None:
-        self._path = path
-        self._busy_timeout_ms = busy_timeout_ms
-        self._conn: apsw.Connection | None = None
+        self._path = str(path)
+        self._conns = _Connections(busy_timeout_ms)
 
     def check(self, task: _Task, report: Callable[[Any], None]) -> tuple[str, int, Any]:
         """:func:`_check` of ``task`` in this process (a failure to connect is an ``error``
         outcome, as a worker's would be)."""
-        if self._conn is None:
-            try:
-                self._conn = connect(self._path, write=False, busy_timeout_ms=self._busy_timeout_ms)
-            except Exception as e:
-                return "error", task[0], f"{type(e).__name__}: {e}"
-        return _check(self._conn, task, report)
+        try:
+            conn = self._conns.get(self._path)
+        except Exception as e:
+            return "error", task[0], f"{type(e).__name__}: {e}"
+        return _check(conn, task, report, self._conns.get)
 
     def close(self) -> None:
-        if self._conn is not None:
-            close_quietly(self._conn)
-            self._conn = None
+        self._conns.close()
 
 
 class _Pool:
@@ -419,8 +509,10 @@ class _Pool:
         tasks: list[_Task],
         progress: Callable[[int], None] | None,
         local: _Local,
+        trees: list[RangeTree] | None = None,
     ) -> Iterator[RangeOutcome]:
-        """The ranges' outcomes in seq order. Ranges are handed out in order: to each worker
+        """The ranges' outcomes in seq order (their trees' outcomes appended to ``trees`` as
+        each is yielded). Ranges are handed out in order: to each worker
         :data:`_IN_FLIGHT` ahead, the next to a worker as it sends an outcome, and the next to
         ``local`` (this process) whenever no worker message is waiting; ``progress`` gets the
         records checked so far (in any range)."""
@@ -429,7 +521,7 @@ class _Pool:
             for k in range(len(self._procs)):
                 if pending:
                     self._give(k, pending.popleft())
-        done: dict[int, RangeOutcome] = {}
+        done: dict[int, tuple[RangeOutcome, RangeTree | None]] = {}
         counts = [0] * len(tasks)
         shown = wanted_index = 0
 
@@ -439,7 +531,10 @@ class _Pool:
         try:
             while wanted_index < len(tasks):
                 if wanted_index in done:
-                    yield done.pop(wanted_index)
+                    outcome, found = done.pop(wanted_index)
+                    if trees is not None and found is not None:
+                        trees.append(found)
+                    yield outcome
                     wanted_index += 1
                     continue
                 k = -1

@@ -36,7 +36,7 @@ from ...core.audit.chain import (
 from ...core.audit.treehead import chain_head, form, root_of
 from ...core.audit.verdict import broken
 from ...errors import AuditError, CheckpointFormatError, TreeError
-from .. import parallel
+from .. import parallel, treecheck
 from ..db import store_error
 from . import tree
 from .attest import unattested
@@ -93,10 +93,12 @@ def verify_live(
     public: signing.PublicKey | None,
     workers: int | None = None,
     start: tuple[int, str] = (0, GENESIS_HASH),
+    tree_work: parallel.TreeWork | None = None,
 ) -> VerifyResult:
     """The live table's part of :func:`verify_all` from ``start`` (the newest segment's head,
     or genesis), inside a read transaction the caller holds on ``conn``: ``checkpoints`` and
-    (with ``stored``) the home's stored ones, then the rows (:func:`.parallel.walk`).
+    (with ``stored``) the home's stored ones, then the rows (:func:`.parallel.walk`, checking
+    the tree's leaves of them with ``tree_work``).
 
     Raises:
         AuditError: checkpoints must be checked but there is no public key.
@@ -132,6 +134,7 @@ def verify_live(
         options=log._options,
         start_seq=start[0],
         start_hash=start[1],
+        tree=tree_work,
     )
 
 
@@ -198,6 +201,7 @@ def verify_all(
     progress: Callable[[int], None] | None,
     public: signing.PublicKey | None,
     workers: int | None = None,
+    tree: bool = True,
 ) -> ChainVerdict:
     """Verify the chain: from the anchor (the newest pruned segment's signed head, or genesis),
     every sealed segment present in order (its seal's signature, its first ``prev_hash`` equal
@@ -205,6 +209,8 @@ def verify_all(
     live table from the last head. ``checkpoints`` are held to the segment their size falls
     in; one inside the pruned stretch has its signature checked and, at the anchor's size, its
     head compared. The verdict's counts and head are a single walk's from the anchor.
+    ``tree=False`` walks the chain alone (:attr:`ChainVerdict.tree` stays ``None``): the
+    benchmarks' baseline, the verification as it was before the tree.
 
     Raises:
         AuditError: segments or checkpoints must be checked but there is no public key.
@@ -214,9 +220,10 @@ def verify_all(
         recover(log)
     conn = log._read_conn()
     with conn:
-        verdict = _walk_all(log, conn, checkpoints, stored, progress, public, workers)
-        if verdict.result.ok:
-            verdict = _with_tree(log, conn, verdict, checkpoints, stored)
+        work = parallel.TreeWork(conn, log._path) if tree else None
+        verdict = _walk_all(log, conn, checkpoints, stored, progress, public, workers, work)
+        if verdict.result.ok and work is not None:
+            verdict = _with_tree(log, conn, verdict, checkpoints, stored, work)
     return verdict
 
 
@@ -226,10 +233,12 @@ def _with_tree(
     verdict: ChainVerdict,
     given: Sequence[Checkpoint],
     stored: bool,
+    work: parallel.TreeWork,
 ) -> ChainVerdict:
-    """The chain held: recompute the tree from its records (:func:`.tree.check`), then hold
-    every tree-root checkpoint (given, stored, seals, those in sealed segments) to the tree's
-    root at its size. Its signature was checked by the walk."""
+    """The chain held: the tree as the walk's ranges found it, recomputed from the rows they
+    read (:func:`_found`), then every tree-root checkpoint (given, stored, seals, those in
+    sealed segments) held to the tree's root at its size. Its signature was checked by the
+    walk."""
     result = verdict.result
     notes = list(given) + seals(conn)
     if stored:
@@ -239,7 +248,11 @@ def _with_tree(
     unique = {c.to_text(): c for c in notes}
     cps = sorted(unique.values(), key=lambda c: c.size)
     claimed = max((c.size for c in cps if root_of(c) is not None), default=0)
-    found = tree.check(conn, log._sealed, verdict.first_seq, result.records_checked, claimed)
+    found = tree.precheck(conn, verdict.first_seq, result.records_checked, claimed)
+    if found is None:
+        found = _found(conn, work, verdict)
+    if found is None:  # not reached by the walk's ranges: recomputed here, in one process
+        found = tree.check(conn, log._sealed, verdict.first_seq, result.records_checked, claimed)
     if not found.ok:
         seq = found.first_bad_seq
         failed = broken(seq or 0, seq, found.state, found.detail, result.head_hash)  # type: ignore[arg-type]
@@ -266,6 +279,25 @@ def _with_tree(
     return replace(verdict, tree=found, forms=tuple((c.size, form(c)) for c in cps))
 
 
+def _found(
+    conn: apsw.Connection, work: parallel.TreeWork, verdict: ChainVerdict
+) -> TreeCheck | None:
+    """The tree's verdict from the outcomes of the walk's ranges (in seq order, from the first
+    seq present): the first failure (exactly the one-process check's, see :mod:`..treecheck`),
+    or ``ok`` when every leaf present was checked; ``None`` when they do not settle it."""
+    leaves = 0
+    for outcome in work.outcomes:
+        state, count, _detail = outcome
+        if state == "unchecked":
+            return None
+        if state != "ok":
+            return treecheck.failure(outcome)
+        leaves += count or 0
+    if leaves != verdict.records:
+        return None
+    return tree.conclude(conn, verdict.first_seq + leaves)
+
+
 def _walk_all(
     log: LogHandle,
     conn: apsw.Connection,
@@ -274,12 +306,15 @@ def _walk_all(
     progress: Callable[[int], None] | None,
     public: signing.PublicKey | None,
     workers: int | None,
+    work: parallel.TreeWork | None = None,
 ) -> ChainVerdict:
     """:func:`verify_all` in the read transaction the caller holds on the home."""
     catalog = read_catalog(conn)
     if not catalog:
         return ChainVerdict(
-            result=verify_live(log, conn, checkpoints, stored, progress, public, workers)
+            result=verify_live(
+                log, conn, checkpoints, stored, progress, public, workers, tree_work=work
+            )
         )
     if public is None:
         raise AuditError("no public key to check the audit segments' seals with")
@@ -317,13 +352,17 @@ def _walk_all(
             continue
         mine.append(parse_checkpoint(seg.note))
         start = 0 if not pruned else pruned[-1].last_seq + 1
-        result = _verify_sealed(log, seg, mine, expected, prev, signature_ok, progress, workers)
+        result = _verify_sealed(
+            log, seg, mine, expected, prev, signature_ok, progress, workers, work
+        )
         if not result.ok:
             return _with(verdict, result, pruned, start)
         done += result.checkpoints_checked
         expected, prev = seg.last_seq + 1, seg.head_hash
     start = 0 if not pruned else pruned[-1].last_seq + 1
-    result = verify_live(log, conn, pending, stored, progress, public, workers, (expected, prev))
+    result = verify_live(
+        log, conn, pending, stored, progress, public, workers, (expected, prev), work
+    )
     if result.ok:
         result = VerifyResult(
             ok=True,
@@ -406,6 +445,7 @@ def _verify_sealed(
     signature_ok: Callable[[Checkpoint], bool],
     progress: Callable[[int], None] | None,
     workers: int | None,
+    work: parallel.TreeWork | None = None,
 ) -> VerifyResult:
     """One sealed segment's records, its stored checkpoints and ``cps`` (its seal among them),
     walked from ``(expected, prev)``; it must end exactly at its seal."""
@@ -447,6 +487,7 @@ def _verify_sealed(
                 options=log._options,
                 start_seq=expected,
                 start_hash=prev,
+                tree=work,
             )
     except apsw.Error as e:
         raise store_error(f"cannot read audit segment {seg.name}", e, path) from e

@@ -25,23 +25,26 @@ checkpoints stay of the head-hash form, and verification says ``unavailable``.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import apsw
 
 from ...core.audit import merkle
-from ...core.audit.merkle import (
-    HASH_SIZE,
-    HashReader,
-    split_stored_hash_index,
-    stored_hash_count,
-    stored_hash_index,
-)
+from ...core.audit.merkle import stored_hash_count
 from ...core.canonical import SHA256_PREFIX
 from ...errors import TreeError
+from ..treecheck import (
+    CHUNK,
+    ROW,
+    Compare,
+    Extender,
+    TreeCheck,
+    frontier,
+    reader,
+    start_failure,
+    stored_count,
+)
 from .segments import Sealed, head_across, read_catalog
 
 __all__ = [
@@ -50,30 +53,18 @@ __all__ = [
     "TreeCheck",
     "catch_up",
     "check",
+    "conclude",
+    "precheck",
     "reader",
     "root_at",
     "size_of",
     "stored_count",
 ]
 
-#: Stored hashes per row of ``audit_tree``.
-CHUNK: Final = 32
-_ROW: Final = CHUNK * HASH_SIZE
 _PREFIX: Final = len(SHA256_PREFIX)
-_LAST: Final = "SELECT chunk, length(hashes) FROM audit_tree ORDER BY chunk DESC LIMIT 1"
 _UPSERT: Final = "INSERT OR REPLACE INTO audit_tree(chunk, hashes) VALUES (?, ?)"
 #: Records read per query when building or checking the tree.
 _PAGE: Final = 10_000
-
-
-def stored_count(conn: apsw.Connection) -> int:
-    """How many stored hashes the table holds, by its last row (in the caller's transaction).
-
-    Raises:
-        apsw.Error: the table cannot be read.
-    """
-    row = conn.execute(_LAST).fetchone()
-    return 0 if row is None else int(row[0]) * CHUNK + int(row[1]) // HASH_SIZE
 
 
 def size_of(count: int) -> int:
@@ -87,29 +78,6 @@ def size_of(count: int) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-def reader(conn: apsw.Connection) -> HashReader:
-    """The :data:`~...core.audit.merkle.HashReader` over ``conn``'s stored hashes (one row read
-    per distinct row needed), in the caller's transaction. A hash not stored raises
-    :class:`TreeError`."""
-
-    def read(indexes: Sequence[int]) -> list[bytes]:
-        rows: dict[int, bytes] = {}
-        for k in sorted({i // CHUNK for i in indexes}):
-            row = conn.execute("SELECT hashes FROM audit_tree WHERE chunk = ?", (k,)).fetchone()
-            rows[k] = b"" if row is None else bytes(row[0])
-        out = []
-        for i in indexes:
-            at = (i % CHUNK) * HASH_SIZE
-            h = rows[i // CHUNK][at : at + HASH_SIZE]
-            if len(h) != HASH_SIZE:
-                level, n = split_stored_hash_index(i)
-                raise TreeError(f"the tree has no stored hash {i} (level {level}, node {n})")
-            out.append(h)
-        return out
-
-    return read
 
 
 def root_at(conn: apsw.Connection, size: int) -> bytes | None:
@@ -133,45 +101,34 @@ def leaf_data(record_hash: str) -> bytes:
     return bytes.fromhex(record_hash[_PREFIX:])
 
 
-def _frontier(read: HashReader, size: int) -> list[bytes]:
-    """The right edge of the tree of ``size`` leaves: at level ``L`` (for each set bit ``L`` of
-    ``size``) the hash of the complete subtree ending at leaf ``size - 1``."""
-    levels = [lv for lv in range(size.bit_length()) if size >> lv & 1]
-    hashes = read([stored_hash_index(lv, (size >> lv) - 1) for lv in levels])
-    edge = [b""] * 64
-    for lv, h in zip(levels, hashes, strict=True):
-        edge[lv] = h
-    return edge
-
-
-class Appender:
+class Appender(Extender):
     """Extends the stored tree of ``size`` leaves inside the caller's write transaction:
     :meth:`add` the record hashes in seq order, :meth:`flush` (at least once, before the
     commit) to write the rows."""
 
-    __slots__ = ("_chunk", "_conn", "_edge", "_pending", "size")
+    __slots__ = ("_chunk", "_conn")
 
-    def __init__(self, conn: apsw.Connection, size: int, *, detached: bool = False) -> None:
-        """``detached``: never written (:meth:`take` the hashes instead of :meth:`flush`).
+    def __init__(self, conn: apsw.Connection, size: int) -> None:
+        """The frontier and the last row's hashes (rewritten with the new ones) in one read.
 
         Raises:
             TreeError: the frontier of ``size`` is not stored.
             apsw.Error: the table cannot be read.
         """
-        self._conn = conn
-        self.size = size
         count = stored_hash_count(size)
-        self._chunk = count // CHUNK
-        self._edge = _frontier(reader(conn), size) if size else [b""] * 64
-        self._pending = bytearray()
-        partial = count % CHUNK
-        if partial and not detached:  # the last row's hashes, rewritten with the new ones
-            self._pending += b"".join(reader(conn)(range(count - partial, count)))
+        partial = list(range(count - count % CHUNK, count))
+        got: list[bytes] = []
 
-    def take(self) -> bytes:
-        """The stored hashes added since the last call (a detached appender's output)."""
-        out, self._pending = bytes(self._pending), bytearray()
-        return out
+        def read(indexes: Sequence[int]) -> Sequence[bytes]:
+            hashes = reader(conn)([*indexes, *partial])
+            got.extend(hashes[len(indexes) :])
+            return hashes[: len(indexes)]
+
+        edge = frontier(read, size) if size else [b""] * 64
+        super().__init__(edge, size)
+        self._conn = conn
+        self._chunk = count // CHUNK
+        self._pending += b"".join(got)
 
     @classmethod
     def at(cls, conn: apsw.Connection, size: int) -> Appender | None:
@@ -189,22 +146,6 @@ class Appender:
         except TreeError:
             return None
 
-    def add(self, record_hashes: Iterable[str]) -> None:
-        """Add the leaves of these records (the next seqs, in order)."""
-        n, edge, out, sha = self.size, self._edge, self._pending, hashlib.sha256
-        for rh in record_hashes:
-            h = sha(b"\x00" + bytes.fromhex(rh[_PREFIX:])).digest()
-            out += h
-            level, m = 0, n
-            while m & 1:
-                h = sha(b"\x01" + edge[level] + h).digest()
-                out += h
-                level += 1
-                m >>= 1
-            edge[level] = h
-            n += 1
-        self.size = n
-
     def flush(self) -> None:
         """Write the rows the hashes added since the last flush fill (and the partial last).
 
@@ -215,13 +156,13 @@ class Appender:
         if not data:
             return
         rows = [
-            (self._chunk + i, bytes(data[off : off + _ROW]))
-            for i, off in enumerate(range(0, len(data), _ROW))
+            (self._chunk + i, bytes(data[off : off + ROW]))
+            for i, off in enumerate(range(0, len(data), ROW))
         ]
         self._conn.executemany(_UPSERT, rows)
-        full = len(data) // _ROW
+        full = len(data) // ROW
         self._chunk += full
-        self._pending = data[full * _ROW :]
+        self._pending = data[full * ROW :]
 
 
 # -- reading the record hashes across segments ----------------------------------------------------
@@ -316,40 +257,53 @@ def _behind(conn: apsw.Connection) -> tuple[int, bool]:
 # -- verification ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TreeCheck:
-    """What :func:`check` found: ``state`` ``ok`` (every stored hash recomputed from the record
-    hashes present and equal), ``unavailable`` (no tree: its oldest leaves were pruned before
-    it existed), ``absent`` (no tree yet, and no signed tree-root checkpoint says there was
-    one; or a sealed segment's file verified on its own), or a failure: ``tree-truncated``
-    (hashes missing, from ``first_bad_seq``'s leaf), ``tree-node-mismatch`` (the stored hash
-    ``index`` at ``level``, ``node`` is not the one recomputed; ``first_bad_seq`` is the leaf
-    it was written with), ``tree-overrun`` (hashes stored past the chain's head)."""
+def precheck(conn: apsw.Connection, start: int, records: int, claimed: int = 0) -> TreeCheck | None:
+    """The verdict :func:`check` reaches without recomputing anything (no tree stored: it is
+    ``unavailable`` or ``absent``), or ``None``: the hashes must be recomputed. Arguments as
+    :func:`check`'s.
 
-    state: str
-    size: int
-    first_bad_seq: int | None = None
-    index: int | None = None
-    level: int | None = None
-    node: int | None = None
-    detail: str = ""
+    Raises:
+        apsw.Error: a read failed.
+    """
+    if records == 0 or stored_count(conn):
+        return None
+    if start:
+        return TreeCheck(
+            state="unavailable",
+            size=0,
+            detail=f"records 0..{start - 1} were pruned before the tree existed",
+        )
+    segment = conn.execute("SELECT 1 FROM meta WHERE key = 'segment.first_seq'").get
+    if segment is not None:
+        return TreeCheck(
+            state="absent", size=0, detail="a sealed segment's file: the tree is the home's"
+        )
+    if not claimed:
+        return TreeCheck(
+            state="absent",
+            size=0,
+            detail="not built yet: the next writer to open the log builds it",
+        )
+    return None
 
-    @property
-    def ok(self) -> bool:
-        """The tree holds (or there is none to hold)."""
-        return self.state in ("ok", "unavailable", "absent")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {
-            "state": self.state,
-            "size": self.size,
-            "first_bad_seq": self.first_bad_seq,
-            "node": None
-            if self.index is None
-            else {"index": self.index, "level": self.level, "n": self.node},
-            "detail": self.detail,
-        }
+def conclude(conn: apsw.Connection, size: int) -> TreeCheck:
+    """Every stored hash of the tree of ``size`` leaves was recomputed and held: ``ok``, unless
+    the table stores hashes past them (``tree-overrun``).
+
+    Raises:
+        apsw.Error: a read failed.
+    """
+    count, want = stored_count(conn), stored_hash_count(size)
+    if count > want:
+        return TreeCheck(
+            state="tree-overrun",
+            size=size,
+            first_bad_seq=size,
+            index=want,
+            detail=f"the tree stores {count} hashes, {count - want} past the chain's head",
+        )
+    return TreeCheck(state="ok", size=size)
 
 
 def check(
@@ -357,43 +311,30 @@ def check(
 ) -> TreeCheck:
     """Recompute every stored hash from the record hashes present (from ``start``, the first
     seq present; the hashes below it are the pruned stretch's, held by the anchor) and compare
-    with the table, for a chain of ``records`` records; in the caller's read transaction.
+    with the table, for a chain of ``records`` records; in the caller's read transaction, in
+    this process (the verify walk does the same in its ranges: :mod:`..treecheck`).
     ``claimed``: the largest size a signed tree-root checkpoint states (an empty table is then
     truncated storage, not a tree not built yet).
 
     Raises:
         apsw.Error, StoreError: a read failed.
     """
-    count = stored_count(conn)
-    if count == 0 and records:
-        if start:
-            return TreeCheck(
-                state="unavailable",
-                size=0,
-                detail=f"records 0..{start - 1} were pruned before the tree existed",
-            )
-        segment = conn.execute("SELECT 1 FROM meta WHERE key = 'segment.first_seq'").get
-        if segment is not None:
-            return TreeCheck(
-                state="absent", size=0, detail="a sealed segment's file: the tree is the home's"
-            )
-        if not claimed:
-            return TreeCheck(
-                state="absent",
-                size=0,
-                detail="not built yet: the next writer to open the log builds it",
-            )
+    early = precheck(conn, start, records, claimed)
+    if early is not None:
+        return early
     try:
-        app = Appender(conn, start, detached=True)
+        edge = frontier(reader(conn), start) if start else [b""] * 64
     except TreeError as e:
-        return _mismatch_at(stored_hash_index(0, start - 1), str(e), "tree-truncated")
-    chunk = stored_hash_count(start) // CHUNK
+        return start_failure(start, e)
+    app = Extender(edge, start)
+    index = stored_hash_count(start)
     rows = iter(
         conn.execute(
-            "SELECT chunk, hashes FROM audit_tree WHERE chunk >= ? ORDER BY chunk", (chunk,)
+            "SELECT chunk, hashes FROM audit_tree WHERE chunk >= ? ORDER BY chunk",
+            (index // CHUNK,),
         )
     )
-    state = _Compare(rows, chunk, stored_hash_count(start))
+    state = Compare(rows, index)
     batch: list[str] = []
     for _seq, _link, rh in record_hashes(conn, sealed, start):
         batch.append(rh)
@@ -407,64 +348,4 @@ def check(
     bad = state.feed(app.take())
     if bad is not None:
         return bad
-    want = stored_hash_count(app.size)
-    if count > want:
-        return TreeCheck(
-            state="tree-overrun",
-            size=app.size,
-            first_bad_seq=app.size,
-            index=want,
-            detail=f"the tree stores {count} hashes, {count - want} past the chain's head",
-        )
-    return TreeCheck(state="ok", size=app.size)
-
-
-def _mismatch_at(index: int, detail: str, state: str) -> TreeCheck:
-    level, n = split_stored_hash_index(index)
-    seq = ((n + 1) << level) - 1
-    return TreeCheck(
-        state=state, size=seq, first_bad_seq=seq, index=index, level=level, node=n, detail=detail
-    )
-
-
-class _Compare:
-    """The stored rows, compared with the recomputed hashes as they come."""
-
-    def __init__(self, rows: Iterator[Any], chunk: int, index: int) -> None:
-        self._rows = rows
-        self._next = chunk
-        self._index = index  # the stored index of the next hash to compare
-        self._stored = bytearray()
-        self._offset = (index % CHUNK) * HASH_SIZE
-
-    def feed(self, computed: bytes) -> TreeCheck | None:
-        """Compare ``computed`` (the next stored hashes); a failure, or ``None``."""
-        while len(self._stored) - self._offset < len(computed):
-            row = next(self._rows, None)
-            if row is None or int(row[0]) != self._next:
-                break
-            self._stored += bytes(row[1])
-            self._next += 1
-        at, stored = self._offset, self._stored
-        n = min(len(computed), len(stored) - at)
-        if computed[:n] != stored[at : at + n]:
-            for i in range(0, n, HASH_SIZE):
-                if computed[i : i + HASH_SIZE] != stored[at + i : at + i + HASH_SIZE]:
-                    index = self._index + i // HASH_SIZE
-                    level, node = split_stored_hash_index(index)
-                    return _mismatch_at(
-                        index,
-                        f"stored hash {index} (level {level}, node {node}) is not the hash "
-                        "recomputed from the records",
-                        "tree-node-mismatch",
-                    )
-        if n < len(computed):
-            index = self._index + n // HASH_SIZE
-            return _mismatch_at(
-                index, f"the tree's storage ends before stored hash {index}", "tree-truncated"
-            )
-        self._index += n // HASH_SIZE
-        whole = (at + n) // _ROW * _ROW
-        self._stored = stored[whole:]
-        self._offset = at + n - whole
-        return None
+    return conclude(conn, app.size)
