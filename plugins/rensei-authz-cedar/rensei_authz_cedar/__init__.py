@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from rensei_routing import hookimpl
-from rensei_routing.core.authz import Authorizer
-from rensei_routing.core.validators import SnapshotValidator
+from rensei_routing.core.snapshot.authz import Authorizer
+from rensei_routing.core.snapshot.validators import SnapshotValidator
 
 if TYPE_CHECKING:
     from .engine import CedarDecider

@@ -38,9 +38,9 @@ from typing import Any, Final
 
 import cedarpy
 
-from rensei_routing.core.authz import AuthorizationRequest, EntityRef
-from rensei_routing.core.org import authorization_of
-from rensei_routing.core.postures import PolicyVerdict
+from rensei_routing.core.snapshot.authz import AuthorizationRequest, EntityRef
+from rensei_routing.core.snapshot.org import authorization_of
+from rensei_routing.core.snapshot.postures import PolicyVerdict
 from rensei_routing.errors import SnapshotError
 
 __all__ = [
