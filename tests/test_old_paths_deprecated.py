@@ -170,3 +170,11 @@ def test_the_source_check_finds_old_paths(tmp_path: Path, source: str, expected:
     path = tmp_path / "sample.py"
     path.write_text(source)
     assert _old_path_imports(path) == expected
+
+
+def test_the_changelog_lists_every_old_path_for_removal() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    deprecated = text.split("### Deprecated", 1)[1].split("\n### ", 1)[0]
+    assert f"removed in {REMOVED_IN}" in deprecated
+    missing = [old for old in MOVED if f"`{old.removeprefix('rensei_routing.')}`" not in deprecated]
+    assert missing == []
