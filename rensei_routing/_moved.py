@@ -148,7 +148,7 @@ def _caller() -> int:
     from ``create_module``, that is neither this module nor ``importlib.import_module``, so the
     warning names the user's line and its module's warning filters apply. ``warnings.warn``
     itself skips the import system's bootstrap frames, so they are not counted."""
-    frame = sys._getframe(2)  # noqa: SLF001 (create_module's caller; counting needs the frames)
+    frame = sys._getframe(2)  # create_module's caller
     level = 1
     while frame is not None:
         filename = frame.f_code.co_filename
