@@ -1,4 +1,5 @@
-"""The module paths of before the re-layout (docs/architecture.md, "Old paths"), still importable.
+"""The module paths of before the re-layout (docs/architecture.md, "Old module paths"), still
+importable until 0.3.0, each with a ``DeprecationWarning`` naming its new path.
 
 Plugins written against the flat layout import ``rensei_routing.core.authz``,
 ``rensei_routing.core.shadow``, ``rensei_routing.hookspecs`` and so on. Each old name that is no
@@ -12,6 +13,11 @@ Two old modules were split in two (``core.decision`` into ``core.routing.decisio
 ``core.routing.members``): their old paths load a module of their own holding every name of both
 (the same objects), so everything they exported still imports from them.
 
+The first import of an old path in a process warns (:data:`REMOVED_IN` is the release that drops
+it); later imports find it in ``sys.modules`` and stay quiet. The warning is attributed to the
+line that imported the old path (the import system's own frames skipped), so Python's default
+filters show it when that line is in ``__main__`` and test runners show it for test code.
+
 Old paths that became packages (``rensei_routing.plugins``, ``rensei_routing.shadow``,
 ``rensei_routing.control``, ``rensei_routing.core.snapshot``, ``rensei_routing.core.shadow``)
 need no alias: the package re-exports the names the module had.
@@ -22,12 +28,16 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import sys
+import warnings
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Final, cast
 
 if TYPE_CHECKING:
     from importlib.abc import Loader
+
+#: The release that removes the old paths (CHANGELOG.md, "Deprecated").
+REMOVED_IN: Final = "0.3.0"
 
 #: Old dotted path -> the module that holds its code now (or, for a split module, the modules,
 #: the one that holds the old name's main class last).
@@ -107,6 +117,7 @@ class _MovedFinder:
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         target = MOVED[spec.name]
+        warnings.warn(deprecation_message(spec.name), DeprecationWarning, stacklevel=_caller())
         if isinstance(target, tuple):  # a split module: one of its own, with both halves' names
             combined = ModuleType(spec.name, f"Old path of {', '.join(target)}.")
             for name in target:
@@ -123,6 +134,30 @@ class _MovedFinder:
         # The import system set the alias's spec on the shared module: give it back its own.
         if module.__name__ in self._specs:
             module.__spec__ = self._specs[module.__name__]
+
+
+def deprecation_message(old: str) -> str:
+    """The warning an old path gives: the path(s) to import instead and when it goes."""
+    target = MOVED[old]
+    new = " and ".join(target) if isinstance(target, tuple) else target
+    return f"{old} is deprecated and will be removed in {REMOVED_IN}: import {new} instead"
+
+
+def _caller() -> int:
+    """The ``stacklevel`` of the frame that imported the old path: the first frame, going out
+    from ``create_module``, that is neither this module nor ``importlib.import_module``, so the
+    warning names the user's line and its module's warning filters apply. ``warnings.warn``
+    itself skips the import system's bootstrap frames, so they are not counted."""
+    frame = sys._getframe(2)  # create_module's caller
+    level = 1
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not ("importlib" in filename and "_bootstrap" in filename):
+            level += 1
+            if filename not in (__file__, importlib.__file__):
+                break
+        frame = frame.f_back  # type: ignore[assignment]
+    return level
 
 
 FINDER: Final = _MovedFinder()

@@ -431,6 +431,7 @@ def test_architecture_md_names_every_package_and_only_real_ones() -> None:
     assert _packages() - named == set(), "in the tree but not named"
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # old paths warn
 def test_every_old_path_resolves_to_its_module_and_has_type_stubs() -> None:
     import importlib
 
@@ -453,6 +454,7 @@ def test_every_old_path_resolves_to_its_module_and_has_type_stubs() -> None:
         assert not PACKAGE.joinpath(*parts).with_suffix(".py").exists(), f"{old} is a module"
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # old paths warn
 def test_a_split_modules_old_path_keeps_every_name_it_exported() -> None:
     from rensei_routing.core import context, decision  # type: ignore[attr-defined]
 
