@@ -120,7 +120,8 @@ def stored_context_text(text: str) -> str | None:
     ``"explanation":{`` (whose earlier keys are ``conflicting_policy_ids`` and ``considered``)
     is that decision's context, in a shadow record (``proposed``) and in a plain decision
     alike; the context runs to the explanation's next key, ``eligible_account_ids`` (or a
-    compact explanation's ``trace``, or ``outranked`` when it is stored by ids), whose ``,"`` cannot occur inside a string either. Only a
+    compact explanation's ``trace``, or ``outranked`` when it is stored by ids), whose ``,"``
+    cannot occur inside a string either. Only a
     context nested in a way no context is (the key again inside it) could end elsewhere; then
     the text returned is a proper prefix of the value, which is never JSON on its own, so
     parsing it (as :func:`stored_context` does, and a reader must before trusting it) tells.
