@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rensei_routing import EnforcedRoute, EnforcementRefused, Enforcer, NotGoverned
+from rensei_routing.core.enforce.records import lineage_of
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.enforce import arm, disarm, status
 from rensei_routing.errors import StoreError
@@ -104,7 +105,11 @@ def test_an_enforced_route_carries_its_lineage_and_its_record_is_committed(tmp_p
 
     record = json.loads(stored[route.seq])
     assert record["record_type"] == "enforced-decision" and record["enforced"] is True
-    assert record["lineage"] == {
+    # the lineage stores what the decision does not (its ids are the decision's), and reads
+    # back whole
+    assert record["lineage"] == {"revision": 1, "policy_hash": route.policy_hash}
+    assert record["decision"]["explanation"]["trace"] == "compact"
+    assert lineage_of(record) == {
         "policy_id": "widgets-on-anthropic",
         "revision": 1,
         "policy_hash": route.policy_hash,
@@ -143,7 +148,7 @@ def test_held_and_rejected_are_refused_after_their_record_commits(
     assert refusal.code == code
     (record,) = payloads(home, "enforced-decision")
     assert record["answer"] == code and record["route"] is None
-    assert record["lineage"]["decision_id"] == refusal.decision_id
+    assert lineage_of(record)["decision_id"] == refusal.decision_id
     assert [s for s, _, _ in chain(home)][-1] == refusal.seq
 
 
