@@ -393,3 +393,28 @@ def test_an_arm_killed_before_its_commit_leaves_a_set_hint_and_nothing_armed(
     assert len(payloads(home, "enforce-gate")) == gates + 1  # the verdict had committed
     with _enforcer(home) as e:
         assert e.enforce(gateway_spawn()) == NotGoverned("nothing-armed")
+
+
+def test_an_enforced_decision_replays_and_rederives_its_full_trace(tmp_path: Path) -> None:
+    """An enforced decision is recorded compact; replay decides it again and ``audit show
+    --full``'s path re-derives its full trace, the envelope kept as stored."""
+    from rensei_routing.ops.rederive import full_trace
+    from rensei_routing.ops.replay import Sources, replay_chain
+    from rensei_routing.store.audit import AuditLog
+
+    import json
+
+    home = make_home(tmp_path)
+    _arm(home)
+    with _enforcer(home) as e:
+        route = e.enforce(gateway_spawn())
+    assert isinstance(route, EnforcedRoute)
+    record = json.loads({seq: p for seq, _, p in chain(home)}[route.seq])
+    sources = Sources(home)
+    found = full_trace(record, sources, where="record")
+    assert found.rederived and found.decision.decision_id == route.decision_id
+    assert found.payload["lineage"] == record["lineage"]
+    assert "eligible_account_ids" in found.payload["decision"]["explanation"]
+    with AuditLog.open(home) as log:
+        summary = replay_chain(log, sources)
+    assert summary.ok and summary.by_kind.get("enforced") == 1
