@@ -398,11 +398,11 @@ def test_an_arm_killed_before_its_commit_leaves_a_set_hint_and_nothing_armed(
 def test_an_enforced_decision_replays_and_rederives_its_full_trace(tmp_path: Path) -> None:
     """An enforced decision is recorded compact; replay decides it again and ``audit show
     --full``'s path re-derives its full trace, the envelope kept as stored."""
+    import json
+
     from rensei_routing.ops.rederive import full_trace
     from rensei_routing.ops.replay import Sources, replay_chain
     from rensei_routing.store.audit import AuditLog
-
-    import json
 
     home = make_home(tmp_path)
     _arm(home)

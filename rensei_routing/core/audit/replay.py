@@ -61,12 +61,14 @@ def decision_of(payload: Any) -> tuple[str, Mapping[str, Any]] | None:
     if not isinstance(payload, Mapping):
         return None
     kind, decision = DECISION, payload
+    decision_member: Any = payload
     if "record_type" in payload:
         carrier = _CARRIERS.get(payload.get("record_type"))  # type: ignore[arg-type]
         if carrier is None:
             return None
         kind, member = carrier
-        decision = payload.get(member)
+        decision_member = payload.get(member)
+    decision = decision_member
     if not isinstance(decision, Mapping) or not isinstance(decision.get("decision_id"), str):
         return None
     explanation = decision.get("explanation")

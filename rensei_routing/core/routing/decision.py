@@ -20,7 +20,7 @@ from .explanation import (
     ACCOUNT_REASONS,
     COMPACT,
     MATCH_REASONS,
-    OUTRANKED,
+    OUTRANKED_COUNT,
     UNMATCHED,
     WINNERS,
     ConsideredPolicy,
@@ -376,7 +376,7 @@ class RouteDecision(_DecisionFields):
                 "unlisted_policy_count",
                 "unlisted_outranked_count",
                 "trace",
-                OUTRANKED,
+                OUTRANKED_COUNT,
                 UNMATCHED,
                 WINNERS,
             ),
@@ -389,8 +389,8 @@ class RouteDecision(_DecisionFields):
                     raise p.fail(p.at(epath, listed), "a compact explanation lists no accounts")
         brief = UNMATCHED in e
         if brief:
-            e = earlier_form(e, d, epath, conflict=d.get("reason") == POLICY_CONFLICT)
-        elif any(key in e for key in (OUTRANKED, WINNERS)):
+            e = earlier_form(dict(e), dict(d), epath, conflict=d.get("reason") == POLICY_CONFLICT)
+        elif any(key in e for key in (OUTRANKED_COUNT, WINNERS)):
             raise p.fail(p.at(epath, UNMATCHED), "required field is missing")
         cpath = p.at(epath, "considered")
         considered = []

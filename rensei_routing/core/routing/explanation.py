@@ -68,7 +68,7 @@ COMPACT: Final = "compact"
 #: The keys of a compact explanation as records store it (see :meth:`Explanation.to_dict`):
 #: the rivals outranked, the policies that did not match (counted), and the winners listed when
 #: they are not just the decision's own policy.
-OUTRANKED: Final = "outranked"
+OUTRANKED_COUNT: Final = "outranked"
 UNMATCHED: Final = "unmatched"
 WINNERS: Final = "winners"
 
@@ -372,7 +372,7 @@ class Explanation(_ExplanationFields):
                 )
                 return (
                     f'{{"context":{compact_context_text(self.context.canonical_text())},'
-                    f'"{OUTRANKED}":{self.unlisted_outranked_count},"trace":"{COMPACT}",'
+                    f'"{OUTRANKED_COUNT}":{self.unlisted_outranked_count},"trace":"{COMPACT}",'
                     f'"{UNMATCHED}":{self.unlisted_policy_count}{listed}}}'
                 )
         conflicting = ",".join(_e(i) for i in self.conflicting_policy_ids)
@@ -417,7 +417,7 @@ class Explanation(_ExplanationFields):
                 assert owner is not None
                 brief: dict[str, Any] = {
                     "context": compact_context(self.context.to_dict()),
-                    OUTRANKED: self.unlisted_outranked_count,
+                    OUTRANKED_COUNT: self.unlisted_outranked_count,
                     "trace": COMPACT,
                     UNMATCHED: self.unlisted_policy_count,
                 }
@@ -487,7 +487,7 @@ def earlier_form(
             }
             for i in winners
         ],
-        "unlisted_outranked_count": e.get(OUTRANKED, 0),
+        "unlisted_outranked_count": e.get(OUTRANKED_COUNT, 0),
         "unlisted_policy_count": e[UNMATCHED],
     }
     if conflict:

@@ -32,7 +32,7 @@ from ..canonical import json_string as _s
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
-from .explanation import COMPACT, OUTRANKED, UNMATCHED, WINNERS, full_context
+from .explanation import COMPACT, OUTRANKED_COUNT, UNMATCHED, WINNERS, full_context
 
 __all__ = [
     "ID_FIELDS",
@@ -136,7 +136,7 @@ class ScanMemo:
         if self._keys_suspect is None:
             # The keys, and the one fixed value a compact explanation adds ("trace").
             self._keys_suspect = self._redactor.might_match(
-                " ".join((*RECORD_KEYS, COMPACT, OUTRANKED, UNMATCHED, WINNERS))
+                " ".join((*RECORD_KEYS, COMPACT, OUTRANKED_COUNT, UNMATCHED, WINNERS))
             )
         if self._keys_suspect:
             return True
