@@ -207,7 +207,7 @@ def test_the_compact_trace_is_bounded() -> None:
     assert compact.decision_id == full.decision_id
     # the count is in the JSON, and reads back
     data = compact.to_dict()
-    assert data["explanation"]["unlisted_outranked_count"] == 30 - COMPACT_RIVALS
+    assert data["explanation"]["outranked"] == 30 - COMPACT_RIVALS
     assert compact.canonical() == canonical_bytes(data)
     assert RouteDecision.from_dict(json.loads(compact.canonical())) == compact
 
@@ -218,7 +218,7 @@ def test_a_compact_trace_says_so_and_a_full_one_reads_as_before() -> None:
     compact = explain(ctx, snapshot, trace="compact")
     full = explain(ctx, snapshot, trace="full")
     assert compact.to_dict()["explanation"]["trace"] == "compact"
-    assert compact.to_dict()["explanation"]["unlisted_outranked_count"] == 3  # rivals counted
+    assert compact.to_dict()["explanation"]["outranked"] == 3  # rivals counted (stored by ids)
     assert "trace" not in full.to_dict()["explanation"]
     assert b"unlisted_outranked_count" not in full.canonical()
     assert b'"trace"' not in full.canonical()

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rensei_routing import EnforcedRoute, EnforcementRefused, Enforcer, NotGoverned
+from rensei_routing.core.enforce.records import lineage_of
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.enforce import arm, disarm, status
 from rensei_routing.errors import StoreError
@@ -104,7 +105,11 @@ def test_an_enforced_route_carries_its_lineage_and_its_record_is_committed(tmp_p
 
     record = json.loads(stored[route.seq])
     assert record["record_type"] == "enforced-decision" and record["enforced"] is True
-    assert record["lineage"] == {
+    # the lineage stores what the decision does not (its ids are the decision's), and reads
+    # back whole
+    assert record["lineage"] == {"revision": 1, "policy_hash": route.policy_hash}
+    assert record["decision"]["explanation"]["trace"] == "compact"
+    assert lineage_of(record) == {
         "policy_id": "widgets-on-anthropic",
         "revision": 1,
         "policy_hash": route.policy_hash,
@@ -143,7 +148,7 @@ def test_held_and_rejected_are_refused_after_their_record_commits(
     assert refusal.code == code
     (record,) = payloads(home, "enforced-decision")
     assert record["answer"] == code and record["route"] is None
-    assert record["lineage"]["decision_id"] == refusal.decision_id
+    assert lineage_of(record)["decision_id"] == refusal.decision_id
     assert [s for s, _, _ in chain(home)][-1] == refusal.seq
 
 
@@ -388,3 +393,28 @@ def test_an_arm_killed_before_its_commit_leaves_a_set_hint_and_nothing_armed(
     assert len(payloads(home, "enforce-gate")) == gates + 1  # the verdict had committed
     with _enforcer(home) as e:
         assert e.enforce(gateway_spawn()) == NotGoverned("nothing-armed")
+
+
+def test_an_enforced_decision_replays_and_rederives_its_full_trace(tmp_path: Path) -> None:
+    """An enforced decision is recorded compact; replay decides it again and ``audit show
+    --full``'s path re-derives its full trace, the envelope kept as stored."""
+    import json
+
+    from rensei_routing.ops.rederive import full_trace
+    from rensei_routing.ops.replay import Sources, replay_chain
+    from rensei_routing.store.audit import AuditLog
+
+    home = make_home(tmp_path)
+    _arm(home)
+    with _enforcer(home) as e:
+        route = e.enforce(gateway_spawn())
+    assert isinstance(route, EnforcedRoute)
+    record = json.loads({seq: p for seq, _, p in chain(home)}[route.seq])
+    sources = Sources(home)
+    found = full_trace(record, sources, where="record")
+    assert found.rederived and found.decision.decision_id == route.decision_id
+    assert found.payload["lineage"] == record["lineage"]
+    assert "eligible_account_ids" in found.payload["decision"]["explanation"]
+    with AuditLog.open(home) as log:
+        summary = replay_chain(log, sources)
+    assert summary.ok and summary.by_kind.get("enforced") == 1

@@ -50,7 +50,7 @@ from ..core.routing.decision import (
     RouteDecision,
 )
 from ..core.routing.policy import PolicySnapshot
-from ..core.routing.resolver import explain
+from ..core.routing.resolver import RECORD_TRACE, explain
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.shadow.compare import ActualRoute
 from ..core.shadow.facts import micros_of
@@ -185,6 +185,7 @@ class Enforcer:
             snapshot_state=STATE_CORRUPT if snapshot is None else STATE_OK,
             vocabulary=self._vocabulary,
             redactor=self._redactor,
+            trace=RECORD_TRACE,
         )
         answer, account, model = _answer(decision, actual)
         recorded_at = self._clock()

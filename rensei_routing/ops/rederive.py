@@ -21,6 +21,8 @@ from typing import Any, Final
 from ..core.audit.replay import (
     DECISION,
     DECISION_FIELDS,
+    ENFORCED,
+    SHADOW,
     decision_of,
     decisive_redaction,
     first_difference,
@@ -121,7 +123,8 @@ def full_trace(
         )
     full = dict(fields)
     full["explanation"] = decision.explanation.to_dict()
-    rebuilt: Any = full if kind == DECISION else {**payload, "proposed": full}
+    member = {SHADOW: "proposed", ENFORCED: "decision"}.get(kind)
+    rebuilt: Any = full if member is None else {**payload, member: full}
     return FullTrace(
         payload=json.loads(canonical_bytes(redactor.redact(rebuilt))),  # as stored: keys sorted
         decision=decision,

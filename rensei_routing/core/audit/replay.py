@@ -21,6 +21,7 @@ __all__ = [
     "CLAIM",
     "DECISION",
     "DECISION_FIELDS",
+    "ENFORCED",
     "SHADOW",
     "ReplaySummary",
     "claim_of",
@@ -32,6 +33,12 @@ __all__ = [
 
 DECISION: Final = "decision"
 SHADOW: Final = "shadow"
+ENFORCED: Final = "enforced"
+#: The record types whose payload carries a routing decision, and the member that holds it.
+_CARRIERS: Final = {
+    "shadow-decision": (SHADOW, "proposed"),
+    "enforced-decision": (ENFORCED, "decision"),
+}
 CLAIM: Final = "claim"
 #: What a replayed routing decision must agree on, in the order a difference is named.
 DECISION_FIELDS: Final = (
@@ -49,14 +56,19 @@ GRANT_CHECK: Final = "grant-check"
 
 def decision_of(payload: Any) -> tuple[str, Mapping[str, Any]] | None:
     """``(kind, decision)`` of a payload that carries a routing decision: a plain recorded
-    decision, or a shadow record's ``proposed`` decision; ``None`` for anything else."""
+    decision, a shadow record's ``proposed`` decision, or an enforced decision record's
+    ``decision``; ``None`` for anything else."""
     if not isinstance(payload, Mapping):
         return None
-    kind, decision = DECISION, payload.get("proposed") if "record_type" in payload else payload
+    kind, decision = DECISION, payload
+    decision_member: Any = payload
     if "record_type" in payload:
-        if payload.get("record_type") != "shadow-decision":
+        carrier = _CARRIERS.get(payload.get("record_type"))  # type: ignore[arg-type]
+        if carrier is None:
             return None
-        kind = SHADOW
+        kind, member = carrier
+        decision_member = payload.get(member)
+    decision = decision_member
     if not isinstance(decision, Mapping) or not isinstance(decision.get("decision_id"), str):
         return None
     explanation = decision.get("explanation")

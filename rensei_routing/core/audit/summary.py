@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..shadow.compare import stored_actual
+
 __all__ = ["NONE", "RecordSummary", "summarize"]
 
 #: What an absent field reads.
@@ -78,7 +80,7 @@ def _summary(payload: Any) -> RecordSummary:
             if payload.get("agreed") is True
             else f"diverged:{_text(payload.get('divergence'))}"
         )
-        actual = payload.get("actual")
+        actual = stored_actual(payload)
         legacy = _route(_get(actual, "model"), _get(actual, "account_id"))
         mechanism = _get(actual, "mechanism")
         legacy += "" if mechanism is None else f" ({mechanism})"

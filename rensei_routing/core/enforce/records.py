@@ -24,6 +24,7 @@ __all__ = [
     "decision_record",
     "disarm_record",
     "gate_record",
+    "lineage_of",
     "trip_record",
 ]
 
@@ -56,7 +57,9 @@ def decision_record(
     code), the route applied (``None`` fields for a refusal), its lineage (policy id, pinned
     revision, that revision's hash, decision id) and the whole decision with its explanation
     (under ``decision``, not ``proposed``: shadow reports and what-if do not count it as a
-    recorded spawn)."""
+    recorded spawn). The decision carries the compact explanation a recorder resolves with
+    (``RECORD_TRACE``); the lineage leaves out what the decision holds (its policy id and
+    decision id: :func:`lineage_of` puts them back)."""
     refused = answer in ("held", "rejected")
     return {
         "record_type": DECISION_RECORD,
@@ -71,13 +74,22 @@ def decision_record(
         "route": None
         if refused
         else {"provider": provider, "account_id": account_id, "model": model},
-        "lineage": {
-            "policy_id": decision.policy_id,
-            "revision": revision,
-            "policy_hash": policy_hash,
-            "decision_id": decision.decision_id,
-        },
+        "lineage": {"revision": revision, "policy_hash": policy_hash},
         "decision": decision.to_dict(),
+    }
+
+
+def lineage_of(payload: Any) -> Any:
+    """An enforced decision record's lineage with its decision's policy id and decision id
+    (stored once, in the decision); a lineage that names them is returned as stored."""
+    lineage = payload.get("lineage") if isinstance(payload, dict) else None
+    decision = payload.get("decision") if isinstance(payload, dict) else None
+    if not isinstance(lineage, dict) or not isinstance(decision, dict) or "decision_id" in lineage:
+        return lineage
+    return {
+        "policy_id": decision.get("policy_id"),
+        "decision_id": decision.get("decision_id"),
+        **lineage,
     }
 
 

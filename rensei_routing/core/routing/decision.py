@@ -20,11 +20,17 @@ from .explanation import (
     ACCOUNT_REASONS,
     COMPACT,
     MATCH_REASONS,
+    OUTRANKED_COUNT,
+    UNMATCHED,
+    WINNERS,
     ConsideredPolicy,
     Explanation,
+    Owner,
     RejectedAccount,
     TraceSource,
+    earlier_form,
     explanation_of,
+    full_context,
 )
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
@@ -278,7 +284,7 @@ class RouteDecision(_DecisionFields):
         text = (
             f'{{"account_id":{_s(self.account_id)},"decision_id":{_e(self.decision_id)},'
             f'"effective_model":{_s(self.effective_model)},'
-            f'"explanation":{self.explanation.canonical_json()},'
+            f'"explanation":{self.explanation.canonical_json(self._owner())},'
             f'"outcome":{_e(self.outcome)},"policy_id":{_s(self.policy_id)},'
             f'"policy_revision":{self.policy_revision},"policy_source":{_e(self.policy_source)},'
             f'"precedence_level":{num(self.precedence_level)},'
@@ -287,6 +293,15 @@ class RouteDecision(_DecisionFields):
             f'"snapshot_hash":{_e(self.snapshot_hash)},"snapshot_state":{_e(self.snapshot_state)}}}'
         )
         return text.encode("utf-8")
+
+    def _owner(self) -> Owner:
+        """What a compact explanation needs of this decision to store its winners by id."""
+        return (
+            self.policy_id,
+            self.precedence_level,
+            self.precedence_priority,
+            self.reason == POLICY_CONFLICT,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -303,7 +318,7 @@ class RouteDecision(_DecisionFields):
             "account_id": self.account_id,
             "provider_binding": self.provider_binding,
             "effective_model": self.effective_model,
-            "explanation": self.explanation.to_dict(),
+            "explanation": self.explanation.to_dict(self._owner()),
         }
 
     @classmethod
@@ -361,6 +376,9 @@ class RouteDecision(_DecisionFields):
                 "unlisted_policy_count",
                 "unlisted_outranked_count",
                 "trace",
+                OUTRANKED_COUNT,
+                UNMATCHED,
+                WINNERS,
             ),
         )
         compact = "trace" in e
@@ -369,6 +387,11 @@ class RouteDecision(_DecisionFields):
             for listed in ("eligible_account_ids", "rejected_accounts"):
                 if listed in e:
                     raise p.fail(p.at(epath, listed), "a compact explanation lists no accounts")
+        brief = UNMATCHED in e
+        if brief:
+            e = earlier_form(dict(e), dict(d), epath, conflict=d.get("reason") == POLICY_CONFLICT)
+        elif any(key in e for key in (OUTRANKED_COUNT, WINNERS)):
+            raise p.fail(p.at(epath, UNMATCHED), "required field is missing")
         cpath = p.at(epath, "considered")
         considered = []
         for i, item in enumerate(p.array(e.get("considered", []), cpath)):
@@ -453,7 +476,7 @@ class RouteDecision(_DecisionFields):
             ),
             explanation=Explanation(
                 context=RouteContext.from_dict(
-                    e["context"],
+                    full_context(e["context"]) if brief else e["context"],
                     path=p.at(epath, "context"),
                     vocabulary=vocabulary,
                     redacted=redacted,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _e
 from typing import Any, Final, Protocol
 
+from .. import _parse as p
 from .context import RouteContext
 
 __all__ = ["ConsideredPolicy", "Explanation", "RejectedAccount"]
@@ -64,6 +65,82 @@ ACCOUNT_REASONS: Final = (
 COMPACT_RIVALS: Final = 0
 #: The ``trace`` member a compact explanation's JSON carries (a full one has none).
 COMPACT: Final = "compact"
+#: The keys of a compact explanation as records store it (see :meth:`Explanation.to_dict`):
+#: the rivals outranked, the policies that did not match (counted), and the winners listed when
+#: they are not just the decision's own policy.
+OUTRANKED_COUNT: Final = "outranked"
+UNMATCHED: Final = "unmatched"
+WINNERS: Final = "winners"
+
+#: What a compact explanation needs of its decision to store its winners by id only: the
+#: decision's policy id, rung, priority, and whether it is a policy conflict (see
+#: :meth:`Explanation.to_dict`).
+Owner = tuple[str | None, int | None, int | None, bool]
+
+# Account members at their defaults, and the legacy route's null members, as a context's
+# canonical text writes them: a compact explanation's context leaves them out (readers put the
+# defaults back). In RFC 8785 text a quote inside a string is escaped, so these can only be
+# members, never part of a string; no other member of a context has these names.
+_ACCOUNT_DEFAULTS: Final = ('"administrative_state":"active",', '"configured":true,')
+_LEGACY_NULLS: Final = (
+    '"account_id":null,',
+    '"mechanism":null,',
+    '"mechanism_detail":null,',
+    '"model":null,',
+)
+_LEGACY_OPTIONAL: Final = ("account_id", "mechanism", "mechanism_detail", "model")
+
+
+def compact_context_text(text: str) -> str:
+    """A context's canonical text without its default members (see :func:`full_context`)."""
+    for member in _ACCOUNT_DEFAULTS:
+        text = text.replace(member, "")
+    if "null," in text:
+        for member in _LEGACY_NULLS:
+            text = text.replace(member, "")
+    return text
+
+
+def compact_context(data: dict[str, Any]) -> dict[str, Any]:
+    """:func:`compact_context_text` for a context's :meth:`~RouteContext.to_dict`."""
+    out = dict(data)
+    out["accounts"] = [
+        {
+            k: v
+            for k, v in a.items()
+            if not (k == "configured" and v is True)
+            and not (k == "administrative_state" and v == "active")
+        }
+        for a in data["accounts"]
+    ]
+    legacy = data.get("legacy_route")
+    if isinstance(legacy, dict):
+        out["legacy_route"] = {
+            k: v for k, v in legacy.items() if not (k in _LEGACY_OPTIONAL and v is None)
+        }
+    return out
+
+
+def full_context(data: Any) -> Any:
+    """A stored context document with the members a compact explanation leaves out put back
+    (an account's ``configured: true`` and ``administrative_state: "active"``, the legacy
+    route's null members): what ``RouteContext.to_dict`` gives for it. Anything else is
+    returned as it is (a reader refuses it)."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    accounts = data.get("accounts")
+    if isinstance(accounts, list):
+        out["accounts"] = [
+            {"configured": True, "administrative_state": "active", **a}
+            if isinstance(a, dict)
+            else a
+            for a in accounts
+        ]
+    legacy = data.get("legacy_route")
+    if isinstance(legacy, dict):
+        out["legacy_route"] = {**dict.fromkeys(_LEGACY_OPTIONAL), **legacy}
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,8 +335,46 @@ class Explanation(_ExplanationFields):
             f"compact={self.compact!r})"
         )
 
-    def canonical_json(self) -> str:
+    def _winners(self, owner: Owner | None) -> list[str] | None:
+        """The winners' ids when this compact explanation can be stored by ids alone (every
+        listed policy matched at its decision's rung and priority, and the conflicting ids are
+        those a conflict among them gives), else ``None``."""
+        if owner is None:
+            return None
+        policy_id, level, priority, conflict = owner
+        ids = []
+        for c in self.considered:
+            if not (
+                c.matched
+                and c.reason == MATCHED
+                and c.precedence_level == level
+                and c.priority == priority
+            ):
+                return None
+            ids.append(c.policy_id)
+        expected = tuple(sorted(set(ids))) if conflict else ()
+        if self.conflicting_policy_ids != expected:
+            return None
+        if policy_id is not None and ids[:1] != [policy_id]:
+            return None
+        return ids
+
+    def canonical_json(self, owner: Owner | None = None) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
+        if self.compact:
+            winners = self._winners(owner)
+            if winners is not None:
+                assert owner is not None
+                listed = (
+                    ""
+                    if winners == ([] if owner[0] is None else [owner[0]])
+                    else f',"{WINNERS}":[{",".join(_e(i) for i in winners)}]'
+                )
+                return (
+                    f'{{"context":{compact_context_text(self.context.canonical_text())},'
+                    f'"{OUTRANKED_COUNT}":{self.unlisted_outranked_count},"trace":"{COMPACT}",'
+                    f'"{UNMATCHED}":{self.unlisted_policy_count}{listed}}}'
+                )
         conflicting = ",".join(_e(i) for i in self.conflicting_policy_ids)
         considered = ",".join(c.canonical_json() for c in self.considered)
         if self.compact:
@@ -287,8 +402,28 @@ class Explanation(_ExplanationFields):
             + f'"unlisted_policy_count":{self.unlisted_policy_count}}}'
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, owner: Owner | None = None) -> dict[str, Any]:
+        """The explanation's JSON. A compact one inside a decision (``owner``: what it needs of
+        the decision, see :data:`Owner`) is stored by ids: its context without default members
+        (:func:`compact_context`), ``outranked`` and ``unmatched`` counted, and ``winners``
+        listed only when they are not just the decision's policy (each winner matched at the
+        decision's rung and priority, so nothing else about it needs storing; a conflict's ids
+        are its winners'). A compact explanation these rules cannot state (or read alone)
+        keeps the earlier compact form: ``considered``, ``unlisted_outranked_count``,
+        ``unlisted_policy_count``."""
         if self.compact:
+            winners = self._winners(owner)
+            if winners is not None:
+                assert owner is not None
+                brief: dict[str, Any] = {
+                    "context": compact_context(self.context.to_dict()),
+                    OUTRANKED_COUNT: self.unlisted_outranked_count,
+                    "trace": COMPACT,
+                    UNMATCHED: self.unlisted_policy_count,
+                }
+                if winners != ([] if owner[0] is None else [owner[0]]):
+                    brief[WINNERS] = winners
+                return brief
             compact: dict[str, Any] = {
                 "context": self.context.to_dict(),
                 "considered": [c.to_dict() for c in self.considered],
@@ -310,6 +445,57 @@ class Explanation(_ExplanationFields):
         if self.unlisted_outranked_count:
             out["unlisted_outranked_count"] = self.unlisted_outranked_count
         return out
+
+
+def earlier_form(
+    e: dict[str, Any], d: dict[str, Any], epath: p.Path, *, conflict: bool
+) -> dict[str, Any]:
+    """A compact explanation stored by ids (see :meth:`Explanation.to_dict`) in the earlier
+    compact form, which the reader reads: each winner listed at the decision's rung and
+    priority (``d``: the decision's members), the conflicting ids a conflict's winners give,
+    the counts under their earlier names.
+
+    Raises:
+        MalformedError: not such an explanation.
+    """
+    if "trace" not in e:
+        raise p.fail(p.at(epath, "trace"), "required field is missing")
+    for key in ("considered", "conflicting_policy_ids", *_EARLIER_COUNTS):
+        if key in e:
+            raise p.fail(p.at(epath, key), f"not a member of an explanation with {UNMATCHED!r}")
+    policy_id = d.get("policy_id")
+    wpath = p.at(epath, WINNERS)
+    winners = [
+        p.string(v, p.at(wpath, i), min_len=0, verbatim=True)
+        for i, v in enumerate(
+            p.array(e[WINNERS], wpath) if WINNERS in e else [] if policy_id is None else [policy_id]
+        )
+    ]
+    level, priority = d.get("precedence_level"), d.get("precedence_priority")
+    if winners and (level is None or priority is None):
+        raise p.fail(wpath, "winners need the decision's precedence_level and priority")
+    out = {
+        "context": e["context"],
+        "trace": e["trace"],
+        "considered": [
+            {
+                "policy_id": i,
+                "precedence_level": level,
+                "priority": priority,
+                "matched": True,
+                "reason": MATCHED,
+            }
+            for i in winners
+        ],
+        "unlisted_outranked_count": e.get(OUTRANKED_COUNT, 0),
+        "unlisted_policy_count": e[UNMATCHED],
+    }
+    if conflict:
+        out["conflicting_policy_ids"] = sorted(set(winners))
+    return out
+
+
+_EARLIER_COUNTS: Final = ("unlisted_outranked_count", "unlisted_policy_count")
 
 
 # -- fast construction --------------------------------------------------------------------------

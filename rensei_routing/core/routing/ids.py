@@ -32,7 +32,7 @@ from ..canonical import json_string as _s
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
-from .explanation import COMPACT
+from .explanation import COMPACT, OUTRANKED_COUNT, UNMATCHED, WINNERS, full_context
 
 __all__ = [
     "ID_FIELDS",
@@ -135,7 +135,9 @@ class ScanMemo:
         is its canonical bytes as they are (what ``encode_payload`` then returns)."""
         if self._keys_suspect is None:
             # The keys, and the one fixed value a compact explanation adds ("trace").
-            self._keys_suspect = self._redactor.might_match(" ".join((*RECORD_KEYS, COMPACT)))
+            self._keys_suspect = self._redactor.might_match(
+                " ".join((*RECORD_KEYS, COMPACT, OUTRANKED_COUNT, UNMATCHED, WINNERS))
+            )
         if self._keys_suspect:
             return True
         ex = decision.explanation
@@ -304,7 +306,11 @@ def record_decision_id(record: Any, *, redactor: Redactor = DEFAULT_REDACTOR) ->
     explanation = record.get("explanation")
     if not isinstance(explanation, Mapping) or "context" not in explanation:
         raise p.fail("explanation.context", "required field is missing")
-    preimage: dict[str, Any] = {"context": explanation["context"]}
+    context = explanation["context"]
+    # a compact explanation stored by ids leaves the context's default members out
+    preimage: dict[str, Any] = {
+        "context": full_context(context) if UNMATCHED in explanation else context
+    }
     for name in _REQUIRED:
         if name not in record:
             raise p.fail(name, "required field is missing")

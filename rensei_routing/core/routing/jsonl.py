@@ -14,11 +14,12 @@ line holds none (what the batch's printable check relies on).
 
 from __future__ import annotations
 
+import json
 from json.encoder import encode_basestring as _e
 from typing import Any, Final, Protocol
 
 from .decision import RouteDecision
-from .explanation import COMPACT, ConsideredPolicy, Explanation
+from .explanation import ConsideredPolicy, Explanation
 
 __all__ = ["LINE_MEMO_LIMIT", "LineMemo", "Stamp", "decision_line"]
 
@@ -150,20 +151,9 @@ def decision_line(
             f"{f',{_SCOPE}{_s(scope)}' if isinstance(scope, str) else ''}}}"
         )
     outranked = ex.unlisted_outranked_count
-    if ex.compact:
-        conflicting = ex.conflicting_policy_ids
-        return (
-            f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{{"context":'
-            f'{ex.context.display_text()},"considered":[{considered}],"trace":"{COMPACT}",'
-            f'"unlisted_outranked_count":{outranked},'
-            f'"unlisted_policy_count":{ex.unlisted_policy_count}'
-            + (
-                f',"conflicting_policy_ids":[{",".join([_e(i) for i in conflicting])}]}}'
-                if conflicting
-                else "}"
-            )
-            + end
-        )
+    if ex.compact:  # as the record stores it (see Explanation.to_dict), in to_dict's order
+        brief = json.dumps(ex.to_dict(d._owner()), ensure_ascii=False, separators=(",", ":"))
+        return f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{brief}{end}'
     return (
         f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{{"context":'
         f'{ex.context.display_text()},"considered":[{considered}],{lists}'

@@ -38,6 +38,7 @@ __all__ = [
     "provider_binding_for",
     "record_may_redact",
     "shadow_decision",
+    "stored_actual",
     "transport_for",
 ]
 
@@ -299,18 +300,34 @@ class ShadowDecision:
     agreed: bool
     divergence: str
 
+    def _brief_actual(self) -> bool:
+        """Whether ``actual`` is stored as its provider and transport only: the rest is the
+        proposed decision's ``legacy_route`` (see :func:`stored_actual`)."""
+        legacy = self.proposed.explanation.context.legacy_route
+        return legacy is not None and self.actual == ActualRoute(
+            provider=self.actual.provider,
+            transport=self.actual.transport,
+            **_from_legacy(legacy),
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The record. ``actual`` keeps only what the proposed decision's context does not
+        hold (its provider and transport) when the rest is that context's legacy route, and
+        a null ``principal_id`` is left out; readers put both back (:func:`stored_actual`)."""
+        actual = self.actual.to_dict()
+        out = {
             "record_type": SHADOW_RECORD_TYPE,
             "schema_version": SHADOW_SCHEMA_VERSION,
             "recorded_at": self.recorded_at,
             "seam": self.seam,
-            "principal_id": self.principal_id,
-            "actual": self.actual.to_dict(),
+            "actual": {k: actual[k] for k in _BRIEF_ACTUAL} if self._brief_actual() else actual,
             "proposed": self.proposed.to_dict(),
             "agreed": self.agreed,
             "divergence": self.divergence,
         }
+        if self.principal_id is not None:
+            out["principal_id"] = self.principal_id
+        return out
 
     def stored_may_redact(self, scan: ScanMemo) -> bool:
         """Whether the redactor behind ``scan`` might change this record (any string value, or
@@ -322,11 +339,19 @@ class ShadowDecision:
         """RFC 8785 bytes of :meth:`to_dict`, written directly around the proposed decision's
         own canonical bytes (what the audit log stores; tested equal to the encoder)."""
         try:
+            actual = self.actual
+            principal = self.principal_id
             head = (
-                f'{{"actual":{self.actual.canonical_json()},'
-                f'"agreed":{"true" if self.agreed else "false"},'
-                f'"divergence":{_e(self.divergence)},"principal_id":{_s(self.principal_id)},'
-                '"proposed":'
+                (
+                    f'{{"actual":{{"provider":{_e(actual.provider)},'
+                    f'"transport":{_e(actual.transport)}}},'
+                    if self._brief_actual()
+                    else f'{{"actual":{actual.canonical_json()},'
+                )
+                + f'"agreed":{"true" if self.agreed else "false"},'
+                f'"divergence":{_e(self.divergence)},'
+                + ("" if principal is None else f'"principal_id":{_e(principal)},')
+                + '"proposed":'
             ).encode()
             tail = (
                 f',"record_type":{_e(SHADOW_RECORD_TYPE)},"recorded_at":{_e(self.recorded_at)},'
@@ -367,11 +392,11 @@ class ShadowDecision:
             lo=1,
             hi=SHADOW_SCHEMA_VERSION,
         )
-        actual = ActualRoute.from_dict(
-            d["actual"], path=p.at(path, "actual"), vocabulary=vocabulary
-        )
         proposed = RouteDecision.from_dict(
             d["proposed"], path=p.at(path, "proposed"), redacted=redacted
+        )
+        actual = ActualRoute.from_dict(
+            stored_actual(d), path=p.at(path, "actual"), vocabulary=vocabulary
         )
         divergence = p.choice(
             d["divergence"], p.at(path, "divergence"), DIVERGENCES, what="divergence"
@@ -398,6 +423,45 @@ class ShadowDecision:
             agreed=agreed,
             divergence=divergence,
         )
+
+
+_BRIEF_ACTUAL: Final = ("provider", "transport")
+
+
+def _from_legacy(legacy: LegacyRoute) -> dict[str, Any]:
+    """The members of an actual route that its context's legacy route holds."""
+    return {
+        "provider_binding": legacy.provider_binding,
+        "account_id": legacy.account_id,
+        "model": legacy.model,
+        "mechanism": UNCLASSIFIED if legacy.mechanism is None else legacy.mechanism,
+        "mechanism_detail": legacy.mechanism_detail,
+    }
+
+
+def stored_actual(payload: Any) -> Any:
+    """A stored shadow record's ``actual`` route as :meth:`ActualRoute.to_dict` gives it: one
+    stored as its provider and transport only (no ``provider_binding``) gets the rest from
+    its proposed decision's ``legacy_route`` (an absent member there is null; no mechanism is
+    ``unclassified``). Anything else is returned as stored (a reader refuses what is wrong)."""
+    actual = payload.get("actual") if isinstance(payload, dict) else None
+    if not isinstance(actual, dict) or "provider_binding" in actual:
+        return actual
+    proposed = payload.get("proposed")
+    explanation = proposed.get("explanation") if isinstance(proposed, dict) else None
+    context = explanation.get("context") if isinstance(explanation, dict) else None
+    legacy = context.get("legacy_route") if isinstance(context, dict) else None
+    if not isinstance(legacy, dict):
+        return actual
+    mechanism = legacy.get("mechanism")
+    return {
+        "provider_binding": legacy.get("provider_binding"),
+        "account_id": legacy.get("account_id"),
+        "model": legacy.get("model"),
+        "mechanism": UNCLASSIFIED if mechanism is None else mechanism,
+        "mechanism_detail": legacy.get("mechanism_detail"),
+        **actual,
+    }
 
 
 def shadow_decision(

@@ -104,9 +104,10 @@ _EXPLANATION: Final = '"explanation":{'
 _CONTEXT: Final = '"context":'
 _DECISION_ID: Final = '"decision_id":'
 #: The key after ``context`` in a canonical explanation (keys sorted): a full one's accounts,
-#: a compact one's marker.
+#: a compact one's marker, or the rivals count of a compact one stored by ids.
 _AFTER_CONTEXT: Final = ',"eligible_account_ids":'
 _AFTER_COMPACT_CONTEXT: Final = ',"trace":"compact",'
+_AFTER_BRIEF_CONTEXT: Final = ',"outranked":'
 
 
 def stored_context_text(text: str) -> str | None:
@@ -119,7 +120,8 @@ def stored_context_text(text: str) -> str | None:
     ``"explanation":{`` (whose earlier keys are ``conflicting_policy_ids`` and ``considered``)
     is that decision's context, in a shadow record (``proposed``) and in a plain decision
     alike; the context runs to the explanation's next key, ``eligible_account_ids`` (or a
-    compact explanation's ``trace``), whose ``,"`` cannot occur inside a string either. Only a
+    compact explanation's ``trace``, or ``outranked`` when it is stored by ids), whose ``,"``
+    cannot occur inside a string either. Only a
     context nested in a way no context is (the key again inside it) could end elsewhere; then
     the text returned is a proper prefix of the value, which is never JSON on its own, so
     parsing it (as :func:`stored_context` does, and a reader must before trusting it) tells.
@@ -134,9 +136,10 @@ def stored_context_text(text: str) -> str | None:
         return None
     start = j + len(_CONTEXT)
     end = text.find(_AFTER_CONTEXT, start)
-    compact = text.find(_AFTER_COMPACT_CONTEXT, start, None if end < 0 else end)
-    if compact >= 0:
-        end = compact
+    for after in (_AFTER_COMPACT_CONTEXT, _AFTER_BRIEF_CONTEXT):
+        compact = text.find(after, start, None if end < 0 else end)
+        if compact >= 0:
+            end = compact
     return None if end < 0 else text[start:end]
 
 
