@@ -317,6 +317,65 @@ def _commands(module: str, target: str) -> str | None:
     return None
 
 
+def _is_command(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) == 3 and parts[1] == "cli" and not parts[2].startswith("_")
+
+
+def _private_names_in(source: str, module: str, modules: dict[str, Path]) -> list[str]:
+    """``module:line: name`` for every private name (``_x``) that ``module`` (a module of the
+    CLI, given as its ``source``) imports from a command module other than itself, anywhere in
+    the file (inside functions too; ``if TYPE_CHECKING:`` included: a private name is not
+    another module's to name, even for a type checker)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            package = module.split(".")[: -node.level]
+            target = ".".join(package + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        for alias in node.names:
+            sub = f"{target}.{alias.name}"
+            source_module = sub if sub in modules else target
+            if (
+                alias.name.startswith("_")
+                and _is_command(source_module)
+                and source_module != module
+            ):
+                found.append(f"{module}:{node.lineno}: {alias.name} from {source_module}")
+    return found
+
+
+def test_no_command_module_imports_another_commands_private_names() -> None:
+    """A private helper two commands share lives in a ``cli/_*.py`` module, never in one of the
+    command modules (``cli/x.py`` importing ``_foo`` from ``cli/y.py``)."""
+    found = [
+        problem
+        for module, path in MODULES.items()
+        if module.startswith("rensei_routing.cli.")
+        for problem in _private_names_in(path.read_text(encoding="utf-8"), module, MODULES)
+    ]
+    assert found == []
+
+
+def test_the_private_name_check_finds_one() -> None:
+    cli = {f"rensei_routing.cli.{n}": Path(f"{n}.py") for n in ("audit", "replay", "_output")}
+    planted = (
+        "from ._output import emit\n"
+        "from .audit import audit, _SEQ\n"
+        "def f():\n"
+        "    from rensei_routing.cli.audit import _progress\n"
+    )
+    assert _private_names_in(planted, "rensei_routing.cli.replay", cli) == [
+        "rensei_routing.cli.replay:2: _SEQ from rensei_routing.cli.audit",
+        "rensei_routing.cli.replay:4: _progress from rensei_routing.cli.audit",
+    ]
+    own = "from ._output import _escape\nfrom .replay import _x\n"
+    assert _private_names_in(own, "rensei_routing.cli.replay", cli) == []
+
+
 RULES = {
     "commands-import-no-command": _commands,
     "core-pure": _core_pure,

@@ -101,6 +101,9 @@ class SourceType(_StrParam):
 #: A document argument: a file, ``-`` or inline JSON (see :class:`SourceType`).
 SOURCE = SourceType()
 
+#: A seq of the audit log on the command line: 0 to 2**63 - 1 (SQLite's largest integer).
+SEQ = click.IntRange(min=0, max=2**63 - 1)
+
 
 def read_document(source: str) -> tuple[Any, str]:
     """A JSON document and its label, from a file path, ``-`` (stdin), or inline JSON text

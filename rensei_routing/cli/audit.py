@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -44,7 +43,8 @@ from ..files import atomic_write
 if TYPE_CHECKING:
     from ..ops.rederive import FullTrace
 from ..store.audit import AuditLog, read_checkpoint
-from ._output import emit, json_text, next_step, note, printable
+from ._inputs import SEQ
+from ._output import emit, json_text, next_step, note, printable, progress_bar
 from ._render import chain_line, verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -65,31 +65,12 @@ class CouldNotVerifyError(CommandError):
 
 
 #: SQLite's largest integer: the bound of every seq and count the CLI accepts.
-_MAX_INT64 = 2**63 - 1
-_SEQ = click.IntRange(min=0, max=_MAX_INT64)
 
 
 @cli.group(name="audit")
 def audit() -> None:
     """The hash-chained decision log: verify, replay, checkpoint, rotate, prune, export, import,
     show, tail, prove, verify-proof, consistency."""
-
-
-@contextmanager
-def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
-    """A progress callback drawing a bar on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty() or total <= 0:
-        yield None
-        return
-    with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
-        done = 0
-
-        def update(checked: int) -> None:
-            nonlocal done
-            bar.update(checked - done)
-            done = checked
-
-        yield update
 
 
 @audit.command(name="verify")
@@ -182,7 +163,7 @@ def audit_verify(
         else:
             with AuditLog.open(home_of(home)) as log:
                 total = log.head()[0] if sys.stderr.isatty() else 0
-                with _progress(total) as progress:
+                with progress_bar(total) as progress:
                     chain = log.verify_segments(checkpoints, progress=progress, workers=workers)
             result = chain.result
     except (RenseiRoutingError, OSError) as e:
@@ -310,7 +291,7 @@ def verify_export(
 @click.argument("target", metavar="FILE.jsonl", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--since",
-    type=_SEQ,
+    type=SEQ,
     default=None,
     help="The first seq to export (the previous export's record count continues its chain; "
     "default: the first record present, 0 unless segments were pruned).",
@@ -336,7 +317,7 @@ def audit_export(target: Path, since: int | None, format_: str, home: Path) -> N
     refuse_home_target(h, target)
     with AuditLog.open(h) as log:
         total = log.count() if sys.stderr.isatty() else 0
-        with _progress(total) as progress:
+        with progress_bar(total) as progress:
             chain = log.verify_segments(progress=progress)
         result = chain.result
         if not result:
@@ -418,7 +399,7 @@ def audit_checkpoint(
         require_output_dir(output)
     with AuditLog.open(home_of(home)) as log:
         total = log.count() if sys.stderr.isatty() else 0
-        with _progress(total) as progress:
+        with progress_bar(total) as progress:
             cp = log.checkpoint(
                 export_to=output, progress=progress, deliver=show if output is None else None
             )
@@ -489,7 +470,7 @@ def _record_text(record: AuditRecord, full: FullTrace | None = None) -> str:
 
 
 @audit.command(name="show")
-@click.argument("seq", type=_SEQ)
+@click.argument("seq", type=SEQ)
 @click.option(
     "--full",
     is_flag=True,
@@ -544,7 +525,7 @@ def audit_show(seq: int, full: bool, home: Path, json_: bool) -> None:
     "-n",
     "--lines",
     "n",
-    type=_SEQ,
+    type=SEQ,
     default=10,
     show_default=True,
     help="How many of the latest records.",
