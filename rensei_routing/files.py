@@ -218,9 +218,11 @@ def read_limited(path: Path, limit: int) -> bytes:
     return data
 
 
-def create_private(path: Path, data: bytes) -> bool:
-    """Create ``path`` with ``data``, mode 0600, only if it does not exist (never overwritten,
-    never written through a symlink). Returns whether this call created it.
+def create_new(path: Path, data: bytes, *, mode: int = 0o600) -> bool:
+    """Create ``path`` with ``data`` and ``mode`` (0600 unless told), whole, only if it does not
+    exist: written to a temporary file and linked into place, so it is never overwritten (one
+    another process created meanwhile wins), never seen half-written and never written through
+    a symlink. Returns whether this call created it.
 
     Raises:
         OSError: the file could not be written.
@@ -230,7 +232,7 @@ def create_private(path: Path, data: bytes) -> bool:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         try:
-            os.fchmod(fd, 0o600)
+            os.fchmod(fd, mode)
             os.write(fd, data)
             os.fsync(fd)
         finally:

@@ -23,7 +23,7 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError
-from ..files import create_private, mode_is_private, token_from_file
+from ..files import create_new, mode_is_private, token_from_file
 from ..store.backends import open_control_store
 from ..store.control import ControlStore
 from ..store.home import Home
@@ -192,7 +192,7 @@ def ensure_serve_token(home: Home) -> str:
     """
     path = serve_token_path(home)
     try:
-        create_private(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
+        create_new(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
         private = mode_is_private(path)
     except OSError as e:
         raise HomeError(f"cannot create {path}: {e.strerror or e}") from e
