@@ -17,7 +17,6 @@ stored, clearly marked, and exit 0: the record ``verify`` points to can always b
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,10 +25,8 @@ from typing import TYPE_CHECKING, Final
 import click
 
 from .. import signing
-from ..core.audit.archive import MAX_LINE_BYTES, export_line, rows_from_lines
+from ..core.audit.archive import MAX_LINE_BYTES, export_line, export_start, rows_from_lines
 from ..core.audit.chain import (
-    GENESIS_HASH,
-    ROW_COLUMNS,
     AuditRecord,
     Checkpoint,
     VerifyResult,
@@ -262,13 +259,7 @@ def verify_export(
     Raises:
         OSError: a file cannot be read.
     """
-    rows = rows_from_lines(_export_lines(files))
-    first = next(rows, None)
-    start_seq, start_hash = 0, GENESIS_HASH
-    if first is not None and len(first) == len(ROW_COLUMNS) and type(first[0]) is int:
-        start_seq = max(0, first[0])
-        if start_seq and isinstance(first[2], str):
-            start_hash = first[2]
+    start_seq, start_hash, rows = export_start(rows_from_lines(_export_lines(files)))
 
     def signature_ok(cp: Checkpoint) -> bool:
         for key in keys:
@@ -277,9 +268,8 @@ def verify_export(
                 return True
         return False
 
-    everything = rows if first is None else itertools.chain([first], rows)
     return start_seq, verify_chain(
-        everything,
+        rows,
         checkpoints=checkpoints,
         signature_ok=signature_ok if checkpoints else None,
         start_seq=start_seq,
