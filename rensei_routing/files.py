@@ -14,11 +14,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InputError
 
 __all__ = [
     "PendingWrite",
     "atomic_write",
+    "bounded_lines",
     "fsync_dir",
     "make_private_dir",
     "missing_output_dir",
@@ -216,6 +217,23 @@ def read_limited(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise ValueError(f"{path} is larger than {limit} bytes")
     return data
+
+
+def bounded_lines(path: Path, limit: int, *, what: str) -> Iterator[bytes]:
+    """The raw lines of ``path`` (split on ``\\n`` only, each with its ``\\n``), each read to at
+    most ``limit`` bytes, so memory stays bounded whatever the file holds (``/dev/zero``).
+
+    Raises:
+        InputError: a line is longer than ``limit`` (the file is not ``what``).
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        for number, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), 1):
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise InputError(
+                    f"{path}: line {number:,} is longer than {limit:,} bytes (not {what})"
+                )
+            yield raw
 
 
 def create_new(path: Path, data: bytes, *, mode: int = 0o600) -> bool:

@@ -34,8 +34,8 @@ from ..core.audit.chain import (
     verify_chain,
 )
 from ..core.audit.summary import summarize
-from ..errors import InputError, RenseiRoutingError
-from ..files import atomic_write
+from ..errors import RenseiRoutingError
+from ..files import atomic_write, bounded_lines
 
 if TYPE_CHECKING:
     from ..ops.rederive import FullTrace
@@ -236,17 +236,11 @@ def _export_lines(files: Sequence[Path]) -> Iterator[str]:
         OSError: a file cannot be read.
     """
     for path in files:
-        with open(path, "rb") as f:
-            for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
-                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                    raise InputError(
-                        f"{path}: line {number:,} is longer than {MAX_LINE_BYTES:,} bytes "
-                        "(not an audit export)"
-                    )
-                try:
-                    yield raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    yield "\x00"
+        for raw in bounded_lines(path, MAX_LINE_BYTES, what="an audit export"):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield "\x00"
 
 
 def verify_export(
