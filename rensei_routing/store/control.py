@@ -114,8 +114,14 @@ class ControlStore(Protocol):
         actor: str | None = None,
     ) -> PolicySnapshot:
         """Validate, then store as the next policy revision, audited (:meth:`write_policies`
-        of the whole set; ``actor`` ``None``: :data:`UNNAMED_ACTOR`)."""
-        ...
+        of the whole set; ``actor`` ``None``: :data:`UNNAMED_ACTOR`). Defined here, once, for
+        both implementations (they subclass this protocol)."""
+        edit = PolicyEdit(
+            actor=UNNAMED_ACTOR if actor is None else actor,
+            policies=tuple(policies),
+            expected_revision=expected_revision,
+        )
+        return self.write_policies(edit, saved_at=saved_at, over_corrupt=over_corrupt).snapshot
 
     def write_policies(
         self, edit: PolicyEdit, *, saved_at: str, over_corrupt: bool = False
@@ -219,7 +225,7 @@ class ControlStore(Protocol):
         ...
 
 
-class SqliteControlStore:
+class SqliteControlStore(ControlStore):
     """:class:`ControlStore` over one apsw connection to the home's database (a writer
     connection for the writes; its transactions are ``BEGIN IMMEDIATE``, so one compile at a
     time per home)."""
@@ -252,22 +258,6 @@ class SqliteControlStore:
                 return fn()
         except apsw.Error as e:
             raise store_error(what, e, self.where) from e
-
-    def save_policies(
-        self,
-        policies: Iterable[RoutingPolicy],
-        *,
-        saved_at: str,
-        over_corrupt: bool = False,
-        expected_revision: int | None = None,
-        actor: str | None = None,
-    ) -> PolicySnapshot:
-        edit = PolicyEdit(
-            actor=UNNAMED_ACTOR if actor is None else actor,
-            policies=tuple(policies),
-            expected_revision=expected_revision,
-        )
-        return self.write_policies(edit, saved_at=saved_at, over_corrupt=over_corrupt).snapshot
 
     def _audit_log(self) -> AuditLog:
         if self._audit is None:
