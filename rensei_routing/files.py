@@ -14,11 +14,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, InputError
 
 __all__ = [
     "PendingWrite",
     "atomic_write",
+    "bounded_lines",
     "fsync_dir",
     "make_private_dir",
     "missing_output_dir",
@@ -218,9 +219,28 @@ def read_limited(path: Path, limit: int) -> bytes:
     return data
 
 
-def create_private(path: Path, data: bytes) -> bool:
-    """Create ``path`` with ``data``, mode 0600, only if it does not exist (never overwritten,
-    never written through a symlink). Returns whether this call created it.
+def bounded_lines(path: Path, limit: int, *, what: str) -> Iterator[bytes]:
+    """The raw lines of ``path`` (split on ``\\n`` only, each with its ``\\n``), each read to at
+    most ``limit`` bytes, so memory stays bounded whatever the file holds (``/dev/zero``).
+
+    Raises:
+        InputError: a line is longer than ``limit`` (the file is not ``what``).
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        for number, raw in enumerate(iter(lambda: f.readline(limit + 1), b""), 1):
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise InputError(
+                    f"{path}: line {number:,} is longer than {limit:,} bytes (not {what})"
+                )
+            yield raw
+
+
+def create_new(path: Path, data: bytes, *, mode: int = 0o600) -> bool:
+    """Create ``path`` with ``data`` and ``mode`` (0600 unless told), whole, only if it does not
+    exist: written to a temporary file and linked into place, so it is never overwritten (one
+    another process created meanwhile wins), never seen half-written and never written through
+    a symlink. Returns whether this call created it.
 
     Raises:
         OSError: the file could not be written.
@@ -230,7 +250,7 @@ def create_private(path: Path, data: bytes) -> bool:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         try:
-            os.fchmod(fd, 0o600)
+            os.fchmod(fd, mode)
             os.write(fd, data)
             os.fsync(fd)
         finally:

@@ -12,7 +12,8 @@ import apsw
 
 from rensei_routing.core.routing.policy import RoutingPolicy
 from rensei_routing.core.snapshot.org import OrgData
-from rensei_routing.store.control import ControlStore, attach_postgres, open_control_store
+from rensei_routing.store.backends import attach_postgres, open_control_store
+from rensei_routing.store.control import ControlStore
 from rensei_routing.store.home import Home
 
 BACKENDS = ("sqlite", "postgresql")

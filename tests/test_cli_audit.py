@@ -385,13 +385,13 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rensei_routing.cli import audit as audit_cli
+    from rensei_routing.cli._output import progress_bar
 
-    with audit_cli._progress(50_000) as progress:
+    with progress_bar(50_000) as progress:
         assert progress is None  # pytest's stderr is not a terminal
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    with audit_cli._progress(50_000) as progress:
+    with progress_bar(50_000) as progress:
         assert progress is not None
         progress(10_000)
         progress(50_000)

@@ -24,7 +24,7 @@ from rensei_routing.errors import (
     HomeError,
     StoreError,
 )
-from rensei_routing.store.control import attach_postgres
+from rensei_routing.store.backends import attach_postgres
 from rensei_routing.store.home import Home
 from rensei_routing.store.postgres import PgControlStore
 

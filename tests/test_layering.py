@@ -46,15 +46,15 @@ SIDES = {"control": "host", "host": "control"}
 DRIVES_THE_CLI = frozenset({"rensei_routing.plugins.testing"})
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    return {_module_name(p, package.parent): p for p in sorted(package.rglob("*.py"))}
 
 
 MODULES = _modules()
@@ -101,20 +101,28 @@ def _literal_import(node: ast.Call) -> str | None:
     return None
 
 
-def _imports(name: str, *, top_level_only: bool = False) -> Iterator[tuple[str, int]]:
+def _imports(
+    name: str, *, top_level_only: bool = False, modules: dict[str, Path] = MODULES
+) -> Iterator[tuple[str, int]]:
     """Every module of the package that ``name`` imports (resolved; a name imported from a
     package that is a module of its own counts as that module), with its line: at module level
     and inside functions, classes, ``try``/``except``, ``with``, ``match`` and every other
     block, and ``importlib.import_module`` of a literal name. Imports under ``if
     TYPE_CHECKING:`` are skipped (they never run); ``top_level_only`` keeps only what runs at
     import time (nothing inside a function)."""
-    path = MODULES[name]
+    path = modules[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    yield from _imports_in(path.read_text(encoding="utf-8"), package, top_level_only=top_level_only)
+    yield from _imports_in(
+        path.read_text(encoding="utf-8"), package, top_level_only=top_level_only, modules=modules
+    )
 
 
 def _imports_in(
-    source: str, package: str, *, top_level_only: bool = False
+    source: str,
+    package: str,
+    *,
+    top_level_only: bool = False,
+    modules: dict[str, Path] = MODULES,
 ) -> Iterator[tuple[str, int]]:
     """:func:`_imports` of the module ``source`` in ``package``."""
     tree = ast.parse(source)
@@ -139,7 +147,7 @@ def _imports_in(
                 continue
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
-                yield (sub if sub in MODULES else target), node.lineno
+                yield (sub if sub in modules else target), node.lineno
         elif isinstance(node, ast.Call):
             literal = _literal_import(node)
             if literal and literal.startswith("rensei_routing"):
@@ -200,9 +208,12 @@ def test_the_import_walk_sees_every_place_an_import_runs() -> None:
     assert "rensei_routing.store.db" not in seen
 
 
-def _edges(*, top_level_only: bool = False) -> dict[str, set[str]]:
+def _edges(
+    *, top_level_only: bool = False, modules: dict[str, Path] = MODULES
+) -> dict[str, set[str]]:
     return {
-        m: {t for t, _ in _imports(m, top_level_only=top_level_only) if t != m} for m in MODULES
+        m: {t for t, _ in _imports(m, top_level_only=top_level_only, modules=modules) if t != m}
+        for m in modules
     }
 
 
@@ -306,6 +317,65 @@ def _commands(module: str, target: str) -> str | None:
     return None
 
 
+def _is_command(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) == 3 and parts[1] == "cli" and not parts[2].startswith("_")
+
+
+def _private_names_in(source: str, module: str, modules: dict[str, Path]) -> list[str]:
+    """``module:line: name`` for every private name (``_x``) that ``module`` (a module of the
+    CLI, given as its ``source``) imports from a command module other than itself, anywhere in
+    the file (inside functions too; ``if TYPE_CHECKING:`` included: a private name is not
+    another module's to name, even for a type checker)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            package = module.split(".")[: -node.level]
+            target = ".".join(package + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        for alias in node.names:
+            sub = f"{target}.{alias.name}"
+            source_module = sub if sub in modules else target
+            if (
+                alias.name.startswith("_")
+                and _is_command(source_module)
+                and source_module != module
+            ):
+                found.append(f"{module}:{node.lineno}: {alias.name} from {source_module}")
+    return found
+
+
+def test_no_command_module_imports_another_commands_private_names() -> None:
+    """A private helper two commands share lives in a ``cli/_*.py`` module, never in one of the
+    command modules (``cli/x.py`` importing ``_foo`` from ``cli/y.py``)."""
+    found = [
+        problem
+        for module, path in MODULES.items()
+        if module.startswith("rensei_routing.cli.")
+        for problem in _private_names_in(path.read_text(encoding="utf-8"), module, MODULES)
+    ]
+    assert found == []
+
+
+def test_the_private_name_check_finds_one() -> None:
+    cli = {f"rensei_routing.cli.{n}": Path(f"{n}.py") for n in ("audit", "replay", "_output")}
+    planted = (
+        "from ._output import emit\n"
+        "from .audit import audit, _SEQ\n"
+        "def f():\n"
+        "    from rensei_routing.cli.audit import _progress\n"
+    )
+    assert _private_names_in(planted, "rensei_routing.cli.replay", cli) == [
+        "rensei_routing.cli.replay:2: _SEQ from rensei_routing.cli.audit",
+        "rensei_routing.cli.replay:4: _progress from rensei_routing.cli.audit",
+    ]
+    own = "from ._output import _escape\nfrom .replay import _x\n"
+    assert _private_names_in(own, "rensei_routing.cli.replay", cli) == []
+
+
 RULES = {
     "commands-import-no-command": _commands,
     "core-pure": _core_pure,
@@ -343,7 +413,8 @@ def test_the_rules_catch_what_they_forbid() -> None:
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Every strongly connected component of more than one module (Tarjan)."""
+    """Every strongly connected component of more than one module (Tarjan); the modules are
+    the keys of ``edges`` (an import of anything else is no edge)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -355,7 +426,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         stack.append(v)
         on.add(v)
         for w in edges.get(v, ()):
-            if w not in MODULES:
+            if w not in edges:
                 continue
             if w not in index:
                 visit(w)
@@ -373,7 +444,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 out.append(sorted(component))
 
-    for v in MODULES:
+    for v in edges:
         if v not in index:
             visit(v)
     return out
@@ -385,14 +456,73 @@ def _without_packages(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     return {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in edges.items()}
 
 
+def _import_cycles(modules: dict[str, Path] = MODULES) -> list[list[str]]:
+    """The import cycles among ``modules``, counting every import that can run: at module level
+    and inside functions (an import deferred into a function still makes the two modules depend
+    on each other; deferring it only hides the cycle from the interpreter).
+
+    Imports under ``if TYPE_CHECKING:`` are left out: they never run, and with ``from
+    __future__ import annotations`` they only name a type in an annotation; two modules naming
+    each other's types that way (``core.routing.decision`` names ``ids.ScanMemo``, ``ids``
+    imports ``decision``) depend on each other for the type checker only."""
+    return _cycles(_without_packages(_edges(modules=modules)))
+
+
 def test_no_import_cycle_among_modules() -> None:
-    """Imports run at import time (module level, outside TYPE_CHECKING) form no cycle."""
-    assert _cycles(_without_packages(_edges(top_level_only=True))) == []
+    """No two modules import each other, directly or round a longer loop, whether the imports
+    run at import time or inside a function (:func:`_import_cycles`)."""
+    assert _import_cycles() == []
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
     a, b = "rensei_routing.core.canonical", "rensei_routing.core._parse"
     assert _cycles({a: {b}, b: {a}}) == [sorted([a, b])]
+
+
+def _plant(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    package = root / "rensei_routing"
+    for name, source in files.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+    return _modules(package)
+
+
+def test_the_cycle_check_finds_a_cycle_planted_inside_functions(tmp_path: Path) -> None:
+    """Two modules of a real package on disk that import each other only inside functions
+    (one ``from . import``, one absolute ``import_module``) are a cycle; the same two with one
+    of the imports under ``if TYPE_CHECKING:`` are not, nor is a package's ``__init__``
+    re-exporting its module."""
+    planted = _plant(
+        tmp_path,
+        {
+            "__init__.py": '"""Root."""\n',
+            "side/__init__.py": '"""Side."""\nfrom .a import f\n',
+            "side/a.py": "def f():\n    from .b import g\n    return g\n",
+            "side/b.py": (
+                "import importlib\n"
+                "def g():\n"
+                "    return importlib.import_module('rensei_routing.side.a')\n"
+            ),
+        },
+    )
+    a, b = "rensei_routing.side.a", "rensei_routing.side.b"
+    assert _cycles(_without_packages(_edges(modules=planted, top_level_only=True))) == []
+    assert _import_cycles(planted) == [[a, b]]
+
+    typed_only = _plant(
+        tmp_path,
+        {
+            "side/b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from .a import f\n"
+                "def g(x: 'f') -> None:\n"
+                "    return None\n"
+            )
+        },
+    )
+    assert _import_cycles(typed_only) == []
 
 
 def test_no_module_over_600_lines() -> None:

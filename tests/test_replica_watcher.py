@@ -14,7 +14,8 @@ import pytest
 from rensei_routing.control.replicas import ReplicaWatcher
 from rensei_routing.control.server import SnapshotService
 from rensei_routing.control.snapshots import Signer
-from rensei_routing.store.control import ControlStore, open_control_store
+from rensei_routing.store.backends import open_control_store
+from rensei_routing.store.control import ControlStore
 from rensei_routing.store.postgres import PgControlStore
 
 from .control_backends import BACKENDS, T, control_home, policies

@@ -1,4 +1,6 @@
-"""Reading the CLI's input documents: policy files, context documents, JSON Lines batches.
+"""Reading the CLI's input documents: policy files, context documents, JSON Lines batches; and
+the argument types and options several commands share (``SOURCE``, ``SEQ``, ``--format``,
+``--rev``).
 
 Every failure is a typed :class:`InputError` whose message names the source (file, line,
 ``<stdin>``, ``<inline>``) and, for a well-formed document of the wrong shape, the field path.
@@ -100,6 +102,24 @@ class SourceType(_StrParam):
 
 #: A document argument: a file, ``-`` or inline JSON (see :class:`SourceType`).
 SOURCE = SourceType()
+
+#: A seq of the audit log on the command line: 0 to 2**63 - 1 (SQLite's largest integer).
+SEQ = click.IntRange(min=0, max=2**63 - 1)
+#: ``--format``: the interop format of a file a command imports or exports.
+INTEROP_FORMAT = click.option(
+    "format_",
+    "--format",
+    type=click.Choice(("hydraflow",)),
+    required=True,
+    help="The source's format: hydraflow (docs/interop.md).",
+)
+#: ``--rev N``: a stored policy revision (default: the current one).
+POLICY_REVISION = click.option(
+    "--rev",
+    "revision",
+    type=click.IntRange(min=1, max=2**63 - 1),
+    help="Revision (default: current).",
+)
 
 
 def read_document(source: str) -> tuple[Any, str]:

@@ -22,7 +22,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any, cast
 
 import click
@@ -236,3 +236,20 @@ def release_notes(held: list[str]) -> None:
     for text in held:
         note(text)
     held.clear()
+
+
+@contextlib.contextmanager
+def progress_bar(total: int) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback drawing a bar on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty() or total <= 0:
+        yield None
+        return
+    with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
+        done = 0
+
+        def update(checked: int) -> None:
+            nonlocal done
+            bar.update(checked - done)
+            done = checked
+
+        yield update

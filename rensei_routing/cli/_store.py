@@ -27,7 +27,8 @@ from ..plugins.manager import SeamRegistry, has_observers, notify_recorded
 from ..shadow.batch import DEFAULT_BATCH, Recorded
 from ..shadow.batch import record_spawns as batch_record
 from ..store.audit import AuditLog
-from ..store.control import ControlStore, open_control_store
+from ..store.backends import open_control_store
+from ..store.control import ControlStore
 from ..store.home import Home
 from ._output import next_step, note
 from ._root import CommandError

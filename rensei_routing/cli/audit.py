@@ -17,20 +17,16 @@ stored, clearly marked, and exit 0: the record ``verify`` points to can always b
 
 from __future__ import annotations
 
-import itertools
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import click
 
 from .. import signing
-from ..core.audit.archive import MAX_LINE_BYTES, export_line, rows_from_lines
+from ..core.audit.archive import MAX_LINE_BYTES, export_line, export_start, rows_from_lines
 from ..core.audit.chain import (
-    GENESIS_HASH,
-    ROW_COLUMNS,
     AuditRecord,
     Checkpoint,
     VerifyResult,
@@ -38,13 +34,14 @@ from ..core.audit.chain import (
     verify_chain,
 )
 from ..core.audit.summary import summarize
-from ..errors import InputError, RenseiRoutingError
-from ..files import atomic_write
+from ..errors import RenseiRoutingError
+from ..files import atomic_write, bounded_lines
 
 if TYPE_CHECKING:
     from ..ops.rederive import FullTrace
 from ..store.audit import AuditLog, read_checkpoint
-from ._output import emit, json_text, next_step, note, printable
+from ._inputs import SEQ
+from ._output import emit, json_text, next_step, note, printable, progress_bar
 from ._render import chain_line, verdict_line
 from ._root import CommandError, cli, echo_json, home_option, json_option
 from ._session import session
@@ -65,31 +62,12 @@ class CouldNotVerifyError(CommandError):
 
 
 #: SQLite's largest integer: the bound of every seq and count the CLI accepts.
-_MAX_INT64 = 2**63 - 1
-_SEQ = click.IntRange(min=0, max=_MAX_INT64)
 
 
 @cli.group(name="audit")
 def audit() -> None:
     """The hash-chained decision log: verify, replay, checkpoint, rotate, prune, export, import,
     show, tail, prove, verify-proof, consistency."""
-
-
-@contextmanager
-def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
-    """A progress callback drawing a bar on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty() or total <= 0:
-        yield None
-        return
-    with click.progressbar(length=total, label="verifying", file=sys.stderr) as bar:
-        done = 0
-
-        def update(checked: int) -> None:
-            nonlocal done
-            bar.update(checked - done)
-            done = checked
-
-        yield update
 
 
 @audit.command(name="verify")
@@ -182,7 +160,7 @@ def audit_verify(
         else:
             with AuditLog.open(home_of(home)) as log:
                 total = log.head()[0] if sys.stderr.isatty() else 0
-                with _progress(total) as progress:
+                with progress_bar(total) as progress:
                     chain = log.verify_segments(checkpoints, progress=progress, workers=workers)
             result = chain.result
     except (RenseiRoutingError, OSError) as e:
@@ -258,17 +236,11 @@ def _export_lines(files: Sequence[Path]) -> Iterator[str]:
         OSError: a file cannot be read.
     """
     for path in files:
-        with open(path, "rb") as f:
-            for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
-                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                    raise InputError(
-                        f"{path}: line {number:,} is longer than {MAX_LINE_BYTES:,} bytes "
-                        "(not an audit export)"
-                    )
-                try:
-                    yield raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    yield "\x00"
+        for raw in bounded_lines(path, MAX_LINE_BYTES, what="an audit export"):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield "\x00"
 
 
 def verify_export(
@@ -281,13 +253,7 @@ def verify_export(
     Raises:
         OSError: a file cannot be read.
     """
-    rows = rows_from_lines(_export_lines(files))
-    first = next(rows, None)
-    start_seq, start_hash = 0, GENESIS_HASH
-    if first is not None and len(first) == len(ROW_COLUMNS) and type(first[0]) is int:
-        start_seq = max(0, first[0])
-        if start_seq and isinstance(first[2], str):
-            start_hash = first[2]
+    start_seq, start_hash, rows = export_start(rows_from_lines(_export_lines(files)))
 
     def signature_ok(cp: Checkpoint) -> bool:
         for key in keys:
@@ -296,9 +262,8 @@ def verify_export(
                 return True
         return False
 
-    everything = rows if first is None else itertools.chain([first], rows)
     return start_seq, verify_chain(
-        everything,
+        rows,
         checkpoints=checkpoints,
         signature_ok=signature_ok if checkpoints else None,
         start_seq=start_seq,
@@ -310,7 +275,7 @@ def verify_export(
 @click.argument("target", metavar="FILE.jsonl", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--since",
-    type=_SEQ,
+    type=SEQ,
     default=None,
     help="The first seq to export (the previous export's record count continues its chain; "
     "default: the first record present, 0 unless segments were pruned).",
@@ -336,7 +301,7 @@ def audit_export(target: Path, since: int | None, format_: str, home: Path) -> N
     refuse_home_target(h, target)
     with AuditLog.open(h) as log:
         total = log.count() if sys.stderr.isatty() else 0
-        with _progress(total) as progress:
+        with progress_bar(total) as progress:
             chain = log.verify_segments(progress=progress)
         result = chain.result
         if not result:
@@ -418,7 +383,7 @@ def audit_checkpoint(
         require_output_dir(output)
     with AuditLog.open(home_of(home)) as log:
         total = log.count() if sys.stderr.isatty() else 0
-        with _progress(total) as progress:
+        with progress_bar(total) as progress:
             cp = log.checkpoint(
                 export_to=output, progress=progress, deliver=show if output is None else None
             )
@@ -489,7 +454,7 @@ def _record_text(record: AuditRecord, full: FullTrace | None = None) -> str:
 
 
 @audit.command(name="show")
-@click.argument("seq", type=_SEQ)
+@click.argument("seq", type=SEQ)
 @click.option(
     "--full",
     is_flag=True,
@@ -544,7 +509,7 @@ def audit_show(seq: int, full: bool, home: Path, json_: bool) -> None:
     "-n",
     "--lines",
     "n",
-    type=_SEQ,
+    type=SEQ,
     default=10,
     show_default=True,
     help="How many of the latest records.",

@@ -22,18 +22,11 @@ import click
 
 from ..core.audit.archive import MAX_LINE_BYTES
 from ..errors import InputError
+from ._inputs import INTEROP_FORMAT
 from ._output import note
 from ._root import CommandError, echo_json, home_option, json_option
 from ._store import home_of
 from .audit import audit
-
-_FORMAT = click.option(
-    "format_",
-    "--format",
-    type=click.Choice(("hydraflow",)),
-    required=True,
-    help="The source's format: hydraflow (docs/interop.md).",
-)
 
 
 def _lines(path: Path) -> Iterator[str]:
@@ -74,7 +67,7 @@ def _rereadable(path: Path) -> Iterator[Path]:
 
 @audit.command(name="import")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@_FORMAT
+@INTEROP_FORMAT
 @home_option
 @json_option
 def audit_import(file: Path, format_: str, home: Path, json_: bool) -> None:

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import click
 
-from ._output import emit, note
+from ._inputs import SEQ
+from ._output import emit, note, progress_bar
 from ._root import CommandError, echo_json, home_option, json_option
 from ._store import home_of
-from .audit import _SEQ, _progress, audit
+from .audit import audit
 
 
 @audit.command(name="rotate")
@@ -34,7 +35,7 @@ def audit_rotate(home: Path, json_: bool) -> None:
 
     with AuditLog.open(home_of(home)) as log:
         total = log.head()[0] if sys.stderr.isatty() else 0
-        with _progress(total) as progress:
+        with progress_bar(total) as progress:
             done = rotate(log, progress=progress)
     assert done is not None  # rotate waits for the lock
     seg = done.segment
@@ -51,7 +52,7 @@ def audit_rotate(home: Path, json_: bool) -> None:
 @audit.command(name="prune")
 @click.option(
     "--before",
-    type=_SEQ,
+    type=SEQ,
     required=True,
     help="Remove the sealed segments whose records all lie below this seq.",
 )
@@ -112,7 +113,7 @@ def audit_reattest(exported: tuple[Path, ...], home: Path, json_: bool) -> None:
 
     with AuditLog.open(home_of(home)) as log:
         total = log.head()[0] if sys.stderr.isatty() else 0
-        with _progress(total) as progress:
+        with progress_bar(total) as progress:
             done = reattest(log, exported=exported, progress=progress)
     if json_:
         echo_json(done.to_dict())

@@ -16,7 +16,7 @@ from ..control.snapshots import (
 )
 from ..errors import ConfigurationError
 from ..files import removed_on_failure
-from ..store.control import attach_postgres, is_postgres_url
+from ..store.backends import attach_postgres, is_postgres_url
 from ..store.home import DEFAULT_ORG
 from ._output import note
 from ._root import CommandError, cli, echo_json, home_option, json_option

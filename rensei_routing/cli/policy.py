@@ -25,7 +25,7 @@ from ..errors import (
 from ..ops.matrix import MatrixRequest, blast_radius, compare, load_set, matrix_of
 from ..store.control import ControlStore, PolicyWrite
 from ..store.policies import SnapshotLoad
-from ._inputs import read_json, read_verified_policy_file
+from ._inputs import POLICY_REVISION, read_json, read_verified_policy_file
 from ._output import emit, next_step, note, printable
 from ._render import issue_line
 from ._root import (
@@ -264,12 +264,7 @@ def _report(written: PolicyWrite, json_: bool, radius: dict[str, Any]) -> None:
 
 
 @policy.command(name="show")
-@click.option(
-    "--rev",
-    "revision",
-    type=click.IntRange(min=1, max=2**63 - 1),
-    help="Revision (default: current).",
-)
+@POLICY_REVISION
 @home_option
 @json_option
 def policy_show(revision: int | None, home: Path, json_: bool) -> None:

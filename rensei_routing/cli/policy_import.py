@@ -15,6 +15,7 @@ import click
 from ..control.policy_writes import save_policies
 from ..errors import PolicyValidationError
 from ..files import atomic_write
+from ._inputs import INTEROP_FORMAT, POLICY_REVISION
 from ._output import note
 from ._render import issue_line
 from ._root import CommandError, actor_option, echo_json, home_option, json_option
@@ -28,18 +29,10 @@ from ._store import (
 )
 from .policy import policy
 
-_FORMAT = click.option(
-    "format_",
-    "--format",
-    type=click.Choice(("hydraflow",)),
-    required=True,
-    help="The source's format: hydraflow (docs/interop.md).",
-)
-
 
 @policy.command(name="import")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@_FORMAT
+@INTEROP_FORMAT
 @actor_option
 @home_option
 @json_option
@@ -94,13 +87,8 @@ def policy_import(file: Path, format_: str, actor: str | None, home: Path, json_
 
 @policy.command(name="export")
 @click.argument("target", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path))
-@_FORMAT
-@click.option(
-    "--rev",
-    "revision",
-    type=click.IntRange(min=1, max=2**63 - 1),
-    help="Revision (default: current).",
-)
+@INTEROP_FORMAT
+@POLICY_REVISION
 @home_option
 def policy_export(target: Path, format_: str, revision: int | None, home: Path) -> None:
     """Write the current (or --rev N) policy revision to FILE as HydraFlow's policies.json

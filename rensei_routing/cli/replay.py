@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ._inputs import SEQ
 from ._output import emit, note, printable
 from ._root import CommandError, echo_json, home_option, json_option
 from ._session import session
@@ -18,8 +19,6 @@ from .audit import audit
 
 if TYPE_CHECKING:
     from ..store.audit import AuditLog
-
-_SEQ = click.IntRange(min=0, max=2**63 - 1)
 
 
 class ReplayMismatchError(CommandError):
@@ -36,7 +35,7 @@ class ReplayIncompleteError(CommandError):
 
 
 @audit.command(name="replay")
-@click.option("--since", type=_SEQ, default=0, show_default=True, help="The first seq to replay.")
+@click.option("--since", type=SEQ, default=0, show_default=True, help="The first seq to replay.")
 @click.option(
     "--segment",
     metavar="NAME",

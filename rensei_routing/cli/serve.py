@@ -86,12 +86,12 @@ def serve(
     --json` gives it. GET /metrics (bearer token): Prometheus metrics. SIGTERM stops accepting
     and lets responses in flight finish (up to --drain seconds)."""
     from ..control.listener import Limits, RunningServer
+    from ..control.replicas import replica_service
     from ..control.server import ahead_of_clock, make_app
     from ..control.snapshots import (
         ensure_serve_token,
         home_jwks,
         latest_snapshot,
-        replica_service,
         snapshot_service,
     )
     from ..ops.metrics import HomeMetrics, serve_metrics

@@ -1,5 +1,6 @@
 """Several ``rensei serve`` replicas on one control database: the watcher that keeps one
-replica's :class:`~rensei_routing.control.server.SnapshotService` in step with it.
+replica's :class:`~rensei_routing.control.server.SnapshotService` in step with it, and
+:func:`replica_service`, the endpoint's service and watcher for such a home.
 
 Off the request path, in one thread, the watcher repeats one step: compile the data when it
 changed (under the org's compile lock, so one replica compiles each change), re-seal when the
@@ -23,13 +24,25 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Final
 
+from ..core.audit.chain import format_timestamp
+from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.snapshot.envelope import RulesetSnapshot
 from ..core.snapshot.validators import SnapshotValidator
 from ..errors import RenseiRoutingError, StoreError
+from ..store.backends import open_control_store
 from ..store.control import ControlStore
+from ..store.home import Home
 from .server import SnapshotService
-from .snapshots import Signer, newer_in, refresh_in
+from .snapshots import (
+    DEFAULT_RESEAL_AFTER_S,
+    Signer,
+    control_store,
+    latest_snapshot,
+    newer_in,
+    refresh_in,
+)
 
-__all__ = ["ReplicaWatcher"]
+__all__ = ["ReplicaWatcher", "replica_service"]
 
 log = logging.getLogger("rensei_routing.replica")
 
@@ -138,3 +151,57 @@ class ReplicaWatcher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+def replica_service(
+    home: Home,
+    *,
+    clock: Callable[[], datetime],
+    validators: Sequence[SnapshotValidator] = (),
+    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
+    reseal_after: float = DEFAULT_RESEAL_AFTER_S,
+    poll_s: float = 1.0,
+) -> tuple[SnapshotService, ReplicaWatcher]:
+    """The endpoint's view of ``home`` when its control data is shared by several replicas
+    (a PostgreSQL ``[store] url``): the service answers from memory, and the
+    :class:`~rensei_routing.control.replicas.ReplicaWatcher` (started by the caller) compiles,
+    re-seals and adopts off the request path; while the database is unreachable the held
+    snapshot keeps serving, flagged."""
+    signer = Signer.of(home)
+
+    def first() -> RulesetSnapshot | None:
+        return latest_snapshot(home)
+
+    def compile_once() -> RulesetSnapshot:
+        """The org's first snapshot on a request: compiled under the compile lock only when
+        no replica (nor this one's watcher, racing it after the database came back) built one
+        from the current data meanwhile, else the one that did."""
+        with control_store(home, write=True, vocabulary=vocabulary) as store:
+            result = store.compile_current(
+                compiled_at=format_timestamp(clock()),
+                signing_key_id=signer.key_id,
+                sign=signer.sign,
+                validators=validators,
+                only_if_stale=True,
+            )
+            return (
+                result.snapshot if result is not None else store.load_snapshot(lookup=signer.lookup)
+            )
+
+    service = SnapshotService(
+        latest=first,
+        compile_now=compile_once,
+        needs_refresh=lambda held: False,
+        refresh=lambda held: None,
+        clock=clock,
+    )
+    watcher = ReplicaWatcher(
+        service,
+        open_store=lambda: open_control_store(home, write=True, vocabulary=vocabulary),
+        signer=signer,
+        clock=clock,
+        reseal_after=timedelta(seconds=reseal_after),
+        validators=validators,
+        poll_s=poll_s,
+    )
+    return service, watcher

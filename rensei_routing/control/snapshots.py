@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .. import signing
 from ..core.audit.chain import format_timestamp
@@ -23,15 +23,13 @@ from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult
 from ..errors import ConfigurationError, HomeError
-from ..files import create_private, mode_is_private, token_from_file
-from ..store.control import ControlStore, open_control_store
+from ..files import create_new, mode_is_private, token_from_file
+from ..store.backends import open_control_store
+from ..store.control import ControlStore
 from ..store.home import Home
 from ..store.settings import SNAPSHOT_KEY_ID, read_text, write_text
 from ..store.snapshots import CompileResult
 from .server import SnapshotService
-
-if TYPE_CHECKING:
-    from .replicas import ReplicaWatcher
 
 __all__ = [
     "DEFAULT_RESEAL_AFTER_S",
@@ -47,7 +45,6 @@ __all__ = [
     "newer_snapshot",
     "refresh_in",
     "refresh_snapshot",
-    "replica_service",
     "serve_token_path",
     "set_snapshot_key_id",
     "snapshot_key_id",
@@ -195,7 +192,7 @@ def ensure_serve_token(home: Home) -> str:
     """
     path = serve_token_path(home)
     try:
-        create_private(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
+        create_new(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
         private = mode_is_private(path)
     except OSError as e:
         raise HomeError(f"cannot create {path}: {e.strerror or e}") from e
@@ -342,62 +339,6 @@ def refresh_in(
 def validator_results(results: Iterable[ValidatorResult]) -> list[Mapping[str, Any]]:
     """JSON form of validator verdicts."""
     return [r.to_dict() for r in results]
-
-
-def replica_service(
-    home: Home,
-    *,
-    clock: Callable[[], datetime],
-    validators: Sequence[SnapshotValidator] = (),
-    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
-    reseal_after: float = DEFAULT_RESEAL_AFTER_S,
-    poll_s: float = 1.0,
-) -> tuple[SnapshotService, ReplicaWatcher]:
-    """The endpoint's view of ``home`` when its control data is shared by several replicas
-    (a PostgreSQL ``[store] url``): the service answers from memory, and the
-    :class:`~rensei_routing.control.replicas.ReplicaWatcher` (started by the caller) compiles,
-    re-seals and adopts off the request path; while the database is unreachable the held
-    snapshot keeps serving, flagged."""
-    from .replicas import ReplicaWatcher
-
-    signer = Signer.of(home)
-
-    def first() -> RulesetSnapshot | None:
-        return latest_snapshot(home)
-
-    def compile_once() -> RulesetSnapshot:
-        """The org's first snapshot on a request: compiled under the compile lock only when
-        no replica (nor this one's watcher, racing it after the database came back) built one
-        from the current data meanwhile, else the one that did."""
-        with control_store(home, write=True, vocabulary=vocabulary) as store:
-            result = store.compile_current(
-                compiled_at=format_timestamp(clock()),
-                signing_key_id=signer.key_id,
-                sign=signer.sign,
-                validators=validators,
-                only_if_stale=True,
-            )
-            return (
-                result.snapshot if result is not None else store.load_snapshot(lookup=signer.lookup)
-            )
-
-    service = SnapshotService(
-        latest=first,
-        compile_now=compile_once,
-        needs_refresh=lambda held: False,
-        refresh=lambda held: None,
-        clock=clock,
-    )
-    watcher = ReplicaWatcher(
-        service,
-        open_store=lambda: open_control_store(home, write=True, vocabulary=vocabulary),
-        signer=signer,
-        clock=clock,
-        reseal_after=timedelta(seconds=reseal_after),
-        validators=validators,
-        poll_s=poll_s,
-    )
-    return service, watcher
 
 
 def snapshot_service(

@@ -28,6 +28,7 @@ from typing import Final
 from ..core.audit.archive import MAX_LINE_BYTES, rows_from_lines
 from ..core.audit.chain import Row
 from ..errors import InputError
+from ..files import bounded_lines
 
 __all__ = [
     "CHECKPOINT_SUFFIX",
@@ -50,23 +51,6 @@ _LINE: Final = re.compile(
 )
 
 
-def _lines(path: Path) -> Iterator[bytes]:
-    """The raw lines of ``path``, each read to at most :data:`MAX_LINE_BYTES` bytes.
-
-    Raises:
-        InputError: a line is longer than that (not an audit export).
-        OSError: the file cannot be read.
-    """
-    with open(path, "rb") as f:
-        for number, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise InputError(
-                    f"{path}: line {number:,} is longer than {MAX_LINE_BYTES:,} bytes "
-                    "(not an audit export)"
-                )
-            yield raw
-
-
 def _slow(raw: bytes) -> Iterator[Row | tuple[str]]:
     try:
         text = raw.decode("utf-8")
@@ -84,7 +68,7 @@ def export_rows(path: Path) -> Iterator[Row | tuple[str]]:
         OSError: the file cannot be read.
     """
     match = _LINE.match
-    for raw in _lines(path):
+    for raw in bounded_lines(path, MAX_LINE_BYTES, what="an audit export"):
         m = match(raw)
         end = len(raw) - 2 if raw.endswith(b"}\n") else len(raw) - 1
         if m is None or raw[end] != 0x7D:  # "}"

@@ -32,7 +32,6 @@ its new records.
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,8 +39,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from .. import signing
+from ..core.audit.archive import export_start
 from ..core.audit.chain import (
-    GENESIS_HASH,
     ROW_COLUMNS,
     Checkpoint,
     VerifyResult,
@@ -194,14 +193,7 @@ def _org(origin: str) -> str | None:
 
 def _start(path: Path) -> tuple[int, str, Iterator[Any]]:
     """The first seq and prev_hash an export continues from, and its rows (from the first)."""
-    rows = export_rows(path)
-    first = next(rows, None)
-    start_seq, start_hash = 0, GENESIS_HASH
-    if first is not None and len(first) == len(ROW_COLUMNS) and type(first[0]) is int:
-        start_seq = max(0, first[0])
-        if start_seq and isinstance(first[2], str):
-            start_hash = first[2]
-    return start_seq, start_hash, (rows if first is None else itertools.chain([first], rows))
+    return export_start(export_rows(path))
 
 
 def ingest_file(

@@ -241,7 +241,7 @@ def is_host_only(home: Home) -> bool:
 def _control_store(home: Home) -> Iterator[Check]:
     """A home whose control data is in PostgreSQL: whether the database answers (a SQLite home
     has no such line: its file is the database check's)."""
-    from ..store.control import open_control_store
+    from ..store.backends import open_control_store
 
     try:
         if home.store_url() is None:

@@ -56,7 +56,7 @@ from ..core.snapshot.postures import ClaimGate
 from ..errors import InputError, NotFoundError, RenseiRoutingError
 from ..host.cache import HostCache
 from ..store.audit import AuditLog
-from ..store.control import open_control_store
+from ..store.backends import open_control_store
 from ..store.home import Home
 
 __all__ = ["CACHE_SIZE", "Sources", "replay_chain"]

@@ -5,7 +5,9 @@ data, compiled snapshots, the first-revision setting and the control side's own 
 Two implementations: :class:`SqliteControlStore` over the home's SQLite database (the embedded
 default; it composes :mod:`.policies` and :mod:`.snapshots`), and
 ``rensei_routing.store.postgres.PgControlStore`` (chosen by ``[store] url =
-"postgresql://..."`` in the home's ``config.toml``, written by ``rensei init --store``). The
+"postgresql://..."`` in the home's ``config.toml``, written by ``rensei init --store``);
+:mod:`.backends` opens the one a home is configured for (it sits above both, so neither
+implementation imports the other's module). The
 home's keys, config, metadata and the whole host side stay in the home's SQLite file either way.
 
 Adapter: opens and closes; every rule (validation, succession, what a compile reads) is the
@@ -25,17 +27,15 @@ from typing import Any, Final, Protocol
 import apsw
 
 from ..core.audit.chain import checkpoint_origin
-from ..core.redact import DEFAULT_REDACTOR, Redactor
 from ..core.routing.edits import MUTATION_RECORD, PolicyEdit, PolicyMutation
 from ..core.routing.policy import PolicySnapshot, RoutingPolicy
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
-from ..errors import HomeError, MalformedError
+from ..errors import MalformedError
 from .audit import AuditLog
 from .db import close_quietly, store_error
-from .home import Home
 from .policies import PolicyStore, PreparedWrite, RevisionInfo, SnapshotLoad
 from .snapshots import CompileResult, OrgStore, SnapshotInfo, SnapshotStore
 
@@ -50,10 +50,6 @@ __all__ = [
     "PolicyWrite",
     "Sign",
     "SqliteControlStore",
-    "attach_postgres",
-    "is_postgres_url",
-    "open_control_store",
-    "open_postgres",
 ]
 
 Sign = Callable[[bytes], bytes]
@@ -118,8 +114,14 @@ class ControlStore(Protocol):
         actor: str | None = None,
     ) -> PolicySnapshot:
         """Validate, then store as the next policy revision, audited (:meth:`write_policies`
-        of the whole set; ``actor`` ``None``: :data:`UNNAMED_ACTOR`)."""
-        ...
+        of the whole set; ``actor`` ``None``: :data:`UNNAMED_ACTOR`). Defined here, once, for
+        both implementations (they subclass this protocol)."""
+        edit = PolicyEdit(
+            actor=UNNAMED_ACTOR if actor is None else actor,
+            policies=tuple(policies),
+            expected_revision=expected_revision,
+        )
+        return self.write_policies(edit, saved_at=saved_at, over_corrupt=over_corrupt).snapshot
 
     def write_policies(
         self, edit: PolicyEdit, *, saved_at: str, over_corrupt: bool = False
@@ -223,83 +225,7 @@ class ControlStore(Protocol):
         ...
 
 
-def is_postgres_url(url: str) -> bool:
-    """Whether ``url`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
-    return url.startswith(("postgresql://", "postgres://"))
-
-
-def open_control_store(
-    home: Home,
-    *,
-    write: bool = False,
-    vocabulary: Vocabulary = DEFAULT_VOCABULARY,
-    redactor: Redactor = DEFAULT_REDACTOR,
-) -> ControlStore:
-    """The control store ``home`` is configured for: PostgreSQL when ``[store] url`` names one,
-    else the home's SQLite database (whose policy writes append their mutation records to the
-    home's audit log, redacted with ``redactor``). The caller closes it.
-
-    Raises:
-        HomeError: the home is not initialised or its config is unusable.
-        StoreError (``PostgresError`` and its kinds): the database cannot be reached or used.
-    """
-    info = home.info()
-    url = home.store_url()
-    if url is not None:
-        return open_postgres(home, url, vocabulary=vocabulary)
-    return SqliteControlStore(
-        home.connect(write=write),
-        org_id=info.org,
-        vocabulary=vocabulary,
-        audit=lambda: AuditLog.open(home, redactor=redactor),
-    )
-
-
-def open_postgres(
-    home: Home, url: str, *, vocabulary: Vocabulary = DEFAULT_VOCABULARY
-) -> ControlStore:
-    """The PostgreSQL control store at ``url`` for ``home``'s org and key (schema migrated,
-    org registered), whatever ``home``'s config says.
-
-    Raises:
-        DriverMissingError, DatabaseUnreachableError, StoreError, HomeError.
-    """
-    from .postgres import PgControlStore
-
-    return PgControlStore.connect(
-        url, org_id=home.info().org, key_id=home.public_key().key_id, vocabulary=vocabulary
-    )
-
-
-def attach_postgres(home: Home, url: str) -> str:
-    """Make ``url`` ``home``'s control database (``init --store``): reached, migrated and the
-    org registered first, then ``[store] url`` written; the database named without its
-    password is returned. Nothing is written to the config when the database is unusable.
-
-    Raises:
-        DriverMissingError, DatabaseUnreachableError, StoreError, HomeError.
-    """
-    if home.store_url() is None:
-        local = SqliteControlStore(home.connect(), org_id=home.info().org)
-        try:
-            held, mark = local.source_revisions(), local.latest_mark()
-        finally:
-            local.close()
-        if held != (0, 0) or mark is not None:
-            raise HomeError(
-                f"{home.path} already holds control data in {home.db_path} (policy revision "
-                f"{held[0]}, org data revision {held[1]}, snapshot revision "
-                f"{0 if mark is None else mark[0]}); a new database starts empty and its hosts "
-                "would refuse its lower revisions: init a new home with --store and "
-                f"--start-after {0 if mark is None else mark[0]}, then load the data there"
-            )
-    store = open_postgres(home, url)
-    store.close()
-    home.set_store_url(url)
-    return store.where
-
-
-class SqliteControlStore:
+class SqliteControlStore(ControlStore):
     """:class:`ControlStore` over one apsw connection to the home's database (a writer
     connection for the writes; its transactions are ``BEGIN IMMEDIATE``, so one compile at a
     time per home)."""
@@ -332,22 +258,6 @@ class SqliteControlStore:
                 return fn()
         except apsw.Error as e:
             raise store_error(what, e, self.where) from e
-
-    def save_policies(
-        self,
-        policies: Iterable[RoutingPolicy],
-        *,
-        saved_at: str,
-        over_corrupt: bool = False,
-        expected_revision: int | None = None,
-        actor: str | None = None,
-    ) -> PolicySnapshot:
-        edit = PolicyEdit(
-            actor=UNNAMED_ACTOR if actor is None else actor,
-            policies=tuple(policies),
-            expected_revision=expected_revision,
-        )
-        return self.write_policies(edit, saved_at=saved_at, over_corrupt=over_corrupt).snapshot
 
     def _audit_log(self) -> AuditLog:
         if self._audit is None:

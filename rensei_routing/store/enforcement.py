@@ -17,7 +17,6 @@ SQL over connections the caller owns; file I/O on the hint only. Decides nothing
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import struct
@@ -27,6 +26,7 @@ from typing import Any, Final
 import apsw
 
 from ..core.enforce.bound import Canary
+from ..files import create_new
 from .db import close_quietly, store_error
 from .home import Home
 
@@ -182,21 +182,7 @@ def ensure_hint(home: Home, *, initial: bool) -> Path:
     path = _hint_path(home)
     if path.exists():
         return path
-    tmp = path.with_name(f".{HINT_FILE}.{os.getpid()}.tmp")
-    data = bytes([1 if initial else 0]) + bytes(HINT_SIZE - 1)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    create_new(path, bytes([1 if initial else 0]) + bytes(HINT_SIZE - 1), mode=0o644)
     return path
 
 

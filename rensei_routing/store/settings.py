@@ -48,15 +48,12 @@ def read_flag(conn: apsw.Connection, name: str) -> bool | None:
         MalformedError: the stored value is neither ``true`` nor ``false`` (a hand edit).
         StoreError: the database cannot be read.
     """
-    try:
-        value = conn.execute("SELECT value FROM meta WHERE key = ?", (_PREFIX + name,)).fetchone()
-    except apsw.Error as e:
-        raise StoreError(f"cannot read setting {name}: {e}") from e
+    value = read_text(conn, name)
     if value is None:
         return None
-    if value[0] not in (_TRUE, _FALSE):
-        raise MalformedError(f"setting {name}", f"expected true or false, got {value[0]!r}")
-    return bool(value[0] == _TRUE)
+    if value not in (_TRUE, _FALSE):
+        raise MalformedError(f"setting {name}", f"expected true or false, got {value!r}")
+    return value == _TRUE
 
 
 def write_flag(conn: apsw.Connection, name: str, value: bool) -> None:
@@ -65,15 +62,7 @@ def write_flag(conn: apsw.Connection, name: str, value: bool) -> None:
     Raises:
         StoreError: the database cannot be written.
     """
-    try:
-        with conn:
-            conn.execute(
-                "INSERT INTO meta(key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (_PREFIX + name, _TRUE if value else _FALSE),
-            )
-    except apsw.Error as e:
-        raise StoreError(f"cannot write setting {name}: {e}") from e
+    write_text(conn, name, _TRUE if value else _FALSE)
 
 
 def read_text(conn: apsw.Connection, name: str) -> str | None:

@@ -13,6 +13,7 @@ exports (``--since`` the previous one's next seq) continue one chain.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from typing import Final
@@ -20,9 +21,9 @@ from typing import Final
 from ...errors import CanonicalEncodingError
 from .. import _parse as p
 from ..canonical import canonical_bytes
-from .chain import AuditRecord, Row
+from .chain import GENESIS_HASH, ROW_COLUMNS, AuditRecord, Row
 
-__all__ = ["EXPORT_KEYS", "MAX_LINE_BYTES", "export_line", "rows_from_lines"]
+__all__ = ["EXPORT_KEYS", "MAX_LINE_BYTES", "export_line", "export_start", "rows_from_lines"]
 
 EXPORT_KEYS: Final = ("seq", "recorded_at", "prev_hash", "payload_hash", "record_hash", "payload")
 #: The longest export line a reader accepts (without its ``\n``): 64 MiB, far above any record
@@ -79,3 +80,19 @@ def rows_from_lines(lines: Iterable[str]) -> Iterator[Row | tuple[str]]:
             yield _UNREADABLE
         elif line.strip():
             yield _row(line)
+
+
+def export_start(
+    rows: Iterator[Row | tuple[str]],
+) -> tuple[int, str, Iterator[Row | tuple[str]]]:
+    """``(first seq, prev_hash, rows)`` of an export's rows (:func:`rows_from_lines`): the seq
+    and hash its chain continues from, and the rows again from the first. An export starting at
+    seq 0 (or empty, or whose first row is unreadable) starts from the genesis hash; a later
+    start is anchored on its own first ``prev_hash``."""
+    first = next(rows, None)
+    start_seq, start_hash = 0, GENESIS_HASH
+    if first is not None and len(first) == len(ROW_COLUMNS) and type(first[0]) is int:
+        start_seq = max(0, first[0])
+        if start_seq and isinstance(first[2], str):
+            start_hash = first[2]
+    return start_seq, start_hash, (rows if first is None else itertools.chain([first], rows))

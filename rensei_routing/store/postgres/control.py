@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ...core.canonical import canonical_bytes
 from ...core.routing.decision import STATE_ABSENT
 from ...core.routing.edits import PolicyEdit, PolicyMutation
-from ...core.routing.policy import PolicySnapshot, RoutingPolicy
+from ...core.routing.policy import PolicySnapshot
 from ...core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ...core.snapshot.envelope import (
     RulesetSnapshot,
@@ -43,8 +43,8 @@ from ..control import (
     EVENT_ORG,
     EVENT_POLICY,
     EVENT_RESEAL,
-    UNNAMED_ACTOR,
     ControlEvent,
+    ControlStore,
     Lookup,
     PolicyWrite,
     Sign,
@@ -70,7 +70,7 @@ __all__ = ["PgControlStore"]
 _COUNTERS: Final = frozenset({"policy_rev", "org_rev", "snapshot_rev", "event_seq"})
 
 
-class PgControlStore:
+class PgControlStore(ControlStore):
     """The control data of one org in one PostgreSQL database."""
 
     def __init__(
@@ -223,22 +223,6 @@ class PgControlStore:
                 (self.org_id, revision),
             ).fetchone()
         return None if row is None else (int(row[0]), str(row[1]), bytes(row[2]))
-
-    def save_policies(
-        self,
-        policies: Iterable[RoutingPolicy],
-        *,
-        saved_at: str,
-        over_corrupt: bool = False,
-        expected_revision: int | None = None,
-        actor: str | None = None,
-    ) -> PolicySnapshot:
-        edit = PolicyEdit(
-            actor=UNNAMED_ACTOR if actor is None else actor,
-            policies=tuple(policies),
-            expected_revision=expected_revision,
-        )
-        return self.write_policies(edit, saved_at=saved_at, over_corrupt=over_corrupt).snapshot
 
     def write_policies(
         self, edit: PolicyEdit, *, saved_at: str, over_corrupt: bool = False
