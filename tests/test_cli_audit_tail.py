@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
-from rensei_routing.core.audit.summary import RecordSummary, summarize
+from rensei_routing.core.shadow.summary import RecordSummary, summarize
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from rensei_routing.core.audit.summary import RecordSummary, summarize
 from rensei_routing.core.routing.edits import (
     PolicyMutation,
     credential_label,
@@ -16,6 +15,7 @@ from rensei_routing.core.routing.edits import (
     in_slice,
 )
 from rensei_routing.core.routing.policy import RoutingPolicy
+from rensei_routing.core.shadow.summary import RecordSummary, summarize
 
 
 def pol(pid: str, **doc: Any) -> RoutingPolicy:

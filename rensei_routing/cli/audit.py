@@ -33,7 +33,7 @@ from ..core.audit.chain import (
     note_key_hash,
     verify_chain,
 )
-from ..core.audit.summary import summarize
+from ..core.shadow.summary import summarize
 from ..errors import RenseiRoutingError
 from ..files import atomic_write, bounded_lines
 

@@ -4,7 +4,8 @@ route, read from the stored payload of every kind of record the chain holds.
 Pure and total: any payload (a kind this module does not know, a damaged or partial one) gets a
 summary; a field that is absent reads ``-``. The record types are named by their wire values
 (``claim-decision``, ``session-transition``, ...) because their constants live in the layers that
-write them.
+write them. It lives in the shadow domain because a shadow record's stored route is completed from
+its context there (``compare.stored_actual``), and the audit domain may not read shadow records.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..shadow.compare import stored_actual
+from .compare import stored_actual
 
 __all__ = ["NONE", "RecordSummary", "summarize"]
 
