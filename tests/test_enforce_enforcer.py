@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rensei_routing import EnforcedRoute, EnforcementRefused, Enforcer, NotGoverned
-from rensei_routing.core.enforce.records import lineage_of
+from rensei_routing.core.enforce.records import enforced_view, lineage_of
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.enforce import arm, disarm, status
 from rensei_routing.errors import StoreError
@@ -105,9 +105,22 @@ def test_an_enforced_route_carries_its_lineage_and_its_record_is_committed(tmp_p
 
     record = json.loads(stored[route.seq])
     assert record["record_type"] == "enforced-decision" and record["enforced"] is True
-    # the lineage stores what the decision does not (its ids are the decision's), and reads
-    # back whole
-    assert record["lineage"] == {"revision": 1, "policy_hash": route.policy_hash}
+    # the envelope stores only what the decision does not hold (here the lineage is all the
+    # decision's, the route's account and model the decision's), and reads back whole
+    assert "lineage" not in record and "transport" not in record and "repo" not in record
+    assert record["route"] == {"provider": "gateway"}
+    view = enforced_view(record)
+    assert (view["transport"], view["repo"], view["principal_id"]) == (
+        "gateway",
+        "acme/widgets",
+        record["decision"]["explanation"]["context"].get("principal_id"),
+    )
+    assert view["route"] == {
+        "provider": "gateway",
+        "account_id": route.account_id,
+        "model": route.model,
+    }
+    assert view["lineage"] == {"revision": 1, "policy_hash": route.policy_hash}
     assert record["decision"]["explanation"]["trace"] == "compact"
     assert lineage_of(record) == {
         "policy_id": "widgets-on-anthropic",
@@ -413,7 +426,7 @@ def test_an_enforced_decision_replays_and_rederives_its_full_trace(tmp_path: Pat
     sources = Sources(home)
     found = full_trace(record, sources, where="record")
     assert found.rederived and found.decision.decision_id == route.decision_id
-    assert found.payload["lineage"] == record["lineage"]
+    assert lineage_of(found.payload) == lineage_of(record)
     assert "eligible_account_ids" in found.payload["decision"]["explanation"]
     with AuditLog.open(home) as log:
         summary = replay_chain(log, sources)
