@@ -104,11 +104,10 @@ def test_an_enforced_route_carries_its_lineage_and_its_record_is_committed(tmp_p
     import json
 
     record = json.loads(stored[route.seq])
-    assert record["record_type"] == "enforced-decision" and record["enforced"] is True
+    assert record["record_type"] == "enforced-decision" and enforced_view(record)["enforced"]
     # the envelope stores only what the decision does not hold (here the lineage is all the
     # decision's, the route's account and model the decision's), and reads back whole
-    assert "lineage" not in record and "transport" not in record and "repo" not in record
-    assert record["route"] == {"provider": "gateway"}
+    assert not {"lineage", "transport", "repo", "route", "enforced"} & set(record)
     view = enforced_view(record)
     assert (view["transport"], view["repo"], view["principal_id"]) == (
         "gateway",
@@ -147,6 +146,11 @@ def test_a_spawn_no_policy_claims_keeps_its_own_route_as_legacy_compatible(tmp_p
     (record,) = payloads(home, "enforced-decision")
     assert record["answer"] == "legacy-compatible"
     assert record["decision"]["policy_source"] == "legacy-compatibility"
+    assert enforced_view(record)["route"] == {
+        "provider": route.provider,
+        "account_id": route.account_id,
+        "model": route.model,
+    }
 
 
 @pytest.mark.parametrize("code", ["held", "rejected"])
@@ -160,7 +164,8 @@ def test_held_and_rejected_are_refused_after_their_record_commits(
     refusal = caught.value
     assert refusal.code == code
     (record,) = payloads(home, "enforced-decision")
-    assert record["answer"] == code and record["route"] is None
+    assert record["answer"] == code and "route" not in record
+    assert enforced_view(record)["route"] is None
     assert lineage_of(record)["decision_id"] == refusal.decision_id
     assert [s for s, _, _ in chain(home)][-1] == refusal.seq
 

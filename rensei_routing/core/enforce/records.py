@@ -37,6 +37,10 @@ GATE_RECORD: Final = "enforce-gate"
 TRIP_RECORD: Final = "enforce-trip"
 ENFORCE_RECORDS: Final = (DECISION_RECORD, ARM_RECORD, DISARM_RECORD, GATE_RECORD, TRIP_RECORD)
 SCHEMA_VERSION: Final = 1
+_REFUSED: Final = ("held", "rejected")
+#: The provider a route names when it stores none: the gateway provider, whose transport is the
+#: governed one (a governed spawn's provider is nearly always it).
+_DEFAULT_PROVIDER: Final = "gateway"
 #: The actor of a trip: the canary disarmed itself (the record also names who armed it).
 TRIP_ACTOR: Final = "enforcer"
 
@@ -63,17 +67,17 @@ def decision_record(
     (``RECORD_TRACE``).
 
     The envelope stores only what the decision does not already hold; :func:`enforced_view`
-    puts the rest back: the transport (always the governed one), the principal and repository
-    when they are the context's, the route's account and model when they are the ones the
-    answer implies (the decision's for ``enforced``, the legacy route's for
-    ``legacy-compatible``), and the lineage's revision and hash when they are the decision's
+    puts the rest back: ``enforced: true`` and the transport (always the governed one), the
+    principal and repository when they are the context's, the route when it is implied (none
+    for a refusal; else its provider when it is ``gateway``, its account and model when they
+    are the ones the answer implies (the decision's for ``enforced``, the legacy route's for
+    ``legacy-compatible``)), and the lineage's revision and hash when they are the decision's
     (:func:`lineage_of` adds its policy id and decision id)."""
     context = decision.explanation.context
     record: dict[str, Any] = {
         "record_type": DECISION_RECORD,
         "schema_version": SCHEMA_VERSION,
         "recorded_at": recorded_at,
-        "enforced": True,
         "seam": seam,
         "answer": answer,
         "decision": decision.to_dict(),
@@ -82,15 +86,17 @@ def decision_record(
         record["principal_id"] = principal_id
     if context.repo is None or repo != context.repo.value:
         record["repo"] = repo
-    route: dict[str, Any] | None = None
-    if answer not in ("held", "rejected"):
-        route = {"provider": provider}
+    if answer not in _REFUSED:
+        route: dict[str, Any] = {}
+        if provider != _DEFAULT_PROVIDER:
+            route["provider"] = provider
         implied = _implied_route(answer, record["decision"])
         if account_id != implied[0]:
             route["account_id"] = account_id
         if model != implied[1]:
             route["model"] = model
-    record["route"] = route
+        if route:
+            record["route"] = route
     lineage: dict[str, Any] = {}
     if revision != decision.policy_revision:
         lineage["revision"] = revision
@@ -115,8 +121,8 @@ def _implied_route(answer: Any, decision: Any) -> tuple[Any, Any]:
 
 def enforced_view(payload: Any) -> Any:
     """An enforced decision record's payload with every member the envelope left out put back
-    (:func:`decision_record`): ``transport``, ``principal_id``, ``repo``, the route's
-    ``account_id`` and ``model``, and the lineage's ``revision`` and ``policy_hash``. A record
+    (:func:`decision_record`): ``enforced``, ``transport``, ``principal_id``, ``repo``, the
+    route (``null`` for a refusal) with its ``provider``, ``account_id`` and ``model``, and the lineage's ``revision`` and ``policy_hash``. A record
     that stores them (written before they were left out) is returned with its own values;
     anything that is not an enforced decision record is returned as given."""
     if not isinstance(payload, dict) or payload.get("record_type") != DECISION_RECORD:
@@ -129,14 +135,21 @@ def enforced_view(payload: Any) -> Any:
     context = context if isinstance(context, dict) else {}
     repo = context.get("repo")
     out = dict(payload)
+    out.setdefault("enforced", True)
     out.setdefault("transport", GOVERNED_TRANSPORT)
     out.setdefault("principal_id", context.get("principal_id"))
     if "repo" not in out:
         out["repo"] = repo.get("value") if isinstance(repo, dict) else repo
-    route = out.get("route")
+    route = out.get("route", None if out.get("answer") in _REFUSED else {})
     if isinstance(route, dict):
         implied = _implied_route(out.get("answer"), decision)
-        out["route"] = {"account_id": implied[0], "model": implied[1], **route}
+        route = {
+            "provider": _DEFAULT_PROVIDER,
+            "account_id": implied[0],
+            "model": implied[1],
+            **route,
+        }
+    out["route"] = route
     lineage = out.get("lineage")
     out["lineage"] = {
         "revision": decision.get("policy_revision"),
