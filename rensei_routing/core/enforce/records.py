@@ -122,9 +122,10 @@ def _implied_route(answer: Any, decision: Any) -> tuple[Any, Any]:
 def enforced_view(payload: Any) -> Any:
     """An enforced decision record's payload with every member the envelope left out put back
     (:func:`decision_record`): ``enforced``, ``transport``, ``principal_id``, ``repo``, the
-    route (``null`` for a refusal) with its ``provider``, ``account_id`` and ``model``, and the lineage's ``revision`` and ``policy_hash``. A record
-    that stores them (written before they were left out) is returned with its own values;
-    anything that is not an enforced decision record is returned as given."""
+    route (``null`` for a refusal) with its ``provider``, ``account_id`` and ``model``, and the
+    lineage's ``revision`` and ``policy_hash``. A record that stores them (written before they
+    were left out) is returned with its own values; anything that is not an enforced decision
+    record is returned as given."""
     if not isinstance(payload, dict) or payload.get("record_type") != DECISION_RECORD:
         return payload
     decision = payload.get("decision")
