@@ -1,6 +1,8 @@
 """The audit records of enforcement, pure: one canonical payload per enforced decision
-(refusals included, with its lineage and ``enforced: true``), per arm, disarm, gate verdict and
-trip (each with its actor). The service appends them; nothing here reads or writes.
+(refusals included; its envelope holds only what its decision does not, and
+:func:`enforced_view` reads it back whole with its lineage and ``enforced: true``), per arm,
+disarm, gate verdict and trip (each with its actor). The service appends them; nothing here reads
+or writes.
 """
 
 from __future__ import annotations
