@@ -9,6 +9,9 @@
   run and alternating with it call by call, one bare durable ``AuditLog.append`` of the same
   record (the payload the armed call stored, read back) into a log of its own. Target: the
   armed p99 within 2x of the append's p99.
+* ``enforced-decision size``: the largest stored enforced-decision record at 10, 100 and 1,000
+  policies (``benchmarks/record_size.py``), against the same records with the full trace.
+  Target: every record at most 1,500 bytes.
 
 Both homes use the library's defaults (WAL, ``synchronous=FULL``): each armed call and each
 append pays one fsync'd commit, which dominates both on most disks.
@@ -36,6 +39,7 @@ from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore
 
+from . import record_size
 from .bench_shadow import _registry
 from .harness import BenchResult, Config, Figure, progress
 
@@ -243,6 +247,8 @@ def run(cfg: Config) -> BenchResult:
         _unarmed(res, Path(tmp), loops, rounds)
         progress(f"{NAME}: {calls:,} armed calls at {POLICIES:,} policies")
         _armed(res, Path(tmp), calls)
+    progress(f"{NAME}: enforced-decision record sizes")
+    res.figures.extend(record_size.enforced_figures(cfg, _registry()))
     res.notes.append(
         "armed: one gateway spawn of acme/widgets at the agentic seam, the canary pinned to a "
         f"revision of {POLICIES:,} policies (one claims the repository); reproduce with "

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rensei_routing import EnforcedRoute, EnforcementRefused, Enforcer, NotGoverned
-from rensei_routing.core.enforce.records import lineage_of
+from rensei_routing.core.enforce.records import enforced_view, lineage_of
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.enforce import arm, disarm, status
 from rensei_routing.errors import StoreError
@@ -104,10 +104,22 @@ def test_an_enforced_route_carries_its_lineage_and_its_record_is_committed(tmp_p
     import json
 
     record = json.loads(stored[route.seq])
-    assert record["record_type"] == "enforced-decision" and record["enforced"] is True
-    # the lineage stores what the decision does not (its ids are the decision's), and reads
-    # back whole
-    assert record["lineage"] == {"revision": 1, "policy_hash": route.policy_hash}
+    assert record["record_type"] == "enforced-decision" and enforced_view(record)["enforced"]
+    # the envelope stores only what the decision does not hold (here the lineage is all the
+    # decision's, the route's account and model the decision's), and reads back whole
+    assert not {"lineage", "transport", "repo", "route", "enforced"} & set(record)
+    view = enforced_view(record)
+    assert (view["transport"], view["repo"], view["principal_id"]) == (
+        "gateway",
+        "acme/widgets",
+        record["decision"]["explanation"]["context"].get("principal_id"),
+    )
+    assert view["route"] == {
+        "provider": "gateway",
+        "account_id": route.account_id,
+        "model": route.model,
+    }
+    assert view["lineage"] == {"revision": 1, "policy_hash": route.policy_hash}
     assert record["decision"]["explanation"]["trace"] == "compact"
     assert lineage_of(record) == {
         "policy_id": "widgets-on-anthropic",
@@ -134,6 +146,11 @@ def test_a_spawn_no_policy_claims_keeps_its_own_route_as_legacy_compatible(tmp_p
     (record,) = payloads(home, "enforced-decision")
     assert record["answer"] == "legacy-compatible"
     assert record["decision"]["policy_source"] == "legacy-compatibility"
+    assert enforced_view(record)["route"] == {
+        "provider": route.provider,
+        "account_id": route.account_id,
+        "model": route.model,
+    }
 
 
 @pytest.mark.parametrize("code", ["held", "rejected"])
@@ -147,7 +164,8 @@ def test_held_and_rejected_are_refused_after_their_record_commits(
     refusal = caught.value
     assert refusal.code == code
     (record,) = payloads(home, "enforced-decision")
-    assert record["answer"] == code and record["route"] is None
+    assert record["answer"] == code and "route" not in record
+    assert enforced_view(record)["route"] is None
     assert lineage_of(record)["decision_id"] == refusal.decision_id
     assert [s for s, _, _ in chain(home)][-1] == refusal.seq
 
@@ -413,7 +431,7 @@ def test_an_enforced_decision_replays_and_rederives_its_full_trace(tmp_path: Pat
     sources = Sources(home)
     found = full_trace(record, sources, where="record")
     assert found.rederived and found.decision.decision_id == route.decision_id
-    assert found.payload["lineage"] == record["lineage"]
+    assert lineage_of(found.payload) == lineage_of(record)
     assert "eligible_account_ids" in found.payload["decision"]["explanation"]
     with AuditLog.open(home) as log:
         summary = replay_chain(log, sources)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from rensei_routing.core.enforce.records import enforced_view, lineage_of
 from rensei_routing.core.routing.policy import PolicySnapshot
 from rensei_routing.core.shadow.compare import is_shadow_payload
 from rensei_routing.core.timestamps import format_timestamp
@@ -211,10 +212,11 @@ def test_the_rehearsal(tmp_path: Path) -> None:
             ENFORCED_MODEL,
         )
         record = chain[route["seq"]]
-        assert record["record_type"] == "enforced-decision" and record["enforced"] is True
+        assert record["record_type"] == "enforced-decision"
+        assert enforced_view(record)["enforced"] is True
         assert (record["seam"], record["answer"]) == (seam, "enforced")
-        assert record["lineage"]["decision_id"] == route["decision_id"]
-        assert record["route"]["model"] == ENFORCED_MODEL
+        assert lineage_of(record)["decision_id"] == route["decision_id"]
+        assert enforced_view(record)["route"]["model"] == ENFORCED_MODEL
 
     # a revision that holds every spawn of the repository, armed over its failing gate
     _save_holds(home)
@@ -239,7 +241,8 @@ def test_the_rehearsal(tmp_path: Path) -> None:
         assert events[i][0]["reason"] == "nothing-armed"
     chain = {seq: payload for seq, _, payload in _payloads(home)}
     held = chain[events[0][0]["seq"]]
-    assert (held["answer"], held["route"], held["lineage"]["revision"]) == ("held", None, 2)
+    held_route = enforced_view(held)["route"]
+    assert (held["answer"], held_route, lineage_of(held)["revision"]) == ("held", None, 2)
     trips = [p for p in chain.values() if p.get("record_type") == "enforce-trip"]
     assert [(t["reason"], t["actor"], t["armed_by"]) for t in trips] == [
         ("refusal-rate", "enforcer", "ops@acme")

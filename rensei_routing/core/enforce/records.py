@@ -1,6 +1,8 @@
 """The audit records of enforcement, pure: one canonical payload per enforced decision
-(refusals included, with its lineage and ``enforced: true``), per arm, disarm, gate verdict and
-trip (each with its actor). The service appends them; nothing here reads or writes.
+(refusals included; its envelope holds only what its decision does not, and
+:func:`enforced_view` reads it back whole with its lineage and ``enforced: true``), per arm,
+disarm, gate verdict and trip (each with its actor). The service appends them; nothing here reads
+or writes.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Any, Final
 from ..routing.decision import RouteDecision
 from .bound import GOVERNED_TRANSPORT
 from .gate import GateBar, GateFigures, GateVerdict
+from .route import ENFORCED as ENFORCED_ANSWER
 
 __all__ = [
     "ARM_RECORD",
@@ -23,6 +26,7 @@ __all__ = [
     "arm_record",
     "decision_record",
     "disarm_record",
+    "enforced_view",
     "gate_record",
     "lineage_of",
     "trip_record",
@@ -35,6 +39,10 @@ GATE_RECORD: Final = "enforce-gate"
 TRIP_RECORD: Final = "enforce-trip"
 ENFORCE_RECORDS: Final = (DECISION_RECORD, ARM_RECORD, DISARM_RECORD, GATE_RECORD, TRIP_RECORD)
 SCHEMA_VERSION: Final = 1
+_REFUSED: Final = ("held", "rejected")
+#: The provider a route names when it stores none: the gateway provider, whose transport is the
+#: governed one (a governed spawn's provider is nearly always it).
+_DEFAULT_PROVIDER: Final = "gateway"
 #: The actor of a trip: the canary disarmed itself (the record also names who armed it).
 TRIP_ACTOR: Final = "enforcer"
 
@@ -54,34 +62,112 @@ def decision_record(
     decision: RouteDecision,
 ) -> dict[str, Any]:
     """One enforced decision: what the canary answered (``answer``: a route kind or a refusal
-    code), the route applied (``None`` fields for a refusal), its lineage (policy id, pinned
-    revision, that revision's hash, decision id) and the whole decision with its explanation
-    (under ``decision``, not ``proposed``: shadow reports and what-if do not count it as a
-    recorded spawn). The decision carries the compact explanation a recorder resolves with
-    (``RECORD_TRACE``); the lineage leaves out what the decision holds (its policy id and
-    decision id: :func:`lineage_of` puts them back)."""
-    refused = answer in ("held", "rejected")
-    return {
+    code), the route applied (``None`` for a refusal), its lineage (policy id, pinned revision,
+    that revision's hash, decision id) and the whole decision with its explanation (under
+    ``decision``, not ``proposed``: shadow reports and what-if do not count it as a recorded
+    spawn). The decision carries the compact explanation a recorder resolves with
+    (``RECORD_TRACE``).
+
+    The envelope stores only what the decision does not already hold; :func:`enforced_view`
+    puts the rest back: ``enforced: true`` and the transport (always the governed one), the
+    principal and repository when they are the context's, the route when it is implied (none
+    for a refusal; else its provider when it is ``gateway``, its account and model when they
+    are the ones the answer implies (the decision's for ``enforced``, the legacy route's for
+    ``legacy-compatible``)), and the lineage's revision and hash when they are the decision's
+    (:func:`lineage_of` adds its policy id and decision id)."""
+    context = decision.explanation.context
+    record: dict[str, Any] = {
         "record_type": DECISION_RECORD,
         "schema_version": SCHEMA_VERSION,
         "recorded_at": recorded_at,
-        "enforced": True,
         "seam": seam,
-        "principal_id": principal_id,
-        "repo": repo,
-        "transport": GOVERNED_TRANSPORT,
         "answer": answer,
-        "route": None
-        if refused
-        else {"provider": provider, "account_id": account_id, "model": model},
-        "lineage": {"revision": revision, "policy_hash": policy_hash},
         "decision": decision.to_dict(),
     }
+    if principal_id != context.principal_id:
+        record["principal_id"] = principal_id
+    if context.repo is None or repo != context.repo.value:
+        record["repo"] = repo
+    if answer not in _REFUSED:
+        route: dict[str, Any] = {}
+        if provider != _DEFAULT_PROVIDER:
+            route["provider"] = provider
+        implied = _implied_route(answer, record["decision"])
+        if account_id != implied[0]:
+            route["account_id"] = account_id
+        if model != implied[1]:
+            route["model"] = model
+        if route:
+            record["route"] = route
+    lineage: dict[str, Any] = {}
+    if revision != decision.policy_revision:
+        lineage["revision"] = revision
+    if policy_hash != decision.snapshot_hash:
+        lineage["policy_hash"] = policy_hash
+    if lineage:
+        record["lineage"] = lineage
+    return record
+
+
+def _implied_route(answer: Any, decision: Any) -> tuple[Any, Any]:
+    """``(account, model)`` an answer implies from its stored decision: the decision's route
+    for ``enforced`` (its model, else the legacy route's), the legacy route for the rest."""
+    explanation = decision.get("explanation") if isinstance(decision, dict) else None
+    context = explanation.get("context") if isinstance(explanation, dict) else None
+    legacy = context.get("legacy_route") if isinstance(context, dict) else None
+    legacy = legacy if isinstance(legacy, dict) else {}
+    if answer == ENFORCED_ANSWER and isinstance(decision, dict):
+        return decision.get("account_id"), decision.get("effective_model") or legacy.get("model")
+    return legacy.get("account_id"), legacy.get("model")
+
+
+def enforced_view(payload: Any) -> Any:
+    """An enforced decision record's payload with every member the envelope left out put back
+    (:func:`decision_record`): ``enforced``, ``transport``, ``principal_id``, ``repo``, the
+    route (``null`` for a refusal) with its ``provider``, ``account_id`` and ``model``, and the
+    lineage's ``revision`` and ``policy_hash``. A record that stores them (written before they
+    were left out) is returned with its own values; anything that is not an enforced decision
+    record is returned as given."""
+    if not isinstance(payload, dict) or payload.get("record_type") != DECISION_RECORD:
+        return payload
+    decision = payload.get("decision")
+    if not isinstance(decision, dict):
+        return payload
+    explanation = decision.get("explanation")
+    context = explanation.get("context") if isinstance(explanation, dict) else None
+    context = context if isinstance(context, dict) else {}
+    repo = context.get("repo")
+    out = dict(payload)
+    out.setdefault("enforced", True)
+    out.setdefault("transport", GOVERNED_TRANSPORT)
+    out.setdefault("principal_id", context.get("principal_id"))
+    if "repo" not in out:
+        out["repo"] = repo.get("value") if isinstance(repo, dict) else repo
+    route = out.get("route", None if out.get("answer") in _REFUSED else {})
+    if isinstance(route, dict):
+        implied = _implied_route(out.get("answer"), decision)
+        route = {
+            "provider": _DEFAULT_PROVIDER,
+            "account_id": implied[0],
+            "model": implied[1],
+            **route,
+        }
+    out["route"] = route
+    lineage = out.get("lineage")
+    out["lineage"] = {
+        "revision": decision.get("policy_revision"),
+        "policy_hash": decision.get("snapshot_hash"),
+        **(lineage if isinstance(lineage, dict) else {}),
+    }
+    return out
 
 
 def lineage_of(payload: Any) -> Any:
-    """An enforced decision record's lineage with its decision's policy id and decision id
-    (stored once, in the decision); a lineage that names them is returned as stored."""
+    """An enforced decision record's whole lineage: the pinned revision and its hash
+    (:func:`enforced_view`) with its decision's policy id and decision id (stored once, in the
+    decision); a lineage that names them is returned as stored."""
+    if isinstance(payload, dict) and payload.get("record_type") == DECISION_RECORD:
+        payload = enforced_view(payload)
     lineage = payload.get("lineage") if isinstance(payload, dict) else None
     decision = payload.get("decision") if isinstance(payload, dict) else None
     if not isinstance(lineage, dict) or not isinstance(decision, dict) or "decision_id" in lineage:
