@@ -24,6 +24,7 @@ from . import (
     bench_cli,
     bench_fleet,
     bench_interop,
+    bench_live,
     bench_policies,
     bench_replay,
     bench_resolution,
@@ -41,6 +42,7 @@ __all__ = ["BENCHMARKS", "DEFAULT_OUT", "main"]
 #: Every benchmark, in run order.
 BENCHMARKS: tuple[ModuleType, ...] = (
     bench_resolution,
+    bench_live,
     bench_append,
     bench_verify,
     bench_policies,

@@ -131,7 +131,7 @@ class Compiled:
     decision follows the policies that could match it, not the size of the snapshot.
     """
 
-    __slots__ = ("_considered", "_groups", "by_repo", "levels", "open", "policies")
+    __slots__ = ("_considered", "_groups", "by_repo", "calls", "levels", "open", "policies")
 
     def __init__(self, snapshot: PolicySnapshot) -> None:
         ranked = sorted(snapshot.policies, key=rank_key)
@@ -159,6 +159,9 @@ class Compiled:
         self.open = _Group(open_members, self.policies)
         self._groups: dict[str, _Group] = {}
         self._considered: dict[tuple[int, str], ConsideredPolicy] = {}
+        #: The resolver's per-call state for single ``explain`` calls, kept across calls so
+        #: their memos stay warm (the resolver owns the keys and the values).
+        self.calls: dict[tuple[Any, ...], Any] = {}
 
     def considered(self, pos: int, reason: str) -> ConsideredPolicy:
         """The (shared, immutable) trace entry for policy ``pos`` with ``reason``."""

@@ -74,6 +74,9 @@ FULL_TRACE_LIMIT: Final = 256
 #: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
 _FIRST_LOOK: Final = COMPACT_RIVALS + 4
 
+#: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
+_CALLS_KEPT: Final = 8
+
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
 
 
@@ -413,13 +416,33 @@ def _start(
     vocabulary: Vocabulary,
     trace: Trace,
     redactor: Redactor,
+    keep: bool = False,
 ) -> tuple[Compiled, _Call]:
-    """The snapshot's index and what one call fixes for all its decisions."""
+    """The snapshot's index and what one call fixes for all its decisions.
+
+    With ``keep`` (single decisions), the call's state is the one kept on the index for the
+    same state, trace, vocabulary and redactor, so its memos stay warm from one decision to
+    the next: what a live caller deciding spawn after spawn asks repeats (the host's accounts,
+    its repositories, roles and requirements). The memos are bounded (:data:`MEMO_LIMIT`
+    entries each) and only ever hold answers that are functions of their keys, so a decision
+    is the same whether they are warm or cold. A batch builds its own (dropped with it).
+    """
     # Totality: an unknown state string is treated as the worst case, never as "ok".
     state = snapshot_state if snapshot_state in SNAPSHOT_STATES else STATE_CORRUPT
     compiled = compile_index(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return compiled, _Call(state, vocabulary, full, redactor, compiled)
+    if not keep:
+        return compiled, _Call(state, vocabulary, full, redactor, compiled)
+    # The kept call holds its vocabulary and redactor, so their ids name them while it is kept.
+    key = (state, full, id(vocabulary), id(redactor))
+    calls = compiled.calls
+    call = calls.get(key)
+    if call is None or call.vocabulary is not vocabulary or call.redactor is not redactor:
+        if len(calls) >= _CALLS_KEPT:
+            calls.clear()
+        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled)
+    assert isinstance(call, _Call)
+    return compiled, call
 
 
 def explain(
@@ -442,7 +465,7 @@ def explain(
     :mod:`rensei_routing.core.routing.ids`), so it can be recomputed from a stored record and never
     depends on a redacted secret.
     """
-    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor, keep=True)
     return _resolve(context, snapshot, compiled, call)
 
 
