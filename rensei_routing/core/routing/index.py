@@ -189,9 +189,16 @@ class Compiled:
         open group's answers by the five dimensions it is indexed on, which repeat across a
         batch far more than whole contexts do."""
         found: Sequence[int]
+        repo = keys[0]
         if memo is None:
             found, count = self.open.matched(keys, limit)
         else:
+            # Whole answers by all six keys (a context seen before), and the open group's by
+            # the other five (a 5-tuple never equals a 6-tuple: one memo holds both).
+            if repo is not None:
+                whole = memo.get(keys)
+                if whole is not None:
+                    return whole
             rest = keys[1:]
             hit = memo.get(rest)
             if hit is None:
@@ -200,7 +207,6 @@ class Compiled:
                 opened, total = self.open.matched(keys, limit)
                 hit = memo[rest] = (tuple(opened), total)
             found, count = hit
-        repo = keys[0]
         if repo is not None:
             group = self._groups.get(repo)
             if group is None:
@@ -210,8 +216,12 @@ class Compiled:
                 group = self._groups[repo] = _Group(members, self.policies)
             extra, more = group.matched(keys, limit)
             if extra:
-                found = sorted([*found, *extra])[:limit] if found else extra
+                found = tuple(sorted([*found, *extra])[:limit]) if found else tuple(extra)
                 count += more
+            if memo is not None:
+                if len(memo) >= MEMO_LIMIT:
+                    memo.clear()
+                memo[keys] = (found, count)
         return found, count
 
 

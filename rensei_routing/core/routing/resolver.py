@@ -110,6 +110,7 @@ class _Call:
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
     __slots__ = (
+        "applied",
         "full",
         "judged",
         "lanes",
@@ -146,6 +147,18 @@ class _Call:
         # value each, and whole judgements of a list of accounts are shared too: a decision
         # carries no objects of its own for them.
         self.rejections: dict[tuple[str, str], RejectedAccount] = {}
+        self.applied: dict[
+            tuple[Any, ...],
+            tuple[
+                str,
+                str,
+                str | None,
+                str | None,
+                str | None,
+                tuple[str, ...],
+                tuple[RejectedAccount, ...],
+            ],
+        ] = {}
         self.judged: dict[
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
@@ -203,7 +216,7 @@ def _model_step(
 
 
 def _apply_policy(
-    policy: RoutingPolicy, ctx: RouteContext, call: _Call
+    policy: RoutingPolicy, ctx: RouteContext, accounts: str, call: _Call
 ) -> tuple[
     str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
 ]:
@@ -212,9 +225,39 @@ def _apply_policy(
 
     The accounts are judged even when the model step failed, so the explanation says whether
     any account could have served; the outcome and reason are then the model step's.
+    ``accounts`` is the context's account entries' canonical texts, joined with commas.
     """
     action = policy.action
     requirement = ctx.model_requirement
+    # The whole step depends only on the action, the requirement and the account entries
+    # (their canonical text is their whole value): a live stream repeats all three.
+    applied_key = (
+        id(action),
+        None if requirement is None else requirement.kind,
+        None if requirement is None else requirement.value,
+        accounts,
+    )
+    applied = call.applied.get(applied_key)
+    if applied is None:
+        if len(call.applied) >= MEMO_LIMIT:
+            call.applied.clear()
+        applied = call.applied[applied_key] = _apply_action(
+            action, requirement, ctx.accounts, accounts, call
+        )
+    return applied
+
+
+def _apply_action(
+    action: RoutingAction,
+    requirement: ModelRequirement | None,
+    accounts: tuple[Account, ...],
+    texts: str,
+    call: _Call,
+) -> tuple[
+    str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
+]:
+    """:func:`_apply_policy`, worked out (with the memos of its two halves); ``texts`` is the
+    accounts' canonical texts joined with commas (their whole value)."""
     if requirement is None:
         model = failed = lane = None
     else:
@@ -229,12 +272,12 @@ def _apply_policy(
     # The accounts step depends only on the lock, the pool, the lane and the account entries
     # (their canonical text is their whole value), which repeat across a batch.
     lock = action.provider_lock
-    judged_key = (lock, action.account_pool, lane, *[a.canonical_json() for a in ctx.accounts])
+    judged_key = (lock, action.account_pool, lane, texts)
     judged = call.judged.get(judged_key)
     if judged is None:
         if len(call.judged) >= MEMO_LIMIT:
             call.judged.clear()
-        judged = call.judged[judged_key] = _judge_accounts(ctx.accounts, action, lock, lane, call)
+        judged = call.judged[judged_key] = _judge_accounts(accounts, action, lock, lane, call)
     eligible, rejected, chosen, binding, lane_excluded = judged
     if failed is not None:
         return failed[0], failed[1], None, None, None, eligible, rejected
@@ -312,6 +355,8 @@ def _resolve(
     keys: tuple[Any, ...] = ()
     listed: tuple[int, ...] = ()
     last = -1
+    # The account entries' texts, once: the memos' keys and the redaction check's piece.
+    accounts = ",".join([a.canonical_json() for a in ctx.accounts])
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
     else:
@@ -367,7 +412,7 @@ def _resolve(
             else:
                 policy_id = first.id
                 outcome, reason, account_id, binding, model, eligible, rejected = _apply_policy(
-                    first, ctx, call
+                    first, ctx, accounts, call
                 )
     revision, snapshot_hash = snapshot.revision, snapshot.content_hash
     did = _decision_id(
@@ -382,6 +427,7 @@ def _resolve(
         model,
         call.redactor,
         call.memo,
+        accounts,
     )
     return decision_of(
         did,
@@ -431,10 +477,11 @@ def _start(
     state = snapshot_state if snapshot_state in SNAPSHOT_STATES else STATE_CORRUPT
     compiled = compile_index(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    if not keep:
+    if not keep or type(snapshot_state) is not str or type(trace) is not str:
         return compiled, _Call(state, vocabulary, full, redactor, compiled)
-    # The kept call holds its vocabulary and redactor, so their ids name them while it is kept.
-    key = (state, full, id(vocabulary), id(redactor))
+    # Kept by the arguments as given (``explain`` looks them up before calling here); the kept
+    # call holds its vocabulary and redactor, so their ids name them while it is kept.
+    key = (snapshot_state, trace, id(vocabulary), id(redactor))
     calls = compiled.calls
     call = calls.get(key)
     if call is None or call.vocabulary is not vocabulary or call.redactor is not redactor:
@@ -465,6 +512,15 @@ def explain(
     :mod:`rensei_routing.core.routing.ids`), so it can be recomputed from a stored record and never
     depends on a redacted secret.
     """
+    compiled = snapshot._compiled
+    if compiled is not None:
+        # The kept call of these arguments, found without building anything (see _start).
+        try:
+            kept = compiled.calls.get((snapshot_state, trace, id(vocabulary), id(redactor)))
+        except TypeError:  # an unhashable state or trace: _start treats it as corrupt
+            kept = None
+        if kept is not None and kept.vocabulary is vocabulary and kept.redactor is redactor:
+            return _resolve(context, snapshot, compiled, kept)
     compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor, keep=True)
     return _resolve(context, snapshot, compiled, call)
 
