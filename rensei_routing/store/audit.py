@@ -288,16 +288,21 @@ class AuditLog:
         return self._append(encoded, recorded_at, keep=False)[0]
 
     def append_stamped(
-        self, build: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]
+        self,
+        build: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]],
+        *,
+        own: bool = False,
     ) -> AppendResult:
         """:meth:`append_encoded` of ``(recorded_at, stored payload)`` pairs, each with its own
         time, streamed from ``build(conn, next seq, head hash)`` in the write transaction: what
         else ``build`` writes through ``conn`` commits with them; what it raises rolls all back.
+        ``own``: every payload is this log's ``encode_payload`` of a value (a library service
+        that encoded them says so), so the automatic checkpoint need not parse them again.
 
         Raises:
             MalformedError (a ``recorded_at`` is not RFC 3339 UTC), StoreError: nothing written.
         """
-        return self._append((), "", keep=False, stamped=build)[0]
+        return self._append((), "", keep=False, stamped=build, own=own)[0]
 
     def _append(
         self,
@@ -331,7 +336,7 @@ class AuditLog:
                 pairs = (
                     ((recorded_at, d) for d in encoded)
                     if stamped is None
-                    else stamped(conn, first, prev)
+                    else iter(stamped(conn, first, prev))  # a list too, read once
                 )
                 while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):
                     rows = link_stamped(chunk, seq=first + count, prev_hash=prev)
