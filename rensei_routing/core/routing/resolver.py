@@ -74,6 +74,8 @@ FULL_TRACE_LIMIT: Final = 256
 #: ``COMPACT_RIVALS`` rivals; more are read only when the ties fill the first look.
 _FIRST_LOOK: Final = COMPACT_RIVALS + 4
 
+_ACCOUNT_TEXT: Final = Account.canonical_json
+
 #: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
 _CALLS_KEPT: Final = 8
 
@@ -356,7 +358,7 @@ def _resolve(
     listed: tuple[int, ...] = ()
     last = -1
     # The account entries' texts, once: the memos' keys and the redaction check's piece.
-    accounts = ",".join([a.canonical_json() for a in ctx.accounts])
+    accounts = ",".join(map(_ACCOUNT_TEXT, ctx.accounts))
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
     else:
