@@ -183,22 +183,24 @@ class Compiled:
         keys: tuple[Any, ...],
         limit: int = ALL,
         memo: dict[tuple[Any, ...], tuple[Sequence[int], int]] | None = None,
+        whole: bool = False,
     ) -> tuple[Sequence[int], int]:
         """Rank positions, best first, of the first ``limit`` enabled policies matching on
         every dimension, and how many match in all. ``memo`` (one per ``limit``) keeps the
         open group's answers by the five dimensions it is indexed on, which repeat across a
-        batch far more than whole contexts do."""
+        batch far more than whole contexts do; ``whole`` keeps whole answers in it too (a live
+        caller's questions repeat; a batch's mostly do not, and would pay the insertions)."""
         found: Sequence[int]
         repo = keys[0]
         if memo is None:
             found, count = self.open.matched(keys, limit)
         else:
-            # Whole answers by all six keys (a context seen before), and the open group's by
-            # the other five (a 5-tuple never equals a 6-tuple: one memo holds both).
-            if repo is not None:
-                whole = memo.get(keys)
-                if whole is not None:
-                    return whole
+            # With ``whole``, whole answers by all six keys (a question seen before), beside the
+            # open group's by the other five (a 5-tuple never equals a 6-tuple: one memo).
+            if whole and repo is not None:
+                kept = memo.get(keys)
+                if kept is not None:
+                    return kept
             rest = keys[1:]
             hit = memo.get(rest)
             if hit is None:
@@ -218,7 +220,7 @@ class Compiled:
             if extra:
                 found = tuple(sorted([*found, *extra])[:limit]) if found else tuple(extra)
                 count += more
-            if memo is not None:
+            if whole and memo is not None:
                 if len(memo) >= MEMO_LIMIT:
                     memo.clear()
                 memo[keys] = (found, count)

@@ -124,6 +124,7 @@ class _Call:
         "state",
         "trace_source",
         "vocabulary",
+        "whole",
     )
 
     def __init__(
@@ -133,7 +134,10 @@ class _Call:
         full: bool,
         redactor: Redactor,
         compiled: Compiled,
+        whole: bool = False,
     ) -> None:
+        #: Whether whole answers are kept (a kept call's: single decisions, see ``_start``).
+        self.whole = whole
         self.state = state
         self.vocabulary = vocabulary
         self.full = full
@@ -231,6 +235,8 @@ def _apply_policy(
     """
     action = policy.action
     requirement = ctx.model_requirement
+    if not call.whole:  # a batch: its questions rarely repeat whole
+        return _apply_action(action, requirement, ctx.accounts, accounts, call)
     # The whole step depends only on the action, the requirement and the account entries
     # (their canonical text is their whole value): a live stream repeats all three.
     applied_key = (
@@ -371,7 +377,10 @@ def _resolve(
         limit = first_look = ALL if full_trace else _FIRST_LOOK
         while True:
             matched, total = compiled.candidates(
-                keys, limit, call.open_matches if limit == first_look else None
+                keys,
+                limit,
+                call.open_matches if limit == first_look else None,
+                call.whole,
             )
             winners = 0
             if matched:
@@ -489,7 +498,7 @@ def _start(
     if call is None or call.vocabulary is not vocabulary or call.redactor is not redactor:
         if len(calls) >= _CALLS_KEPT:
             calls.clear()
-        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled)
+        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled, whole=True)
     assert isinstance(call, _Call)
     return compiled, call
 
