@@ -1,9 +1,11 @@
 """The pure, total resolver: ``explain`` and ``explain_batch`` map contexts to decisions.
 
 Pure: no I/O, no clock, no state beyond a memo of each snapshot's compiled index (a function of
-the immutable snapshot). Total: for any context and snapshot built by ``from_dict``, every
-outcome, including a corrupt snapshot and a tie between policies, is a typed decision with a
-reason code, never an exception.
+the immutable snapshot) and, kept on that index, the memos of single ``explain`` calls (bounded;
+answers that are functions of their keys, so a decision is the same with them warm or cold).
+Total: for any context and snapshot built by ``from_dict``, every outcome, including a corrupt
+snapshot and a tie between policies, is a typed decision with a reason code, never an
+exception.
 
 Candidate policies are found through a per-snapshot bitmask index (:mod:`.index`), so the cost
 of a decision grows with the policies that could match it, not with the snapshot. What repeats
