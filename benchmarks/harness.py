@@ -69,6 +69,15 @@ class Figure:
     target: str = ""
     passed: bool | None = None
     note: str = ""
+    #: ``False`` when the run was not one the target is stated for (``--quick`` smoke sizes):
+    #: the target is printed as not applicable, and neither passed nor missed.
+    applicable: bool = True
+
+    def not_applicable(self) -> None:
+        """Mark a target as not stated for this run (kept in the table, neither met nor missed)."""
+        if self.target:
+            self.applicable = False
+            self.passed = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -266,6 +275,8 @@ def _ratio_text(fig: Figure) -> str:
 
 
 def _status(fig: Figure) -> str:
+    if not fig.applicable:
+        return "n/a (full run)"
     return "" if fig.passed is None else ("PASS" if fig.passed else "MISS")
 
 

@@ -265,7 +265,8 @@ class ShadowRecorder:
             proposed=decision,
         )
         encoded = encode_payload(record, self._redactor)
-        self._audit().append_stamped(_indexed(recorded_at, [record], [encoded]))
+        # Encoded here with the log's redactor, as ``append`` would: the log need not re-read it.
+        self._audit().append_stamped(_indexed(recorded_at, [record], [encoded]), own=True)
         return record
 
     def record_many(
@@ -294,7 +295,7 @@ class ShadowRecorder:
             else r.canonical()
             for r in records
         ]
-        result = self._audit().append_stamped(_indexed(recorded_at, records, encoded))
+        result = self._audit().append_stamped(_indexed(recorded_at, records, encoded), own=True)
         return records, result
 
 

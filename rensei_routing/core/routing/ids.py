@@ -110,24 +110,37 @@ class ScanMemo:
                 return True
         return False
 
-    def preimage_may_redact(self, context: RouteContext, fields: tuple[str | None, ...]) -> bool:
-        """Whether the redactor might change any string of ``context`` or of ``fields``."""
+    def preimage_may_redact(
+        self,
+        context: RouteContext,
+        fields: tuple[str | None, ...],
+        accounts: str | None = None,
+    ) -> bool:
+        """Whether the redactor might change any string of ``context`` or of ``fields``.
+
+        ``accounts`` is the accounts' canonical texts joined with commas, when the caller has
+        it: one piece for the whole list (no trigger spans two entries: they meet at ``","``).
+        """
         legacy, repo, req = context.legacy_route, context.repo, context.model_requirement
-        return self.may_redact(
-            (
-                *[account.canonical_json() for account in context.accounts],
-                None if legacy is None else legacy.canonical_json(),
-                context.principal_id,
-                context.repo_class,
-                context.role,
-                context.request_face,
-                None if repo is None else repo.value,
-                None if repo is None else repo.version,
-                None if req is None else req.kind,
-                None if req is None else req.value,
-                *fields,
-            )
+        pieces = (
+            *(
+                [account.canonical_json() for account in context.accounts]
+                if accounts is None
+                else (accounts,)
+            ),
+            None if legacy is None else legacy.canonical_json(),
+            context.principal_id,
+            context.repo_class,
+            context.role,
+            context.request_face,
+            None if repo is None else repo.value,
+            None if repo is None else repo.version,
+            None if req is None else req.kind,
+            None if req is None else req.value,
+            *fields,
         )
+        # Every piece seen clean before (a live stream's usual case): one C-level subset test.
+        return not self._clean.issuperset(pieces) and self.may_redact(pieces)
 
     def record_may_redact(self, decision: RouteDecision, ruleset_rev: str | None) -> bool:
         """Whether the redactor might change any string of ``decision``'s record (its JSON,
@@ -249,8 +262,10 @@ def _decision_id(
     effective_model: str | None,
     redactor: Redactor,
     memo: ScanMemo | None,
+    accounts: str | None = None,
 ) -> str:
-    """:func:`decision_id` with positional arguments (the resolver calls it per decision)."""
+    """:func:`decision_id` with positional arguments (the resolver calls it per decision);
+    ``accounts`` as :meth:`ScanMemo.preimage_may_redact` takes it."""
     if not 0 <= policy_revision <= _MAX_SAFE_INT:
         # Outside RFC 8785's integer domain: let the general encoder say so.
         canonical_bytes({"policy_revision": policy_revision})
@@ -269,6 +284,7 @@ def _decision_id(
         suspect = memo.preimage_may_redact(
             context,
             (effective_model, policy_id, outcome, reason, snapshot_state, snapshot_hash),
+            accounts,
         )
     if suspect:
         # Something credential-shaped may be in there: hash what a record would store.

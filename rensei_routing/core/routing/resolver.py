@@ -1,9 +1,11 @@
 """The pure, total resolver: ``explain`` and ``explain_batch`` map contexts to decisions.
 
 Pure: no I/O, no clock, no state beyond a memo of each snapshot's compiled index (a function of
-the immutable snapshot). Total: for any context and snapshot built by ``from_dict``, every
-outcome, including a corrupt snapshot and a tie between policies, is a typed decision with a
-reason code, never an exception.
+the immutable snapshot) and, kept on that index, the memos of single ``explain`` calls (bounded;
+answers that are functions of their keys, so a decision is the same with them warm or cold).
+Total: for any context and snapshot built by ``from_dict``, every outcome, including a corrupt
+snapshot and a tie between policies, is a typed decision with a reason code, never an
+exception.
 
 Candidate policies are found through a per-snapshot bitmask index (:mod:`.index`), so the cost
 of a decision grows with the policies that could match it, not with the snapshot. What repeats
@@ -88,6 +90,11 @@ def record_trace(trace: Trace) -> Trace:
 #: the first look.
 _FIRST_LOOK: Final = COMPACT_RIVALS + 4
 
+_ACCOUNT_TEXT: Final = Account.canonical_json
+
+#: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
+_CALLS_KEPT: Final = 8
+
 _ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
 
 
@@ -121,6 +128,7 @@ class _Call:
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
     __slots__ = (
+        "applied",
         "full",
         "judged",
         "lanes",
@@ -132,6 +140,7 @@ class _Call:
         "state",
         "trace_source",
         "vocabulary",
+        "whole",
     )
 
     def __init__(
@@ -141,7 +150,10 @@ class _Call:
         full: bool,
         redactor: Redactor,
         compiled: Compiled,
+        whole: bool = False,
     ) -> None:
+        #: Whether whole answers are kept (a kept call's: single decisions, see ``_start``).
+        self.whole = whole
         self.state = state
         self.vocabulary = vocabulary
         self.full = full
@@ -157,6 +169,18 @@ class _Call:
         # value each, and whole judgements of a list of accounts are shared too: a decision
         # carries no objects of its own for them.
         self.rejections: dict[tuple[str, str], RejectedAccount] = {}
+        self.applied: dict[
+            tuple[Any, ...],
+            tuple[
+                str,
+                str,
+                str | None,
+                str | None,
+                str | None,
+                tuple[str, ...],
+                tuple[RejectedAccount, ...],
+            ],
+        ] = {}
         self.judged: dict[
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
@@ -214,7 +238,7 @@ def _model_step(
 
 
 def _apply_policy(
-    policy: RoutingPolicy, ctx: RouteContext, call: _Call
+    policy: RoutingPolicy, ctx: RouteContext, accounts: str, call: _Call
 ) -> tuple[
     str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
 ]:
@@ -223,9 +247,41 @@ def _apply_policy(
 
     The accounts are judged even when the model step failed, so the explanation says whether
     any account could have served; the outcome and reason are then the model step's.
+    ``accounts`` is the context's account entries' canonical texts, joined with commas.
     """
     action = policy.action
     requirement = ctx.model_requirement
+    if not call.whole:  # a batch: its questions rarely repeat whole
+        return _apply_action(action, requirement, ctx.accounts, accounts, call)
+    # The whole step depends only on the action, the requirement and the account entries
+    # (their canonical text is their whole value): a live stream repeats all three.
+    applied_key = (
+        id(action),
+        None if requirement is None else requirement.kind,
+        None if requirement is None else requirement.value,
+        accounts,
+    )
+    applied = call.applied.get(applied_key)
+    if applied is None:
+        if len(call.applied) >= MEMO_LIMIT:
+            call.applied.clear()
+        applied = call.applied[applied_key] = _apply_action(
+            action, requirement, ctx.accounts, accounts, call
+        )
+    return applied
+
+
+def _apply_action(
+    action: RoutingAction,
+    requirement: ModelRequirement | None,
+    accounts: tuple[Account, ...],
+    texts: str,
+    call: _Call,
+) -> tuple[
+    str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
+]:
+    """:func:`_apply_policy`, worked out (with the memos of its two halves); ``texts`` is the
+    accounts' canonical texts joined with commas (their whole value)."""
     if requirement is None:
         model = failed = lane = None
     else:
@@ -240,12 +296,12 @@ def _apply_policy(
     # The accounts step depends only on the lock, the pool, the lane and the account entries
     # (their canonical text is their whole value), which repeat across a batch.
     lock = action.provider_lock
-    judged_key = (lock, action.account_pool, lane, *[a.canonical_json() for a in ctx.accounts])
+    judged_key = (lock, action.account_pool, lane, texts)
     judged = call.judged.get(judged_key)
     if judged is None:
         if len(call.judged) >= MEMO_LIMIT:
             call.judged.clear()
-        judged = call.judged[judged_key] = _judge_accounts(ctx.accounts, action, lock, lane, call)
+        judged = call.judged[judged_key] = _judge_accounts(accounts, action, lock, lane, call)
     eligible, rejected, chosen, binding, lane_excluded = judged
     if failed is not None:
         return failed[0], failed[1], None, None, None, eligible, rejected
@@ -323,6 +379,8 @@ def _resolve(
     keys: tuple[Any, ...] = ()
     listed: tuple[int, ...] = ()
     last = -1
+    # The account entries' texts, once: the memos' keys and the redaction check's piece.
+    accounts = ",".join(map(_ACCOUNT_TEXT, ctx.accounts))
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
     else:
@@ -335,7 +393,10 @@ def _resolve(
         limit = first_look = ALL if full_trace else _FIRST_LOOK
         while True:
             matched, total = compiled.candidates(
-                keys, limit, call.open_matches if limit == first_look else None
+                keys,
+                limit,
+                call.open_matches if limit == first_look else None,
+                call.whole,
             )
             winners = 0
             if matched:
@@ -378,7 +439,7 @@ def _resolve(
             else:
                 policy_id = first.id
                 outcome, reason, account_id, binding, model, eligible, rejected = _apply_policy(
-                    first, ctx, call
+                    first, ctx, accounts, call
                 )
     revision, snapshot_hash = snapshot.revision, snapshot.content_hash
     did = _decision_id(
@@ -393,6 +454,7 @@ def _resolve(
         model,
         call.redactor,
         call.memo,
+        accounts,
     )
     return decision_of(
         did,
@@ -428,13 +490,34 @@ def _start(
     vocabulary: Vocabulary,
     trace: Trace,
     redactor: Redactor,
+    keep: bool = False,
 ) -> tuple[Compiled, _Call]:
-    """The snapshot's index and what one call fixes for all its decisions."""
+    """The snapshot's index and what one call fixes for all its decisions.
+
+    With ``keep`` (single decisions), the call's state is the one kept on the index for the
+    same state, trace, vocabulary and redactor, so its memos stay warm from one decision to
+    the next: what a live caller deciding spawn after spawn asks repeats (the host's accounts,
+    its repositories, roles and requirements). The memos are bounded (:data:`MEMO_LIMIT`
+    entries each) and only ever hold answers that are functions of their keys, so a decision
+    is the same whether they are warm or cold. A batch builds its own (dropped with it).
+    """
     # Totality: an unknown state string is treated as the worst case, never as "ok".
     state = snapshot_state if snapshot_state in SNAPSHOT_STATES else STATE_CORRUPT
     compiled = compile_index(snapshot)
     full = trace == "full" or (trace == "auto" and len(compiled.policies) <= FULL_TRACE_LIMIT)
-    return compiled, _Call(state, vocabulary, full, redactor, compiled)
+    if not keep or type(snapshot_state) is not str or type(trace) is not str:
+        return compiled, _Call(state, vocabulary, full, redactor, compiled)
+    # Kept by the arguments as given (``explain`` looks them up before calling here); the kept
+    # call holds its vocabulary and redactor, so their ids name them while it is kept.
+    key = (snapshot_state, trace, id(vocabulary), id(redactor))
+    calls = compiled.calls
+    call = calls.get(key)
+    if call is None or call.vocabulary is not vocabulary or call.redactor is not redactor:
+        if len(calls) >= _CALLS_KEPT:
+            calls.clear()
+        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled, whole=True)
+    assert isinstance(call, _Call)
+    return compiled, call
 
 
 def explain(
@@ -457,7 +540,16 @@ def explain(
     :mod:`rensei_routing.core.routing.ids`), so it can be recomputed from a stored record and never
     depends on a redacted secret.
     """
-    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
+    compiled = snapshot._compiled
+    if compiled is not None:
+        # The kept call of these arguments, found without building anything (see _start).
+        try:
+            kept = compiled.calls.get((snapshot_state, trace, id(vocabulary), id(redactor)))
+        except TypeError:  # an unhashable state or trace: _start treats it as corrupt
+            kept = None
+        if kept is not None and kept.vocabulary is vocabulary and kept.redactor is redactor:
+            return _resolve(context, snapshot, compiled, kept)
+    compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor, keep=True)
     return _resolve(context, snapshot, compiled, call)
 
 

@@ -231,7 +231,7 @@ def _run(
     pairs = (
         ((job.recorded_at, d) for d in encoded)
         if job.stamped is None
-        else job.stamped(conn, first, prev)
+        else iter(job.stamped(conn, first, prev))  # a list too, read once
     )
     count = 0
     while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):

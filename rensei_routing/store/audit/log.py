@@ -192,16 +192,21 @@ class AuditLog(LogHandle):
         return self._append(encoded, recorded_at, keep=False)[0]
 
     def append_stamped(
-        self, build: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]
+        self,
+        build: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]],
+        *,
+        own: bool = False,
     ) -> AppendResult:
         """:meth:`append_encoded` of ``(recorded_at, stored payload)`` pairs, each with its own
         time, streamed from ``build(conn, next seq, head hash)`` in the write transaction: what
         else ``build`` writes through ``conn`` commits with them; what it raises rolls all back.
+        ``own``: every payload is this log's ``encode_payload`` of a value (a library service
+        that encoded them says so), so the automatic checkpoint need not parse them again.
 
         Raises:
             MalformedError (a ``recorded_at`` is not RFC 3339 UTC), StoreError: nothing written.
         """
-        return self._append((), "", keep=False, stamped=build)[0]
+        return self._append((), "", keep=False, stamped=build, own=own)[0]
 
     def _append(
         self,
