@@ -33,6 +33,7 @@ from types import MappingProxyType
 
 from rensei_routing import PolicySnapshot, explain_batch
 from rensei_routing.core.audit.chain import encode_payload
+from rensei_routing.core.routing.resolver import RECORD_TRACE
 from rensei_routing.core.shadow.compare import Seam, shadow_decision
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.core.shadow.whatif import Verdict, changed
@@ -124,7 +125,10 @@ def _record(res: BenchResult, tmp: Path, spawns: list[Spawn], current: PolicySna
             with timed() as t:
                 routes = [recorder.route(s) for s in chunk]
                 decisions = explain_batch(
-                    [c for c, _ in routes], snapshot[0], snapshot_state=snapshot[1]
+                    [c for c, _ in routes],
+                    snapshot[0],
+                    snapshot_state=snapshot[1],
+                    trace=RECORD_TRACE,  # what a recorder stores (the compact explanation)
                 )
                 stamp = _clock()
                 built = [

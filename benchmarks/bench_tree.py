@@ -45,15 +45,14 @@ from typing import Any
 
 from rensei_routing import signing
 from rensei_routing.core.audit.archive import export_line
-from rensei_routing.core.audit.chain import encode_payload, link_rows
+from rensei_routing.core.audit.chain import encode_payload
 from rensei_routing.core.audit.cosignature import VerifierKey, WitnessPolicy
 from rensei_routing.core.audit.tlog import TlogProof, parse_tlog_proof, verify_tlog_proof
 from rensei_routing.core.timestamps import format_timestamp
-from rensei_routing.store.audit import AuditLog, autocheckpoint, chainwalk, tree
-from rensei_routing.store.codec import Codec
+from rensei_routing.store.audit import AuditLog, autocheckpoint, chainwalk
 from rensei_routing.store.db import connect
 
-from .bench_verify import CHUNK, ORIGIN, _build_checkpointed, _Builder, _fastest
+from .bench_verify import ORIGIN, _build_checkpointed, _Builder, _fastest
 from .harness import (
     REPO_ROOT,
     BenchResult,
@@ -80,32 +79,8 @@ _TABLES = ("audit_records", "audit_tree")
 _BASE_TIME = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
 
 
-class _TreeBuilder(_Builder):
-    """chain-verify's builder, extending the stored tree in each transaction as an append does
-    (``tree=False``: the rows alone, the tree left behind for ``catch_up``)."""
-
-    def __init__(self, pool: Sequence[bytes], *, grow: bool = True) -> None:
-        super().__init__(pool)
-        self.grow = grow
-
-    def extend(self, conn: Any, count: int) -> None:
-        pool, n = self.pool, len(self.pool)
-        compress = Codec.load(conn).compress
-        while count > 0:
-            take = min(count, CHUNK)
-            stamp = format_timestamp(_BASE_TIME + dt.timedelta(seconds=self.batch))
-            encoded = [pool[(self.seq + i) % n] for i in range(take)]
-            rows = link_rows(encoded, seq=self.seq, prev_hash=self.prev, recorded_at=stamp)
-            with conn:
-                conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
-                app = tree.Appender.at(conn, self.seq) if self.grow else None
-                if app is not None:
-                    app.add(r[4] for r in rows)
-                    app.flush()
-            self.seq += take
-            self.prev = rows[-1][4]
-            self.batch += 1
-            count -= take
+#: chain-verify's builder, which extends the stored tree in each transaction as an append does.
+_TreeBuilder = _Builder
 
 
 def _dump(path: Path) -> list[Any]:

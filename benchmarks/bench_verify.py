@@ -56,7 +56,7 @@ from rensei_routing.core.audit.chain import (
     link_rows,
 )
 from rensei_routing.core.timestamps import format_timestamp
-from rensei_routing.store.audit import AuditLog, autocheckpoint
+from rensei_routing.store.audit import AuditLog, autocheckpoint, tree
 from rensei_routing.store.codec import Codec
 from rensei_routing.store.db import connect
 from rensei_routing.store.parallel import PARALLEL_MIN_RECORDS, default_workers
@@ -112,24 +112,31 @@ def _sizes(cfg: Config) -> tuple[int, ...]:
 
 
 class _Builder:
-    """Extends one audit database with linked rows of pre-encoded payloads."""
+    """Extends one audit database with linked rows of pre-encoded payloads, and its stored Merkle
+    tree in the same transaction, as an append does (``grow=False``: the rows alone, the tree
+    left behind for ``tree.catch_up``)."""
 
-    def __init__(self, pool: Sequence[bytes]) -> None:
+    def __init__(self, pool: Sequence[bytes], *, grow: bool = True) -> None:
         self.pool = pool
+        self.grow = grow
         self.seq = 0
         self.prev = GENESIS_HASH
         self.batch = 0
 
     def extend(self, conn: Any, count: int) -> None:
         pool, n = self.pool, len(self.pool)
+        compress = Codec.load(conn).compress  # stored as append_many stores them
         while count > 0:
             take = min(count, CHUNK)
             stamp = format_timestamp(_BASE_TIME + dt.timedelta(seconds=self.batch))
             encoded = [pool[(self.seq + i) % n] for i in range(take)]
             rows = link_rows(encoded, seq=self.seq, prev_hash=self.prev, recorded_at=stamp)
-            compress = Codec.load(conn).compress  # stored as append_many stores them
             with conn:
                 conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
+                app = tree.Appender.at(conn, self.seq) if self.grow else None
+                if app is not None:
+                    app.add(r[4] for r in rows)
+                    app.flush()
             self.seq += take
             self.prev = rows[-1][4]
             self.batch += 1
