@@ -148,9 +148,7 @@ class ScanMemo:
         is its canonical bytes as they are (what ``encode_payload`` then returns)."""
         if self._keys_suspect is None:
             # The keys, and the one fixed value a compact explanation adds ("trace").
-            self._keys_suspect = self._redactor.might_match(
-                " ".join((*RECORD_KEYS, COMPACT, OUTRANKED_COUNT, UNMATCHED, WINNERS))
-            )
+            self._keys_suspect = self._redactor.might_match(" ".join(RECORD_KEYS))
         if self._keys_suspect:
             return True
         ex = decision.explanation
@@ -194,6 +192,10 @@ RECORD_KEYS: Final = (
     "unlisted_policy_count",
     "unlisted_outranked_count",
     "trace",
+    COMPACT,  # a compact explanation's own keys and marker
+    OUTRANKED_COUNT,
+    UNMATCHED,
+    WINNERS,
     *CONTEXT_FIELDS,
     "value",
     "version",
