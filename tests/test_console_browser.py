@@ -24,6 +24,7 @@ from urllib.parse import quote_plus
 import apsw
 import pytest
 
+from rensei_routing.core.shadow.compare import stored_actual
 from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.shadow.recorder import ShadowRecorder
 from rensei_routing.store.audit import AuditLog
@@ -273,7 +274,7 @@ def test_a_bar_leads_to_its_records_and_a_record_to_its_decision(
     assert explanation.startswith(f"{payload['proposed']['outcome']}: ")
     assert payload["proposed"]["decision_id"] in explanation
     legacy = {r[0]: r[1] for r in cells(driver, "legacy")}
-    assert legacy["mechanism"].split(" ")[0] == payload["actual"]["mechanism"]
+    assert legacy["mechanism"].split(" ")[0] == stored_actual(payload)["mechanism"]
     assert legacy["divergence"] == "none"
 
 

@@ -125,7 +125,7 @@ def test_the_enforcement_page_shows_each_canary(tmp_path: Path) -> None:
         assert '<span class="state-tripped">tripped</span>' in gadgets
         assert "2 <span" in gadgets  # pinned 2, current 3 ahead of it too
         assert re.search(r'class="verdict">fail \([^)]*\): 5 spawns, revision 2</a>', gadgets)
-        assert "5.0% in 600 s" in gadgets
+        assert "5.0% in 10m00s" in gadgets
         assert "refusal-rate at " in gadgets and "2 refused of 2 decisions" in gadgets
         # markup from the store shows as text
         assert "by &lt;b&gt;mallory&lt;/b&gt;: rehearse &lt;script&gt;x&lt;/script&gt; a hold" in (

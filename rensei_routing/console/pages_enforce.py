@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.audit.chain import AuditRecord
+from ..core.timestamps import format_age
 from ..enforce import status
 from ..errors import InputError
 from ..store.audit import AuditLog
@@ -73,7 +74,7 @@ def _override(row: dict[str, Any], arm: dict[str, Any] | None) -> str:
 def _trip_rule(row: dict[str, Any]) -> str:
     if row["trip_rate"] is None:
         return "-"
-    return f"{pct(row['trip_rate'])} in {num(row['trip_window_s'] or 0)} s"
+    return f"{pct(row['trip_rate'])} in {format_age((row['trip_window_s'] or 0) * 1000)}"
 
 
 def _trip(row: dict[str, Any], trip: dict[str, Any] | None) -> str:

@@ -107,6 +107,17 @@ def _shadow_fact(expr: str) -> str:
     return f"CASE WHEN {_SHADOW} THEN {expr} END"
 
 
+#: A shadow record's deciding mechanism: its ``actual`` route's, or, when the record stores that
+#: route as its provider and transport only, its context's legacy route's (no mechanism there
+#: is ``unclassified``), as ``core.shadow.compare.stored_actual`` reads it.
+_MECHANISM: Final = (
+    "CASE WHEN payload->'actual' ? 'provider_binding' THEN payload#>>'{actual,mechanism}' "
+    "WHEN jsonb_typeof(payload#>'{proposed,explanation,context,legacy_route}') = 'object' "
+    "THEN COALESCE(payload#>>'{proposed,explanation,context,legacy_route,mechanism}', "
+    "'unclassified') END"
+)
+
+
 #: Records removed from ``fleet_records`` leave ``fleet_agreement`` in the same statement.
 _FORGET: Final = (
     """CREATE FUNCTION fleet_agreement_forget() RETURNS trigger LANGUAGE plpgsql AS $body$
@@ -141,9 +152,16 @@ _UPGRADE_FROM_1: Final = (
     + agreement_groups("fleet_records"),
     "UPDATE fleet_schema SET version = 2",
 )
-#: Version 2 -> 3: the checkpoint held per host.
+#: Version 2 -> 3: the checkpoint held per host; the mechanism of a shadow record that stores
+#: its route briefly read from its context; the counts rebuilt from the records held.
 _UPGRADE_FROM_2: Final = (
     "ALTER TABLE fleet_hosts ADD COLUMN IF NOT EXISTS checkpoint text",
+    "ALTER TABLE fleet_records DROP COLUMN mechanism",
+    f"ALTER TABLE fleet_records ADD COLUMN mechanism text GENERATED ALWAYS AS "
+    f"({_shadow_fact(_MECHANISM)}) STORED",
+    "DELETE FROM fleet_agreement",
+    f"INSERT INTO fleet_agreement ({', '.join(AGREEMENT_KEYS)}, {', '.join(_COUNTS)}) "
+    + agreement_groups("fleet_records"),
     "UPDATE fleet_schema SET version = 3",
 )
 _UPGRADES: Final = {1: _UPGRADE_FROM_1, 2: _UPGRADE_FROM_2}
@@ -181,8 +199,7 @@ _SCHEMA: Final = (
             ({_shadow_fact("payload#>>'{proposed,explanation,context,repo,value}'")}) STORED,
         role text GENERATED ALWAYS AS
             ({_shadow_fact("payload#>>'{proposed,explanation,context,role}'")}) STORED,
-        mechanism text GENERATED ALWAYS AS
-            ({_shadow_fact("payload#>>'{actual,mechanism}'")}) STORED,
+        mechanism text GENERATED ALWAYS AS ({_shadow_fact(_MECHANISM)}) STORED,
         transport text GENERATED ALWAYS AS
             ({_shadow_fact("payload#>>'{actual,transport}'")}) STORED,
         outcome text GENERATED ALWAYS AS
