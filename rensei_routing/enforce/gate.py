@@ -165,11 +165,15 @@ def run_gate(
     since_at = now - dt.timedelta(seconds=bar.window_s)
     since = format_timestamp(since_at)
     figures = GateFigures()
+    seq: int | None = None
     with AuditLog.open(home, redactor=redactor) as log:
         verdict_of_chain = log.verify()
-        if not verdict_of_chain:
-            verdict = gate_verdict(figures, bar, readable=False)
-            return GateRun(
+        if verdict_of_chain:
+            _count(log, repo, since, until, snapshot, vocabulary, figures)
+            verdict = gate_verdict(figures, bar)
+            record = gate_record(
+                recorded_at=until,
+                actor=actor,
                 repo=repo,
                 revision=snapshot.revision,
                 policy_hash=snapshot.content_hash,
@@ -177,23 +181,11 @@ def run_gate(
                 since=since,
                 figures=figures,
                 verdict=verdict,
-                seq=None,
+                chain_size=verdict_of_chain.records_checked,
             )
-        _count(log, repo, since, until, snapshot, vocabulary, figures)
-        verdict = gate_verdict(figures, bar)
-        record = gate_record(
-            recorded_at=until,
-            actor=actor,
-            repo=repo,
-            revision=snapshot.revision,
-            policy_hash=snapshot.content_hash,
-            bar=bar,
-            since=since,
-            figures=figures,
-            verdict=verdict,
-            chain_size=verdict_of_chain.records_checked,
-        )
-        seq = log.append(record, recorded_at=until).seq
+            seq = log.append(record, recorded_at=until).seq
+        else:  # evidence nobody can read: fail, and nothing is written onto that chain
+            verdict = gate_verdict(figures, bar, readable=False)
     return GateRun(
         repo=repo,
         revision=snapshot.revision,
