@@ -15,6 +15,7 @@ from typing import Any, Final, Protocol
 
 from .. import _parse as p
 from .context import RouteContext
+from .members import KeptTexts
 
 __all__ = ["ConsideredPolicy", "Explanation", "RejectedAccount"]
 
@@ -144,8 +145,9 @@ def full_context(data: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConsideredPolicy:
-    """One policy as the resolver saw it for this context."""
+class ConsideredPolicy(KeptTexts):
+    """One policy as the resolver saw it for this context (an entry is shared by every decision
+    of a call, so its texts are kept)."""
 
     policy_id: str
     precedence_level: int
@@ -155,17 +157,19 @@ class ConsideredPolicy:
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
     _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    def canonical_json(self) -> str:
-        """RFC 8785 text of :meth:`to_dict`, written directly and kept (entries are shared)."""
-        text = self._json
-        if text is None:
-            text = (
-                f'{{"matched":{"true" if self.matched else "false"},'
-                f'"policy_id":{_e(self.policy_id)},"precedence_level":{self.precedence_level},'
-                f'"priority":{self.priority},"reason":{_e(self.reason)}}}'
-            )
-            object.__setattr__(self, "_json", text)
-        return text
+    def _write_json(self) -> str:
+        return (
+            f'{{"matched":{"true" if self.matched else "false"},'
+            f'"policy_id":{_e(self.policy_id)},"precedence_level":{self.precedence_level},'
+            f'"priority":{self.priority},"reason":{_e(self.reason)}}}'
+        )
+
+    def _write_display(self) -> str:
+        return (
+            f'{{"policy_id":{_e(self.policy_id)},"precedence_level":{self.precedence_level},'
+            f'"priority":{self.priority},"matched":{"true" if self.matched else "false"},'
+            f'"reason":{_e(self.reason)}}}'
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -19,7 +19,7 @@ from json.encoder import encode_basestring as _e
 from typing import Any, Final, Protocol
 
 from .decision import RouteDecision
-from .explanation import ConsideredPolicy, Explanation
+from .explanation import Explanation
 
 __all__ = ["LINE_MEMO_LIMIT", "LineMemo", "Stamp", "decision_line"]
 
@@ -48,18 +48,6 @@ def _s(value: str | None) -> str:
 
 def _n(value: int | None) -> str:
     return "null" if value is None else str(value)
-
-
-def _considered(entry: ConsideredPolicy) -> str:
-    text = entry._display
-    if text is None:
-        text = (
-            f'{{"policy_id":{_e(entry.policy_id)},"precedence_level":{entry.precedence_level},'
-            f'"priority":{entry.priority},"matched":{"true" if entry.matched else "false"},'
-            f'"reason":{_e(entry.reason)}}}'
-        )
-        object.__setattr__(entry, "_display", text)
-    return text
 
 
 #: A writer's memo (one per batch): the text of a decision's fields that repeat across a
@@ -138,7 +126,7 @@ def decision_line(
             *[(r.account_id, r.reason) for r in ex.rejected_accounts],
         )
         lists = memo.get(key) or _remember(memo, key, _lists(ex))
-    considered = ",".join([c._display or _considered(c) for c in ex.considered])
+    considered = ",".join([c._display or c.display_json() for c in ex.considered])
     if stamp is None:
         end = "}"
     elif stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:

@@ -30,6 +30,7 @@ __all__ = [
     "CANONICAL",
     "LEGACY_LOSSY",
     "Account",
+    "KeptTexts",
     "LegacyRoute",
     "ModelRequirement",
     "RepoIdentity",
@@ -53,6 +54,41 @@ def _redacted(value: Any, redacted: bool) -> bool:
 def length_bound(value: Any, limit: int, redacted: bool) -> int:
     """``limit``, or no bound for a stored string that redaction rewrote."""
     return _UNBOUNDED if _redacted(value, redacted) else limit
+
+
+class KeptTexts:
+    """A frozen value's two JSON texts of its ``to_dict``, each written directly on first read
+    and kept on the value (its ``_json`` and ``_display`` fields, which the dataclass declares
+    with ``init=False, compare=False``): shared entries are written once. The value writes
+    them in :meth:`_write_json` and :meth:`_write_display`; the tests check both equal the
+    encoders'."""
+
+    __slots__ = ()
+    _json: str | None
+    _display: str | None
+
+    def canonical_json(self) -> str:
+        """RFC 8785 text of ``to_dict()``."""
+        text = self._json
+        if text is None:
+            text = self._write_json()
+            object.__setattr__(self, "_json", text)
+        return text
+
+    def display_json(self) -> str:
+        """Compact JSON text of ``to_dict()`` in its own key order (what ``json.dumps`` writes
+        with ``separators=(",", ":")``)."""
+        text = self._display
+        if text is None:
+            text = self._write_display()
+            object.__setattr__(self, "_display", text)
+        return text
+
+    def _write_json(self) -> str:
+        raise NotImplementedError
+
+    def _write_display(self) -> str:
+        raise NotImplementedError
 
 
 def canonicalize_repo(value: object) -> str | None:
@@ -200,7 +236,7 @@ class RepoIdentity:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Account:
+class Account(KeptTexts):
     """An account the host can route to, and whether it is usable right now."""
 
     account_id: str
@@ -210,32 +246,21 @@ class Account:
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
     _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    def canonical_json(self) -> str:
-        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
-        text = self._json
-        if text is None:
-            text = (
-                f'{{"account_id":{_e(self.account_id)},'
-                f'"administrative_state":{_e(self.administrative_state)},'
-                f'"configured":{"true" if self.configured else "false"},'
-                f'"provider_binding":{_e(self.provider_binding)}}}'
-            )
-            object.__setattr__(self, "_json", text)
-        return text
+    def _write_json(self) -> str:
+        return (
+            f'{{"account_id":{_e(self.account_id)},'
+            f'"administrative_state":{_e(self.administrative_state)},'
+            f'"configured":{"true" if self.configured else "false"},'
+            f'"provider_binding":{_e(self.provider_binding)}}}'
+        )
 
-    def display_json(self) -> str:
-        """Compact JSON text of :meth:`to_dict` in its own key order (what ``json.dumps``
-        writes with ``separators=(",", ":")``), written directly and kept."""
-        text = self._display
-        if text is None:
-            text = (
-                f'{{"account_id":{_e(self.account_id)},'
-                f'"provider_binding":{_e(self.provider_binding)},'
-                f'"configured":{"true" if self.configured else "false"},'
-                f'"administrative_state":{_e(self.administrative_state)}}}'
-            )
-            object.__setattr__(self, "_display", text)
-        return text
+    def _write_display(self) -> str:
+        return (
+            f'{{"account_id":{_e(self.account_id)},'
+            f'"provider_binding":{_e(self.provider_binding)},'
+            f'"configured":{"true" if self.configured else "false"},'
+            f'"administrative_state":{_e(self.administrative_state)}}}'
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -284,7 +309,7 @@ class Account:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LegacyRoute:
+class LegacyRoute(KeptTexts):
     """The route the legacy mechanisms actually took for this spawn, reported as it ran.
 
     ``provider_binding`` is free text (a legacy provider name such as ``zai`` or ``gateway``),
@@ -299,31 +324,20 @@ class LegacyRoute:
     _json: str | None = field(default=None, init=False, repr=False, compare=False)
     _display: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    def canonical_json(self) -> str:
-        """RFC 8785 text of :meth:`to_dict`, written directly (tested equal to the encoder)."""
-        text = self._json
-        if text is None:
-            text = (
-                f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
-                f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
-                f'"provider_binding":{_e(self.provider_binding)}}}'
-            )
-            object.__setattr__(self, "_json", text)
-        return text
+    def _write_json(self) -> str:
+        return (
+            f'{{"account_id":{_s(self.account_id)},"mechanism":{_s(self.mechanism)},'
+            f'"mechanism_detail":{_s(self.mechanism_detail)},"model":{_s(self.model)},'
+            f'"provider_binding":{_e(self.provider_binding)}}}'
+        )
 
-    def display_json(self) -> str:
-        """Compact JSON text of :meth:`to_dict` in its own key order, written directly and
-        kept."""
-        text = self._display
-        if text is None:
-            text = (
-                f'{{"account_id":{_s(self.account_id)},'
-                f'"provider_binding":{_e(self.provider_binding)},"model":{_s(self.model)},'
-                f'"mechanism":{_s(self.mechanism)},'
-                f'"mechanism_detail":{_s(self.mechanism_detail)}}}'
-            )
-            object.__setattr__(self, "_display", text)
-        return text
+    def _write_display(self) -> str:
+        return (
+            f'{{"account_id":{_s(self.account_id)},'
+            f'"provider_binding":{_e(self.provider_binding)},"model":{_s(self.model)},'
+            f'"mechanism":{_s(self.mechanism)},'
+            f'"mechanism_detail":{_s(self.mechanism_detail)}}}'
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
