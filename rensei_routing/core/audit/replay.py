@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..redact import MARKER_PREFIX
+from ..routing.context import MATCH_FIELDS
 from ..routing.decision import SOURCE_LEGACY
 
 __all__ = [
@@ -145,17 +146,6 @@ def first_difference(
     return None
 
 
-#: The context fields every decision reads: together they pick the winning policy (the match
-#: keys of ``core/routing/index.py:context_keys``; ``role`` defaults from ``principal_id``, and
-#: ``model_requirement`` also picks the model).
-MATCH_FIELDS: Final = (
-    "repo",
-    "repo_class",
-    "principal_id",
-    "role",
-    "model_requirement",
-    "request_face",
-)
 #: The legacy route's fields a decision reads when no policy matched (it reports that route);
 #: ``mechanism`` and ``mechanism_detail`` are never read.
 LEGACY_FIELDS: Final = ("provider_binding", "account_id", "model")

@@ -179,6 +179,21 @@ def lineage_of(payload: Any) -> Any:
     }
 
 
+def _head(
+    record_type: str, recorded_at: str, actor: str, repo: str, revision: int
+) -> dict[str, Any]:
+    """The members an arm, a disarm and a gate record open with, in their order."""
+    return {
+        "record_type": record_type,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": recorded_at,
+        "actor": actor,
+        "repo": repo,
+        "transport": GOVERNED_TRANSPORT,
+        "revision": revision,
+    }
+
+
 def gate_record(
     *,
     recorded_at: str,
@@ -194,13 +209,7 @@ def gate_record(
 ) -> dict[str, Any]:
     """One gate verdict with its figures, bar, window and revision: the evidence an arm cites."""
     return {
-        "record_type": GATE_RECORD,
-        "schema_version": SCHEMA_VERSION,
-        "recorded_at": recorded_at,
-        "actor": actor,
-        "repo": repo,
-        "transport": GOVERNED_TRANSPORT,
-        "revision": revision,
+        **_head(GATE_RECORD, recorded_at, actor, repo, revision),
         "policy_hash": policy_hash,
         "bar": bar.to_dict(),
         "window": {"since": since, "until": recorded_at, "seconds": bar.window_s},
@@ -228,13 +237,7 @@ def arm_record(
     """One arm (or re-arm, moving the pin from ``prior_revision``): the revision pinned, the
     gate verdict it rests on (its seq), and for an override, who and why."""
     return {
-        "record_type": ARM_RECORD,
-        "schema_version": SCHEMA_VERSION,
-        "recorded_at": recorded_at,
-        "actor": actor,
-        "repo": repo,
-        "transport": GOVERNED_TRANSPORT,
-        "revision": revision,
+        **_head(ARM_RECORD, recorded_at, actor, repo, revision),
         "policy_hash": policy_hash,
         "gate_seq": gate_seq,
         "verdict": verdict,
@@ -251,13 +254,7 @@ def disarm_record(
 ) -> dict[str, Any]:
     """One disarm by an operator: the canary and the pin it enforced until now."""
     return {
-        "record_type": DISARM_RECORD,
-        "schema_version": SCHEMA_VERSION,
-        "recorded_at": recorded_at,
-        "actor": actor,
-        "repo": repo,
-        "transport": GOVERNED_TRANSPORT,
-        "revision": revision,
+        **_head(DISARM_RECORD, recorded_at, actor, repo, revision),
         "arm_seq": arm_seq,
     }
 

@@ -48,7 +48,7 @@ from .members import (
 )
 from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
-__all__ = ["CONTEXT_FIELDS", "RouteContext", "quick_context"]
+__all__ = ["CONTEXT_FIELDS", "MATCH_FIELDS", "RouteContext", "quick_context"]
 
 
 def context_canonical(
@@ -87,16 +87,18 @@ def context_display(
     )
 
 
-CONTEXT_FIELDS: Final[tuple[str, ...]] = (
+#: The context fields every decision reads: together they pick the winning policy (the match
+#: keys of ``core/routing/index.py:context_keys``; ``role`` defaults from ``principal_id``, and
+#: ``model_requirement`` also picks the model).
+MATCH_FIELDS: Final[tuple[str, ...]] = (
     "repo",
     "repo_class",
     "principal_id",
     "role",
     "model_requirement",
     "request_face",
-    "legacy_route",
-    "accounts",
 )
+CONTEXT_FIELDS: Final[tuple[str, ...]] = (*MATCH_FIELDS, "legacy_route", "accounts")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ from .context import RouteContext
 from .explanation import (
     ACCOUNT_REASONS,
     COMPACT,
+    EXPLANATION_MEMBERS,
     MATCH_REASONS,
     OUTRANKED_COUNT,
     UNMATCHED,
@@ -368,18 +369,7 @@ class RouteDecision(_DecisionFields):
             d["explanation"],
             epath,
             required=("context",),
-            optional=(
-                "considered",
-                "eligible_account_ids",
-                "rejected_accounts",
-                "conflicting_policy_ids",
-                "unlisted_policy_count",
-                "unlisted_outranked_count",
-                "trace",
-                OUTRANKED_COUNT,
-                UNMATCHED,
-                WINNERS,
-            ),
+            optional=EXPLANATION_MEMBERS,
         )
         compact = "trace" in e
         if compact:

@@ -73,6 +73,21 @@ OUTRANKED_COUNT: Final = "outranked"
 UNMATCHED: Final = "unmatched"
 WINNERS: Final = "winners"
 
+#: The members an explanation's JSON may hold besides its ``context``, in every form it was
+#: written in (full, compact, compact stored by ids).
+EXPLANATION_MEMBERS: Final = (
+    "considered",
+    "eligible_account_ids",
+    "rejected_accounts",
+    "conflicting_policy_ids",
+    "unlisted_policy_count",
+    "unlisted_outranked_count",
+    "trace",
+    OUTRANKED_COUNT,
+    UNMATCHED,
+    WINNERS,
+)
+
 #: What a compact explanation needs of its decision to store its winners by id only: the
 #: decision's policy id, rung, priority, and whether it is a policy conflict (see
 #: :meth:`Explanation.to_dict`).

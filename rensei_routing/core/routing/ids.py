@@ -32,7 +32,7 @@ from ..canonical import json_string as _s
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
-from .explanation import COMPACT, OUTRANKED_COUNT, UNMATCHED, WINNERS, full_context
+from .explanation import COMPACT, EXPLANATION_MEMBERS, UNMATCHED, full_context
 
 __all__ = [
     "ID_FIELDS",
@@ -185,17 +185,8 @@ class ScanMemo:
 RECORD_KEYS: Final = (
     *DECISION_FIELDS,
     "context",
-    "considered",
-    "eligible_account_ids",
-    "rejected_accounts",
-    "conflicting_policy_ids",
-    "unlisted_policy_count",
-    "unlisted_outranked_count",
-    "trace",
-    COMPACT,  # a compact explanation's own keys and marker
-    OUTRANKED_COUNT,
-    UNMATCHED,
-    WINNERS,
+    *EXPLANATION_MEMBERS,
+    COMPACT,  # a compact explanation's marker (the value of its "trace")
     *CONTEXT_FIELDS,
     "value",
     "version",

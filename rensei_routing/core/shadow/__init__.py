@@ -8,40 +8,5 @@ The package re-exports the comparison's names, which ``rensei_routing.core.shado
 module before the re-layout (the seam plugins import them from here).
 """
 
-from .compare import (
-    DIVERGENCES,
-    RECORD_KEYS,
-    SHADOW_RECORD_TYPE,
-    UNCLASSIFIED,
-    ActualRoute,
-    Classifier,
-    Seam,
-    ShadowDecision,
-    Stage,
-    classify_legacy_mechanism,
-    compare,
-    is_shadow_payload,
-    provider_binding_for,
-    record_may_redact,
-    shadow_decision,
-    transport_for,
-)
-
-__all__ = [
-    "DIVERGENCES",
-    "RECORD_KEYS",
-    "SHADOW_RECORD_TYPE",
-    "UNCLASSIFIED",
-    "ActualRoute",
-    "Classifier",
-    "Seam",
-    "ShadowDecision",
-    "Stage",
-    "classify_legacy_mechanism",
-    "compare",
-    "is_shadow_payload",
-    "provider_binding_for",
-    "record_may_redact",
-    "shadow_decision",
-    "transport_for",
-]
+from .compare import *  # noqa: F403  (the comparison's names, as its ``__all__`` lists them)
+from .compare import __all__ as __all__

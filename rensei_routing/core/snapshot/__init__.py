@@ -8,28 +8,5 @@ The package re-exports the envelope's names, which ``rensei_routing.core.snapsho
 module before the re-layout.
 """
 
-from .envelope import (
-    ALGORITHM,
-    MAX_SNAPSHOT_BYTES,
-    SECTION_NAMES,
-    RulesetSnapshot,
-    SignedHeader,
-    check_succession,
-    content_hash,
-    parse_snapshot,
-    seal,
-    verify_snapshot,
-)
-
-__all__ = [
-    "ALGORITHM",
-    "MAX_SNAPSHOT_BYTES",
-    "SECTION_NAMES",
-    "RulesetSnapshot",
-    "SignedHeader",
-    "check_succession",
-    "content_hash",
-    "parse_snapshot",
-    "seal",
-    "verify_snapshot",
-]
+from .envelope import *  # noqa: F403  (the envelope's names, as its ``__all__`` lists them)
+from .envelope import __all__ as __all__
