@@ -173,23 +173,21 @@ def record_hash(seq: int, prev_hash: str, recorded_at: str, payload_hash: str) -
 def link_rows(
     payloads: Iterable[bytes], *, seq: int, prev_hash: str, recorded_at: str
 ) -> list[Row]:
-    """Chain encoded payloads after the head (``seq`` is the next seq, ``prev_hash`` the head hash).
+    """Chain encoded payloads after the head (``seq`` is the next seq, ``prev_hash`` the head hash),
+    all recorded at ``recorded_at``: :func:`link_stamped` with one time.
 
     Returns rows in :data:`ROW_COLUMNS` order, ready to insert.
+
+    Raises:
+        MalformedError: ``recorded_at`` is not RFC 3339 UTC.
     """
-    rows: list[Row] = []
-    for data in payloads:
-        p_hash = SHA256_PREFIX + hashlib.sha256(data).hexdigest()
-        r_hash = record_hash(seq, prev_hash, recorded_at, p_hash)
-        rows.append((seq, recorded_at, prev_hash, p_hash, r_hash, data))
-        prev_hash = r_hash
-        seq += 1
-    return rows
+    return link_stamped(((recorded_at, data) for data in payloads), seq=seq, prev_hash=prev_hash)
 
 
 def link_stamped(items: Iterable[tuple[str, bytes]], *, seq: int, prev_hash: str) -> list[Row]:
-    """:func:`link_rows` for ``(recorded_at, encoded payload)`` pairs, each with its own time
-    (an imported record keeps the one it was recorded at).
+    """Chain ``(recorded_at, encoded payload)`` pairs after the head, each with its own time (an
+    imported record keeps the one it was recorded at); ``seq`` and ``prev_hash`` as
+    :func:`link_rows` takes them.
 
     Raises:
         MalformedError: a ``recorded_at`` is not RFC 3339 UTC.

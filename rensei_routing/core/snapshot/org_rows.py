@@ -82,6 +82,21 @@ def _row(value: Any, path: p.Path) -> dict[str, Any]:
     return dict(value)
 
 
+def _renamed(out: dict[str, Any], old: str, new: str) -> bool:
+    """Move an old row's ``old`` member to its name ``new`` (when the row has no ``new``)."""
+    if old in out and new not in out:
+        out[new] = out.pop(old)
+        return True
+    return False
+
+
+def _required(out: dict[str, Any], path: p.Path, *names: str) -> None:
+    """Refuse a row without each of ``names``, the first missing named."""
+    for name in names:
+        if name not in out:
+            raise p.fail(p.at(path, name), "required field is missing")
+
+
 def _opt(out: dict[str, Any], name: str, path: p.Path, check: Callable[[Any, p.Path], Any]) -> None:
     """Type-check ``out[name]`` when present (and not null), replacing it by the checked value."""
     if out.get(name) is not None:
@@ -114,10 +129,8 @@ def profile(value: Any, path: p.Path) -> dict[str, Any]:
     burstPosture, disconnectLostAfterMs, disconnectReplace, disconnectReconcile, isOrgDefault,
     revision``."""
     out = _row(value, path)
-    if "pools" in out and "poolIds" not in out:
-        out["poolIds"] = out.pop("pools")
-    if "id" not in out:
-        raise p.fail(p.at(path, "id"), "required field is missing")
+    _renamed(out, "pools", "poolIds")
+    _required(out, path, "id")
     out["id"] = row_id(out["id"], p.at(path, "id"))
     out["poolIds"] = ids(out.get("poolIds") or [], p.at(path, "poolIds"))
     for name in ("name", "orderingPolicy", "description"):
@@ -148,8 +161,7 @@ def grant(value: Any, path: p.Path) -> dict[str, Any]:
         if "id" not in out and isinstance(out["profileId"], str):
             suffix = "all" if out["projectId"] is None else str(out["projectId"])
             out["id"] = f"{out['profileId']}.{suffix}"
-    if "profileId" not in out:
-        raise p.fail(p.at(path, "profileId"), "required field is missing")
+    _required(out, path, "profileId")
     out["profileId"] = row_id(out["profileId"], p.at(path, "profileId"))
     project = out.get("projectId")
     if project is not None and project != "*":
@@ -166,11 +178,8 @@ def pool(value: Any, path: p.Path) -> dict[str, Any]:
     daemon's ``providerId, displayName, servesPersistent, servesOnDemand, costWeight,
     priority, substrateClass (old kind), allowedProjectIds``."""
     out = _row(value, path)
-    if "kind" in out and "substrateClass" not in out:
-        out["substrateClass"] = out.pop("kind")
-    for name in ("id", "status"):
-        if name not in out:
-            raise p.fail(p.at(path, name), "required field is missing")
+    _renamed(out, "kind", "substrateClass")
+    _required(out, path, "id", "status")
     out["id"] = row_id(out["id"], p.at(path, "id"))
     out["status"] = p.string(out["status"], p.at(path, "status"), max_len=64).lower()
     for name in ("providerId", "displayName", "substrateClass", "description"):
@@ -188,11 +197,9 @@ def host(value: Any, path: p.Path) -> dict[str, Any]:
     :data:`HOST_STATUSES` by the daemon's word, any other kept and never placed on), ``os,
     arch, maxSessions, activeSessions, lastHeartbeatMs``."""
     out = _row(value, path)
-    if "pool" in out and "executionPoolId" not in out:
-        out["executionPoolId"] = out.pop("pool")
+    _renamed(out, "pool", "executionPoolId")
     for name in ("id", "executionPoolId"):
-        if name not in out:
-            raise p.fail(p.at(path, name), "required field is missing")
+        _required(out, path, name)
         out[name] = row_id(out[name], p.at(path, name))
     _opt(out, "status", path, lambda v, q: p.string(v, q, max_len=64).lower())
     for name in ("os", "arch"):
@@ -206,8 +213,7 @@ def provider(value: Any, path: p.Path) -> dict[str, Any]:
     """An execution provider: ``id``, ``displayName, configNamespace, supportedAuthModes,
     category`` and ``harnessByAuthMode`` (auth mode -> harness)."""
     out = _row(value, path)
-    if "id" not in out:
-        raise p.fail(p.at(path, "id"), "required field is missing")
+    _required(out, path, "id")
     out["id"] = row_id(out["id"], p.at(path, "id"))
     for name in ("displayName", "configNamespace", "category"):
         _opt(out, name, path, _text)
@@ -241,12 +247,9 @@ def posterior(value: Any, path: p.Path) -> dict[str, Any]:
     ``avgReward, totalObservations, lastUpdated``; an old ``{arm, alpha, beta}`` row becomes
     ``{provider: arm, workType: "default"}``."""
     out = _row(value, path)
-    if "arm" in out and "provider" not in out:
-        out["provider"] = out.pop("arm")
+    if _renamed(out, "arm", "provider"):
         out.setdefault("workType", DEFAULT_WORK_TYPE)
-    for name in ("provider", "workType", "alpha", "beta"):
-        if name not in out:
-            raise p.fail(p.at(path, name), "required field is missing")
+    _required(out, path, "provider", "workType", "alpha", "beta")
     out["provider"] = row_id(out["provider"], p.at(path, "provider"))
     out["workType"] = p.string(out["workType"], p.at(path, "workType"), max_len=128)
     for name in ("alpha", "beta"):
