@@ -31,10 +31,10 @@ from typing import Any
 import apsw
 
 from ... import signing
-from ...core.audit.chain import Checkpoint, note_key_hash, parse_checkpoint
+from ...core.audit.chain import parse_checkpoint
 from ...errors import SegmentError
 from .attest import signed_head, unattested
-from .chainwalk import _verify_sealed
+from .chainwalk import _verify_sealed, host_signed
 from .handle import LogHandle
 from .rotation import _check_export, _statement, catalog_locked
 from .segments import Segment
@@ -127,14 +127,9 @@ def _records_hold(
     Raises:
         SegmentError: it does not (or its file is missing).
     """
-
-    def signature_ok(cp: Checkpoint) -> bool:
-        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
-        return sig is not None and signing.check(public, cp.body, sig)
-
     cps = [parse_checkpoint(seg.note)]
     result = _verify_sealed(
-        log, seg, cps, seg.first_seq, seg.prev_hash, signature_ok, progress, workers
+        log, seg, cps, seg.first_seq, seg.prev_hash, host_signed(log, public), progress, workers
     )
     if not result.ok:
         where = "-" if result.first_broken_seq is None else result.first_broken_seq

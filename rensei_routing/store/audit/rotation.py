@@ -47,7 +47,6 @@ from ...core.audit.archive import MAX_LINE_BYTES, rows_from_lines
 from ...core.audit.chain import (
     GENESIS_HASH,
     Checkpoint,
-    note_key_hash,
     verify_chain,
 )
 from ...core.audit.treehead import chain_head
@@ -58,7 +57,7 @@ from ..db import connect, store_error
 from ..home import Home
 from . import tree
 from .attest import claim_of, sign_claim, unattested
-from .chainwalk import stored_checkpoints
+from .chainwalk import host_signed, stored_checkpoints
 from .handle import LogHandle
 from .recovery import catalog_of, recover_locked
 from .segments import (
@@ -345,12 +344,7 @@ def _seal(
     """Step 3: verify the file's chain from the previous head; store the signed seal in it."""
     lo, hi, prev = bounds
     o = log._options
-    public = key.public_key
-
-    def signature_ok(cp: Checkpoint) -> bool:
-        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
-        return sig is not None and signing.check(public, cp.body, sig)
-
+    signature_ok = host_signed(log, key.public_key)
     seg = connect(tmp, write=True, busy_timeout_ms=o.busy_timeout_ms, vfs=o.vfs)
     try:
         seg.pragma("journal_mode", "delete")  # a writer's connect switched it to WAL again
