@@ -151,7 +151,7 @@ def run(cfg: Config) -> BenchResult:
         mib = len(data) / 2**20
         res.figures.append(
             Figure(
-                case=f"compile + sign + store ({size:,} policies, {mib:.1f} MiB)",
+                case=f"read inputs + compile + sign + store ({size:,} policies, {mib:.1f} MiB)",
                 value=_median(compile_s) * 1e3,
                 unit="ms",
                 baseline=base * 1e3,
