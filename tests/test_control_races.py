@@ -199,10 +199,11 @@ def test_seeded_writers_and_compilers_keep_revisions_monotonic(home: Path, tmp_p
 
 
 def test_the_store_refuses_inputs_older_than_the_latest_snapshot(home: Path) -> None:
+    from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
     from rensei_routing.core.snapshot.org import OrgData
     from rensei_routing.errors import SnapshotError
     from rensei_routing.store.policies import PolicyStore
-    from rensei_routing.store.snapshots import SnapshotStore
+    from rensei_routing.store.snapshots import SnapshotStore, seal_next, validated_sections
 
     assert _rensei("snapshot", "compile", "--home", str(home)).returncode == 0
     before = _built_from(home)
@@ -210,13 +211,24 @@ def test_the_store_refuses_inputs_older_than_the_latest_snapshot(home: Path) -> 
     key = h.private_key()
     with closing(h.connect(write=True)) as conn:
         loaded = PolicyStore(conn).load()
+        snapshots = SnapshotStore(conn, org_id=h.info().org)
+        sections, results = validated_sections(
+            policies=loaded.snapshot,
+            policy_state=loaded.state,
+            org=OrgData(),
+            validators=(),
+            vocabulary=DEFAULT_VOCABULARY,
+        )
         with pytest.raises(SnapshotError, match="the data moved"):
-            SnapshotStore(conn, org_id=h.info().org).compile(
-                policies=loaded.snapshot,
-                policy_state=loaded.state,
-                org=OrgData(),
+            seal_next(
+                org_id=h.info().org,
+                revision=snapshots.next_revision(),
+                built_from=snapshots.compiled_from(),
+                policy_revision=loaded.snapshot.revision,
                 org_revision=0,  # older than the org revision 1 the latest was built from
                 compiled_at="2030-01-01T00:00:00.000000Z",
+                sections=sections,
+                results=results,
                 signing_key_id=key.public_key.key_id,
                 sign=key.sign,
             )

@@ -68,7 +68,7 @@ def compile_snapshot(
     """Compile and publish the next snapshot of ``home``'s org.
 
     The policies and org data are read inside the write transaction that allocates the
-    revision (:meth:`SnapshotStore.compile_current`), so a racing ``org load`` or ``policy
+    revision (:meth:`ControlStore.compile_current`), so a racing ``org load`` or ``policy
     save`` is either in this revision or in a later one, never lost from a later one.
 
     Raises:

@@ -10,7 +10,9 @@ default; it composes :mod:`.policies` and :mod:`.snapshots`), and
 implementation imports the other's module). The
 home's keys, config, metadata and the whole host side stay in the home's SQLite file either way.
 
-Adapter: opens and closes; every rule (validation, succession, what a compile reads) is the
+Adapter: opens and closes. What a compile or a re-seal does (read the inputs under the compile
+lock, validate, seal, publish, record the event) is written once, on :class:`ControlStore`, over
+each backend's :class:`SnapshotWriter`; every other rule (validation, succession) is the
 composed stores' or the core's. Never reads the clock.
 """
 
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +40,15 @@ from ..errors import MalformedError
 from .audit import AuditLog
 from .db import close_quietly, store_error
 from .policies import PolicyStore, PreparedWrite, RevisionInfo, SnapshotLoad
-from .snapshots import CompileResult, OrgStore, SnapshotInfo, SnapshotStore
+from .snapshots import (
+    CompileResult,
+    OrgStore,
+    SnapshotInfo,
+    SnapshotStore,
+    resealed,
+    seal_next,
+    validated_sections,
+)
 
 __all__ = [
     "EVENT_COMPILE",
@@ -49,6 +60,7 @@ __all__ = [
     "ControlStore",
     "PolicyWrite",
     "Sign",
+    "SnapshotWriter",
     "SqliteControlStore",
 ]
 
@@ -93,6 +105,49 @@ class ControlEvent:
             "revision": self.revision,
             "contentHash": self.content_hash,
         }
+
+
+class SnapshotWriter(Protocol):
+    """What :meth:`ControlStore.compile_current` and :meth:`ControlStore.reseal` read and write,
+    each backend in its own SQL, inside the transaction of :meth:`ControlStore._compiling`."""
+
+    vocabulary: Vocabulary
+
+    def compiled_from(self) -> tuple[int, int] | None:
+        """``(policy revision, org-data revision)`` of the latest snapshot, ``None`` if none."""
+        ...
+
+    def source_revisions(self) -> tuple[int, int]:
+        """``(latest policy revision, latest org-data revision)``, 0 when none."""
+        ...
+
+    def current_policies(self) -> SnapshotLoad:
+        """The current policy revision (absent when none was saved)."""
+        ...
+
+    def current_org(self) -> tuple[int, OrgData]:
+        """The current org data and its revision (``(0, OrgData())`` when none)."""
+        ...
+
+    def next_revision(self) -> int:
+        """The revision the next snapshot takes (above the latest and the start-after)."""
+        ...
+
+    def insert(self, snap: RulesetSnapshot, *, policy_revision: int, org_revision: int) -> None:
+        """Publish ``snap``, compiled from those revisions."""
+        ...
+
+    def latest(self, lookup: Lookup) -> RulesetSnapshot:
+        """The latest stored snapshot, verified (``NotFoundError`` when none)."""
+        ...
+
+    def replace(self, fresh: RulesetSnapshot) -> None:
+        """Store ``fresh`` over the row of its revision (a re-seal)."""
+        ...
+
+    def event(self, at: str, kind: str, revision: int, content_hash: str) -> None:
+        """Append the write's :class:`ControlEvent`."""
+        ...
 
 
 class ControlStore(Protocol):
@@ -174,8 +229,45 @@ class ControlStore(Protocol):
     ) -> CompileResult | None:
         """Compile the current data into the next snapshot, the inputs read under the org's
         compile lock; with ``only_if_stale``, ``None`` when (under that lock) the latest
-        snapshot is already built from the current data (another replica compiled it)."""
-        ...
+        snapshot is already built from the current data (another replica compiled it).
+        Defined here, once, for both implementations: the inputs are read, validated, sealed
+        (:func:`.snapshots.seal_next`) and published with their control event in the one
+        transaction :meth:`_compiling` holds, so revision n+1 is always built from data at
+        least as new as revision n's.
+
+        Raises:
+            SnapshotValidationError: naming every failing validator (nothing published).
+            SnapshotError: the inputs are older than the latest snapshot's (compile again).
+            StoreError: the database could not be read or written (nothing published).
+        """
+        with self._compiling("cannot compile a snapshot") as writer:
+            built_from = writer.compiled_from()
+            if only_if_stale and built_from == writer.source_revisions():
+                return None
+            loaded = writer.current_policies()
+            org_revision, org = writer.current_org()
+            sections, results = validated_sections(
+                policies=loaded.snapshot,
+                policy_state=loaded.state,
+                org=org,
+                validators=validators,
+                vocabulary=writer.vocabulary,
+            )
+            snap = seal_next(
+                org_id=self.org_id,
+                revision=writer.next_revision(),
+                built_from=built_from,
+                policy_revision=loaded.snapshot.revision,
+                org_revision=org_revision,
+                compiled_at=compiled_at,
+                sections=sections,
+                results=results,
+                signing_key_id=signing_key_id,
+                sign=sign,
+            )
+            writer.insert(snap, policy_revision=loaded.snapshot.revision, org_revision=org_revision)
+            writer.event(compiled_at, EVENT_COMPILE, snap.revision, snap.content_hash)
+        return CompileResult(snapshot=snap, validators=results)
 
     def reseal(
         self,
@@ -186,8 +278,31 @@ class ControlStore(Protocol):
         lookup: Lookup,
         older_than: datetime | None = None,
     ) -> RulesetSnapshot | None:
-        """Re-sign the latest snapshot at ``compiled_at``; with ``older_than``, ``None`` when
-        (under the compile lock) it was sealed at or after that moment already."""
+        """Re-sign the latest snapshot at ``compiled_at`` (:func:`.snapshots.resealed`: no new
+        revision, the row updated in place); with ``older_than``, ``None`` when (under the
+        compile lock) it was sealed at or after that moment already. Defined here, once, for
+        both implementations.
+
+        Raises:
+            NotFoundError: nothing was compiled yet.
+            SnapshotError: the stored snapshot does not verify, or ``compiled_at`` is not later
+                than its own.
+            StoreError: the database could not be read or written.
+        """
+        with self._compiling("cannot re-seal the snapshot") as writer:
+            held = writer.latest(lookup)
+            if older_than is not None and compiled_moment(held) >= older_than:
+                return None
+            fresh = resealed(
+                held, compiled_at=compiled_at, signing_key_id=signing_key_id, sign=sign
+            )
+            writer.replace(fresh)
+            writer.event(compiled_at, EVENT_RESEAL, fresh.revision, fresh.content_hash)
+        return fresh
+
+    def _compiling(self, what: str) -> AbstractContextManager[SnapshotWriter]:
+        """One write transaction holding the org's compile lock (a failure in it a typed error
+        starting with ``what``), and what a compile reads and writes in it."""
         ...
 
     def latest_mark(self) -> tuple[int, str] | None:
@@ -332,67 +447,22 @@ class SqliteControlStore(ControlStore):
     def source_revisions(self) -> tuple[int, int]:
         try:
             with self._lock:
-                row = self._conn.execute(
-                    "SELECT (SELECT coalesce(max(revision), 0) FROM policy_revisions), "
-                    "(SELECT coalesce(max(revision), 0) FROM org_data)"
-                ).fetchone()
+                return _source_revisions(self._conn)
         except apsw.Error as e:
             raise store_error("cannot read revisions", e, self.where) from e
-        assert row is not None
-        return int(str(row[0])), int(str(row[1]))
 
     def compiled_from(self) -> tuple[int, int] | None:
         with self._lock:
             return self._snapshots.compiled_from()
 
-    def compile_current(
-        self,
-        *,
-        compiled_at: str,
-        signing_key_id: str,
-        sign: Sign,
-        validators: Sequence[SnapshotValidator] = (),
-        only_if_stale: bool = False,
-    ) -> CompileResult | None:
-        def run() -> CompileResult | None:
-            if only_if_stale and self.compiled_from() == self.source_revisions():
-                return None
-            result = self._snapshots.compile_current(
-                compiled_at=compiled_at,
-                signing_key_id=signing_key_id,
-                sign=sign,
-                validators=validators,
-                vocabulary=self._vocabulary,
-            )
-            snap = result.snapshot
-            self._event(compiled_at, EVENT_COMPILE, snap.revision, snap.content_hash)
-            return result
-
-        result: CompileResult | None = self._write("cannot compile a snapshot", run)
-        return result
-
-    def reseal(
-        self,
-        *,
-        compiled_at: str,
-        signing_key_id: str,
-        sign: Sign,
-        lookup: Lookup,
-        older_than: datetime | None = None,
-    ) -> RulesetSnapshot | None:
-        def run() -> RulesetSnapshot | None:
-            if older_than is not None:
-                held = self._snapshots.load(lookup=lookup)
-                if compiled_moment(held) >= older_than:
-                    return None
-            fresh = self._snapshots.reseal(
-                compiled_at=compiled_at, signing_key_id=signing_key_id, sign=sign, lookup=lookup
-            )
-            self._event(compiled_at, EVENT_RESEAL, fresh.revision, fresh.content_hash)
-            return fresh
-
-        result: RulesetSnapshot | None = self._write("cannot re-seal the snapshot", run)
-        return result
+    @contextmanager
+    def _compiling(self, what: str) -> Iterator[SnapshotWriter]:
+        # A writer's transaction is BEGIN IMMEDIATE: the write lock, so one compile at a time.
+        try:
+            with self._lock, self._conn:
+                yield _SqliteWriter(self._conn, self._snapshots, self._vocabulary)
+        except apsw.Error as e:
+            raise store_error(what, e, self.where) from e
 
     def latest_mark(self) -> tuple[int, str] | None:
         try:
@@ -456,3 +526,50 @@ def _insert_event(conn: apsw.Connection, at: str, kind: str, revision: int, dige
         "INSERT INTO control_events(at, kind, revision, content_hash) VALUES (?, ?, ?, ?)",
         (at, kind, revision, digest),
     )
+
+
+def _source_revisions(conn: apsw.Connection) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT (SELECT coalesce(max(revision), 0) FROM policy_revisions), "
+        "(SELECT coalesce(max(revision), 0) FROM org_data)"
+    ).fetchone()
+    assert row is not None
+    return int(str(row[0])), int(str(row[1]))
+
+
+class _SqliteWriter(SnapshotWriter):
+    """:class:`SnapshotWriter` over the home's tables, in the transaction the caller holds."""
+
+    def __init__(
+        self, conn: apsw.Connection, snapshots: SnapshotStore, vocabulary: Vocabulary
+    ) -> None:
+        self._conn = conn
+        self._snapshots = snapshots
+        self.vocabulary = vocabulary
+
+    def compiled_from(self) -> tuple[int, int] | None:
+        return self._snapshots.compiled_from()
+
+    def source_revisions(self) -> tuple[int, int]:
+        return _source_revisions(self._conn)
+
+    def current_policies(self) -> SnapshotLoad:
+        return PolicyStore(self._conn, vocabulary=self.vocabulary).load()
+
+    def current_org(self) -> tuple[int, OrgData]:
+        return OrgStore(self._conn).load()
+
+    def next_revision(self) -> int:
+        return self._snapshots.next_revision()
+
+    def insert(self, snap: RulesetSnapshot, *, policy_revision: int, org_revision: int) -> None:
+        self._snapshots.insert(snap, policy_revision=policy_revision, org_revision=org_revision)
+
+    def latest(self, lookup: Lookup) -> RulesetSnapshot:
+        return self._snapshots.load(lookup=lookup)
+
+    def replace(self, fresh: RulesetSnapshot) -> None:
+        self._snapshots.replace(fresh)
+
+    def event(self, at: str, kind: str, revision: int, content_hash: str) -> None:
+        _insert_event(self._conn, at, kind, revision, content_hash)

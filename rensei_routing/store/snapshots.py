@@ -18,13 +18,12 @@ import apsw
 
 from ..core.canonical import SHA256_PREFIX, canonical_bytes
 from ..core.routing.policy import PolicySnapshot
-from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
+from ..core.routing.vocabulary import Vocabulary
 from ..core.snapshot.envelope import RulesetSnapshot, check_succession, seal, verify_snapshot
 from ..core.snapshot.org import OrgData, builtin_validators, compile_sections
 from ..core.snapshot.validators import SnapshotValidator, ValidatorResult, run_validators
 from ..errors import InputError, NotFoundError, SnapshotError, SnapshotValidationError, StoreError
 from .db import store_error
-from .policies import PolicyStore
 from .settings import START_AFTER, read_text, write_text
 
 __all__ = [
@@ -35,7 +34,10 @@ __all__ = [
     "decode_org",
     "encode_org",
     "seal_next",
+    "snapshot_row",
+    "stored_envelope",
     "validated_sections",
+    "verified",
 ]
 
 #: The largest revision an envelope may carry (``core.snapshot.envelope``'s bound).
@@ -43,8 +45,8 @@ MAX_SNAPSHOT_REVISION: Final = 2**53 - 1
 
 
 def _as_bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
     if isinstance(value, str):
         return value.encode("utf-8")
     raise StoreError(f"stored body has type {type(value).__name__}, not BLOB")
@@ -127,6 +129,55 @@ def decode_org(revision: int, digest: str, body: bytes) -> tuple[int, OrgData]:
         return revision, OrgData.from_dict(json.loads(body.decode("utf-8")))
     except (ValueError, InputError, RecursionError) as e:
         raise StoreError(f"org data revision {revision} is unreadable: {e}") from e
+
+
+def stored_envelope(row: Sequence[object] | None, revision: int | None) -> bytes:
+    """The envelope bytes of ``row``, the snapshot row either backend read for ``revision``
+    (``None``: the latest), its first column the envelope.
+
+    Raises:
+        NotFoundError: there is no such row (or none was compiled yet).
+        StoreError: the stored envelope is not bytes.
+    """
+    if row is None:
+        raise NotFoundError(
+            "no snapshot has been compiled: run `rensei snapshot compile` first"
+            if revision is None
+            else f"no snapshot revision {revision}"
+        )
+    return _as_bytes(row[0])
+
+
+def snapshot_row(
+    snap: RulesetSnapshot, *, policy_revision: int, org_revision: int
+) -> tuple[int, str, str, str, int, int, bytes]:
+    """The stored columns of a snapshot compiled from those revisions, as both backends keep
+    them: ``(revision, ruleset_rev, content_hash, compiled_at, policy_revision, org_revision,
+    envelope)``."""
+    return (
+        snap.revision,
+        snap.ruleset_rev,
+        snap.content_hash,
+        snap.compiled_at,
+        policy_revision,
+        org_revision,
+        snap.to_bytes(),
+    )
+
+
+def verified(
+    data: bytes, lookup: Callable[[str], Callable[[bytes, bytes], bool] | None]
+) -> RulesetSnapshot:
+    """A stored envelope verified like any other (no store is trusted blindly), its unsigned
+    ``validators`` list kept (the home's own compile wrote it), either backend.
+
+    Raises:
+        SnapshotError: it does not verify.
+    """
+    try:
+        return verify_snapshot(data, lookup=lookup, keep_validators=True)
+    except SnapshotError as e:
+        raise SnapshotError(f"stored snapshot does not verify: {e}") from e
 
 
 def resealed(
@@ -253,110 +304,27 @@ class SnapshotStore:
         self._conn = conn
         self.org_id = org_id
 
-    def compile_current(
-        self,
-        *,
-        compiled_at: str,
-        signing_key_id: str,
-        sign: Callable[[bytes], bytes],
-        validators: Sequence[SnapshotValidator] = (),
-        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
-    ) -> CompileResult:
-        """Compile the home's current policy revision and org data (see :meth:`compile`), read
-        inside the one write transaction that allocates and publishes the revision (``BEGIN
-        IMMEDIATE``, held through the validators): no ``org load`` or ``policy save`` commits
-        between the read and the publish, so revision n+1 is always built from data at least as
-        new as revision n's.
+    def next_revision(self) -> int:
+        """The revision the next compile publishes: one above the latest and the start-after.
 
         Raises:
-            SnapshotValidationError, SnapshotError, StoreError: as :meth:`compile`; a lock held
-                past the busy timeout is a ``BusyTimeoutError`` (nothing published).
+            StoreError: the database could not be read.
         """
-        try:
-            with self._conn:  # a writer's transaction mode is IMMEDIATE: the write lock, now
-                loaded = PolicyStore(self._conn, vocabulary=vocabulary).load()
-                org_revision, org = OrgStore(self._conn).load()
-                result = self.compile(
-                    policies=loaded.snapshot,
-                    policy_state=loaded.state,
-                    org=org,
-                    org_revision=org_revision,
-                    compiled_at=compiled_at,
-                    signing_key_id=signing_key_id,
-                    sign=sign,
-                    validators=validators,
-                    vocabulary=vocabulary,
-                )
-        except apsw.Error as e:  # BEGIN IMMEDIATE or COMMIT itself
-            raise store_error("cannot compile a snapshot", e, self._conn.filename) from e
-        return result
+        ((last,),) = self._read("SELECT max(revision) FROM ruleset_snapshots")
+        return max(0 if last is None else int(last), self.start_after()) + 1
 
-    def compile(
-        self,
-        *,
-        policies: PolicySnapshot,
-        policy_state: str,
-        org: OrgData,
-        org_revision: int,
-        compiled_at: str,
-        signing_key_id: str,
-        sign: Callable[[bytes], bytes],
-        validators: Sequence[SnapshotValidator] = (),
-        vocabulary: Vocabulary = DEFAULT_VOCABULARY,
-    ) -> CompileResult:
-        """Compile the five sections, run the built-in validators and then ``validators`` (the
-        plugins'), and publish the next revision signed with ``sign``, all in one write
-        transaction. A failing validator (one that finds a problem, raises, or answers the
-        wrong type) publishes nothing. Inputs older than the latest snapshot's (a policy or
-        org-data revision below the one it was built from: data read before a newer compile
-        published) are refused, so a revoked grant never comes back in a later revision; read
-        the inputs in the same transaction with :meth:`compile_current`.
+    def insert(self, snap: RulesetSnapshot, *, policy_revision: int, org_revision: int) -> None:
+        """Publish ``snap``, compiled from those revisions (the caller's transaction).
 
         Raises:
-            SnapshotValidationError: naming every failing validator and its problems.
-            SnapshotError: the inputs are older than the latest snapshot's (nothing published).
-            StoreError: the database could not be written.
+            apsw.Error: the row could not be written.
         """
-        sections, results = validated_sections(
-            policies=policies,
-            policy_state=policy_state,
-            org=org,
-            validators=validators,
-            vocabulary=vocabulary,
+        self._conn.execute(
+            "INSERT INTO ruleset_snapshots(revision, ruleset_rev, content_hash, "
+            "compiled_at, policy_revision, org_revision, envelope) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            snapshot_row(snap, policy_revision=policy_revision, org_revision=org_revision),
         )
-        try:
-            with self._conn:
-                last = self._conn.execute("SELECT max(revision) FROM ruleset_snapshots").get
-                revision = max(0 if last is None else int(last), self.start_after()) + 1
-                snap = seal_next(
-                    org_id=self.org_id,
-                    revision=revision,
-                    built_from=self.compiled_from(),
-                    policy_revision=policies.revision,
-                    org_revision=org_revision,
-                    compiled_at=compiled_at,
-                    sections=sections,
-                    results=results,
-                    signing_key_id=signing_key_id,
-                    sign=sign,
-                )
-                self._conn.execute(
-                    "INSERT INTO ruleset_snapshots(revision, ruleset_rev, content_hash, "
-                    "compiled_at, policy_revision, org_revision, envelope) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        revision,
-                        snap.ruleset_rev,
-                        snap.content_hash,
-                        compiled_at,
-                        policies.revision,
-                        org_revision,
-                        snap.to_bytes(),
-                    ),
-                )
-        except apsw.Error as e:
-            raise StoreError(f"cannot store the compiled snapshot: {e}") from e
-        return CompileResult(snapshot=snap, validators=tuple(results))
 
     def start_after(self) -> int:
         """The revision this home's snapshots start after (``init --start-after``; 0 unset): a
@@ -400,37 +368,16 @@ class SnapshotStore:
                 "cannot set the first snapshot revision", e, self._conn.filename
             ) from e
 
-    def reseal(
-        self,
-        *,
-        compiled_at: str,
-        signing_key_id: str,
-        sign: Callable[[bytes], bytes],
-        lookup: Callable[[str], Callable[[bytes, bytes], bool] | None],
-    ) -> RulesetSnapshot:
-        """Re-sign the latest snapshot, unchanged but for a later ``compiledAt`` (the heartbeat
-        that keeps hosts fresh while nothing changes; hosts adopt it because its content hash
-        equals the one they hold). The row is updated in place: no new revision.
+    def replace(self, fresh: RulesetSnapshot) -> None:
+        """Store the re-sealed ``fresh`` over the row of its revision (the caller's transaction).
 
         Raises:
-            NotFoundError: nothing was compiled yet.
-            SnapshotError: the stored snapshot does not verify, or ``compiled_at`` is not
-                later than its own.
-            StoreError: the database could not be written.
+            apsw.Error: the row could not be written.
         """
-        try:
-            with self._conn:
-                held = self.load(lookup=lookup)
-                fresh = resealed(
-                    held, compiled_at=compiled_at, signing_key_id=signing_key_id, sign=sign
-                )
-                self._conn.execute(
-                    "UPDATE ruleset_snapshots SET compiled_at = ?, envelope = ? WHERE revision = ?",
-                    (compiled_at, fresh.to_bytes(), held.revision),
-                )
-        except apsw.Error as e:
-            raise StoreError(f"cannot re-seal the snapshot: {e}") from e
-        return fresh
+        self._conn.execute(
+            "UPDATE ruleset_snapshots SET compiled_at = ?, envelope = ? WHERE revision = ?",
+            (fresh.compiled_at, fresh.to_bytes(), fresh.revision),
+        )
 
     def envelope(self, revision: int | None = None) -> bytes:
         """The exact stored (served) bytes of the current snapshot or of ``revision``.
@@ -445,18 +392,21 @@ class SnapshotStore:
         else:
             sql, args = "SELECT envelope FROM ruleset_snapshots WHERE revision = ?", (revision,)
         try:
-            row = self._conn.execute(sql, args).fetchone()
+            rows = self._read(sql, args)
         except OverflowError as e:
             raise NotFoundError(f"no snapshot revision {revision}") from e
+        return stored_envelope(rows[0] if rows else None, revision)
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Every row of one query on the snapshots.
+
+        Raises:
+            StoreError: the database could not be read.
+        """
+        try:
+            return list(self._conn.execute(sql, args).fetchall())
         except apsw.Error as e:
             raise StoreError(f"cannot read snapshots: {e}") from e
-        if row is None:
-            raise NotFoundError(
-                "no snapshot has been compiled: run `rensei snapshot compile` first"
-                if revision is None
-                else f"no snapshot revision {revision}"
-            )
-        return _as_bytes(row[0])
 
     def load(
         self,
@@ -470,11 +420,7 @@ class SnapshotStore:
         Raises:
             NotFoundError, StoreError, SnapshotError.
         """
-        data = self.envelope(revision)
-        try:
-            return verify_snapshot(data, lookup=lookup, keep_validators=True)
-        except SnapshotError as e:
-            raise SnapshotError(f"stored snapshot does not verify: {e}") from e
+        return verified(self.envelope(revision), lookup)
 
     def compiled_from(self) -> tuple[int, int] | None:
         """``(policy revision, org-data revision)`` the latest snapshot was compiled from, or
@@ -483,14 +429,11 @@ class SnapshotStore:
         Raises:
             StoreError: the database could not be read.
         """
-        try:
-            row = self._conn.execute(
-                "SELECT policy_revision, org_revision FROM ruleset_snapshots "
-                "ORDER BY revision DESC LIMIT 1"
-            ).fetchone()
-        except apsw.Error as e:
-            raise StoreError(f"cannot read snapshots: {e}") from e
-        return None if row is None else (int(str(row[0])), int(str(row[1])))
+        rows = self._read(
+            "SELECT policy_revision, org_revision FROM ruleset_snapshots "
+            "ORDER BY revision DESC LIMIT 1"
+        )
+        return next(((int(str(p)), int(str(o))) for p, o in rows), None)
 
     def history(self) -> list[SnapshotInfo]:
         """Every compiled snapshot, oldest first.
@@ -498,13 +441,10 @@ class SnapshotStore:
         Raises:
             StoreError: the database could not be read.
         """
-        try:
-            rows = self._conn.execute(
-                "SELECT ruleset_rev, revision, content_hash, compiled_at, length(envelope) "
-                "FROM ruleset_snapshots ORDER BY revision"
-            ).fetchall()
-        except apsw.Error as e:
-            raise StoreError(f"cannot read snapshots: {e}") from e
+        rows = self._read(
+            "SELECT ruleset_rev, revision, content_hash, compiled_at, length(envelope) "
+            "FROM ruleset_snapshots ORDER BY revision"
+        )
         out = []
         for rev_id, revision, digest, compiled_at, size in rows:
             assert isinstance(revision, int) and isinstance(size, int)  # STRICT INTEGER columns

@@ -74,6 +74,18 @@ def stored_checkpoints(conn: apsw.Connection) -> list[Checkpoint]:
     return out
 
 
+def host_signed(log: LogHandle, public: signing.PublicKey) -> Callable[[Checkpoint], bool]:
+    """Whether a checkpoint carries a valid signature of ``log``'s origin by the host key
+    ``public`` (what every walk of this log holds its checkpoints and seals to)."""
+    key_hash = note_key_hash(log.origin, public.raw)
+
+    def signature_ok(cp: Checkpoint) -> bool:
+        sig = cp.signature_by(log.origin, key_hash)
+        return sig is not None and signing.check(public, cp.body, sig)
+
+    return signature_ok
+
+
 def seals(conn: apsw.Connection) -> list[Checkpoint]:
     """The seal of every catalogued segment (sealed or pruned), oldest first.
 
@@ -117,18 +129,12 @@ def verify_live(
             )
     if cps and public is None:
         raise AuditError("no public key to check checkpoints with")
-
-    def signature_ok(cp: Checkpoint) -> bool:
-        assert public is not None
-        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
-        return sig is not None and signing.check(public, cp.body, sig)
-
     return parallel.walk(
         conn,
         log._path,
         cps,
         origin=log.origin,
-        signature_ok=signature_ok if cps else None,
+        signature_ok=None if public is None or not cps else host_signed(log, public),
         progress=progress,
         workers=workers,
         options=log._options,
@@ -323,11 +329,7 @@ def _walk_all(
     verdict = ChainVerdict(result=VerifyResult(ok=True, records_checked=0), sealed=sealed)
     expected, prev, done = 0, GENESIS_HASH, 0
     pending = sorted(checkpoints, key=lambda c: c.size)
-
-    def signature_ok(cp: Checkpoint) -> bool:
-        assert public is not None
-        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
-        return sig is not None and signing.check(public, cp.body, sig)
+    signature_ok = host_signed(log, public)
 
     unverifiable: list[tuple[int, str]] = []
     for seg in catalog:

@@ -31,15 +31,13 @@ from typing import Any
 import apsw
 
 from ... import signing
-from ...core.audit.chain import Checkpoint, note_key_hash, parse_checkpoint
-from ...errors import AuditError, SegmentError
-from ..db import store_error
+from ...core.audit.chain import parse_checkpoint
+from ...errors import SegmentError
 from .attest import signed_head, unattested
-from .chainwalk import _verify_sealed
+from .chainwalk import _verify_sealed, host_signed
 from .handle import LogHandle
-from .recovery import recover_locked
-from .rotation import _check_export, _key, _locked, _statement
-from .segments import Segment, read_catalog
+from .rotation import _check_export, _statement, catalog_locked
+from .segments import Segment
 
 __all__ = ["Reattested", "reattest"]
 
@@ -78,20 +76,7 @@ def reattest(
         AuditError, HomeError: no public key or no usable signing key.
         StoreError: a database read or write failed (nothing written).
     """
-    public = log._public
-    if public is None:
-        raise AuditError("no public key to check the audit segments with")
-    key = _key(log)
-    lock = _locked(log, wait=True)
-    assert lock is not None
-    try:
-        recover_locked(log)
-        conn = log._read_conn()
-        try:
-            with conn:
-                catalog = read_catalog(conn)
-        except apsw.Error as e:
-            raise store_error("cannot read the audit log", e, log._path) from e
+    with catalog_locked(log, "the audit segments") as (public, key, catalog):
         todo = [s for s in catalog if unattested(s, log.origin, public) is not None]
         for seg in todo:
             why = signed_head(seg, log.origin, public)
@@ -122,8 +107,6 @@ def reattest(
                     )
             except apsw.Error as e:
                 raise log._write_failed("cannot record the re-attestation", e) from e
-    finally:
-        lock.release()
     return Reattested(
         resealed=tuple(signed[: len(sealed)]),
         attested=tuple(signed[len(sealed) :]),
@@ -144,14 +127,9 @@ def _records_hold(
     Raises:
         SegmentError: it does not (or its file is missing).
     """
-
-    def signature_ok(cp: Checkpoint) -> bool:
-        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
-        return sig is not None and signing.check(public, cp.body, sig)
-
     cps = [parse_checkpoint(seg.note)]
     result = _verify_sealed(
-        log, seg, cps, seg.first_seq, seg.prev_hash, signature_ok, progress, workers
+        log, seg, cps, seg.first_seq, seg.prev_hash, host_signed(log, public), progress, workers
     )
     if not result.ok:
         where = "-" if result.first_broken_seq is None else result.first_broken_seq

@@ -47,7 +47,6 @@ from ...core.audit.archive import MAX_LINE_BYTES, rows_from_lines
 from ...core.audit.chain import (
     GENESIS_HASH,
     Checkpoint,
-    note_key_hash,
     verify_chain,
 )
 from ...core.audit.treehead import chain_head
@@ -58,14 +57,13 @@ from ..db import connect, store_error
 from ..home import Home
 from . import tree
 from .attest import claim_of, sign_claim, unattested
-from .chainwalk import stored_checkpoints
+from .chainwalk import host_signed, stored_checkpoints
 from .handle import LogHandle
-from .recovery import recover_locked
+from .recovery import catalog_of, recover_locked
 from .segments import (
     Segment,
     SegmentLock,
     head_across,
-    read_catalog,
     segments_dir,
 )
 
@@ -161,6 +159,33 @@ def _key(log: LogHandle) -> signing.PrivateKey:
     if log._public is not None and log._public.raw != key.public_key.raw:
         raise AuditError("refusing to seal: the signing key does not match this log's public key")
     return key
+
+
+@contextlib.contextmanager
+def catalog_locked(
+    log: LogHandle, checking: str
+) -> Iterator[tuple[signing.PublicKey, signing.PrivateKey, tuple[Segment, ...]]]:
+    """What a change to the catalogue's signed statements (a prune, a re-attestation) starts
+    from: the log's public key, its signing key, and the catalogue read once the segments' lock
+    is held (waited for) and the directory reconciled; the lock is held until the block ends.
+
+    Raises:
+        AuditError: the log has no public key (to check ``checking`` with).
+        AuditError, HomeError: no usable signing key.
+        SegmentError: the lock cannot be taken.
+        StoreError: the catalogue cannot be read.
+    """
+    public = log._public
+    if public is None:
+        raise AuditError(f"no public key to check {checking} with")
+    key = _key(log)
+    lock = _locked(log, wait=True)
+    assert lock is not None
+    try:
+        recover_locked(log)
+        yield public, key, catalog_of(log)
+    finally:
+        lock.release()
 
 
 def rotate(
@@ -319,12 +344,7 @@ def _seal(
     """Step 3: verify the file's chain from the previous head; store the signed seal in it."""
     lo, hi, prev = bounds
     o = log._options
-    public = key.public_key
-
-    def signature_ok(cp: Checkpoint) -> bool:
-        sig = cp.signature_by(log.origin, note_key_hash(log.origin, public.raw))
-        return sig is not None and signing.check(public, cp.body, sig)
-
+    signature_ok = host_signed(log, key.public_key)
     seg = connect(tmp, write=True, busy_timeout_ms=o.busy_timeout_ms, vfs=o.vfs)
     try:
         seg.pragma("journal_mode", "delete")  # a writer's connect switched it to WAL again
@@ -426,20 +446,7 @@ def prune(log: LogHandle, *, before: int, exported: Sequence[Path]) -> tuple[Seg
         AuditError, HomeError: the log has no public key or no usable signing key.
         StoreError: the database read or write failed (nothing deleted).
     """
-    public = log._public
-    if public is None:
-        raise AuditError("no public key to check the audit segments' seals with")
-    key = _key(log)
-    lock = _locked(log, wait=True)
-    assert lock is not None
-    try:
-        recover_locked(log)
-        conn = log._read_conn()
-        try:
-            with conn:
-                catalog = read_catalog(conn)
-        except apsw.Error as e:
-            raise store_error("cannot read the audit log", e, log._path) from e
+    with catalog_locked(log, "the audit segments' seals") as (public, key, catalog):
         targets = [s for s in catalog if not s.pruned and s.last_seq < before]
         if not targets:
             raise SegmentError(
@@ -469,8 +476,6 @@ def prune(log: LogHandle, *, before: int, exported: Sequence[Path]) -> tuple[Seg
             _step("prune-one")
         with contextlib.suppress(OSError):
             fsync_dir(segments_dir(log._path))
-    finally:
-        lock.release()
     return tuple(done)
 
 

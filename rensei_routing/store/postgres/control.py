@@ -13,16 +13,17 @@
   :class:`DatabaseUnreachableError`. Calls are serialised by a lock (serve's threads share one).
 
 The bytes stored, their hashes, validation and succession are the SQLite store's functions
-(:mod:`..policies`, :mod:`..snapshots`): the two backends cannot disagree on them.
+(:mod:`..policies`, :mod:`..snapshots`), and a compile and a re-seal are
+:class:`~rensei_routing.store.control.ControlStore`'s over this module's ``SnapshotWriter``:
+the two backends cannot disagree on them.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from ...core.canonical import canonical_bytes
@@ -30,35 +31,27 @@ from ...core.routing.decision import STATE_ABSENT
 from ...core.routing.edits import PolicyEdit, PolicyMutation
 from ...core.routing.policy import PolicySnapshot
 from ...core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from ...core.snapshot.envelope import (
-    RulesetSnapshot,
-    compiled_moment,
-    verify_snapshot,
-)
+from ...core.snapshot.envelope import RulesetSnapshot
 from ...core.snapshot.org import OrgData
-from ...core.snapshot.validators import SnapshotValidator
 from ...errors import HomeError, NotFoundError, SnapshotError
 from ..control import (
-    EVENT_COMPILE,
     EVENT_ORG,
     EVENT_POLICY,
-    EVENT_RESEAL,
     ControlEvent,
     ControlStore,
     Lookup,
     PolicyWrite,
-    Sign,
+    SnapshotWriter,
 )
 from ..policies import RevisionInfo, SnapshotLoad, decode_revision, prepare_write, revision_info
 from ..snapshots import (
     MAX_SNAPSHOT_REVISION,
-    CompileResult,
     SnapshotInfo,
     decode_org,
     encode_org,
-    resealed,
-    seal_next,
-    validated_sections,
+    snapshot_row,
+    stored_envelope,
+    verified,
 )
 from .connection import CHANNEL, COMPILE_LOCK, connect, describe, driver, pg_error
 
@@ -150,6 +143,11 @@ class PgControlStore(ControlStore):
                 if conn.broken or conn.closed:
                     self._drop()
                 raise pg_error(what, e, self.where) from e
+
+    def _fetch(self, what: str, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """Every row of one query, read in its own transaction (:meth:`_tx`)."""
+        with self._tx(what) as conn:
+            return list(conn.execute(sql, args).fetchall())
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -274,21 +272,20 @@ class PgControlStore(ControlStore):
         return decode_revision(*row, vocabulary=self._vocabulary)
 
     def policy_mutations(self) -> list[PolicyMutation]:
-        with self._tx("cannot read policy mutations") as conn:
-            rows = conn.execute(
-                "SELECT payload FROM control_policy_mutations WHERE org_id = %s ORDER BY revision",
-                (self.org_id,),
-            ).fetchall()
+        rows = self._fetch(
+            "cannot read policy mutations",
+            "SELECT payload FROM control_policy_mutations WHERE org_id = %s ORDER BY revision",
+            (self.org_id,),
+        )
         return [PolicyMutation.from_dict(json.loads(bytes(row[0]))) for row in rows]
 
     def policy_history(self) -> list[RevisionInfo]:
-
-        with self._tx("cannot read policy history") as conn:
-            rows = conn.execute(
-                "SELECT revision, content_hash, body, saved_at FROM control_policy_revisions "
-                "WHERE org_id = %s ORDER BY revision",
-                (self.org_id,),
-            ).fetchall()
+        rows = self._fetch(
+            "cannot read policy history",
+            "SELECT revision, content_hash, body, saved_at FROM control_policy_revisions "
+            "WHERE org_id = %s ORDER BY revision",
+            (self.org_id,),
+        )
         return [revision_info(*row) for row in rows]
 
     # -- org data ------------------------------------------------------------------------------
@@ -330,11 +327,11 @@ class PgControlStore(ControlStore):
     # -- snapshots -----------------------------------------------------------------------------
 
     def source_revisions(self) -> tuple[int, int]:
-        with self._tx("cannot read revisions") as conn:
-            row = conn.execute(
-                "SELECT policy_rev, org_rev FROM control_orgs WHERE org_id = %s", (self.org_id,)
-            ).fetchone()
-        assert row is not None
+        (row,) = self._fetch(
+            "cannot read revisions",
+            "SELECT policy_rev, org_rev FROM control_orgs WHERE org_id = %s",
+            (self.org_id,),
+        )
         return int(row[0]), int(row[1])
 
     def _compiled_from(self, conn: psycopg.Connection[Any]) -> tuple[int, int] | None:
@@ -352,101 +349,22 @@ class PgControlStore(ControlStore):
     def _compile_lock(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (COMPILE_LOCK, self.org_id))
 
-    def compile_current(
-        self,
-        *,
-        compiled_at: str,
-        signing_key_id: str,
-        sign: Sign,
-        validators: Sequence[SnapshotValidator] = (),
-        only_if_stale: bool = False,
-    ) -> CompileResult | None:
-        with self._tx("cannot compile a snapshot") as conn:
+    @contextmanager
+    def _compiling(self, what: str) -> Iterator[SnapshotWriter]:
+        # The compile lock first, then the org's row (FOR UPDATE): the order every compile and
+        # re-seal takes them in, so they never wait on each other crosswise.
+        with self._tx(what) as conn:
             self._compile_lock(conn)
-            built_from = self._compiled_from(conn)
-            heads = self._heads(conn)
-            if only_if_stale and built_from == (heads["policy_rev"], heads["org_rev"]):
-                return None
-            policy_row = self._policy_row(conn, None)
-            loaded = (
-                SnapshotLoad(state=STATE_ABSENT, snapshot=PolicySnapshot.empty())
-                if policy_row is None
-                else decode_revision(*policy_row, vocabulary=self._vocabulary)
-            )
-            org_revision, org = self._org_row(conn)
-            sections, results = validated_sections(
-                policies=loaded.snapshot,
-                policy_state=loaded.state,
-                org=org,
-                validators=validators,
-                vocabulary=self._vocabulary,
-            )
-            revision = max(heads["snapshot_rev"], heads["start_after"]) + 1
-            snap = seal_next(
-                org_id=self.org_id,
-                revision=revision,
-                built_from=built_from,
-                policy_revision=loaded.snapshot.revision,
-                org_revision=org_revision,
-                compiled_at=compiled_at,
-                sections=sections,
-                results=results,
-                signing_key_id=signing_key_id,
-                sign=sign,
-            )
-            conn.execute(
-                "INSERT INTO control_snapshots(org_id, revision, ruleset_rev, content_hash, "
-                "compiled_at, policy_revision, org_revision, envelope) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    self.org_id,
-                    revision,
-                    snap.ruleset_rev,
-                    snap.content_hash,
-                    compiled_at,
-                    loaded.snapshot.revision,
-                    org_revision,
-                    snap.to_bytes(),
-                ),
-            )
-            self._bump(conn, "snapshot_rev", revision)
-            self._event(conn, heads, compiled_at, EVENT_COMPILE, revision, snap.content_hash)
-        return CompileResult(snapshot=snap, validators=results)
-
-    def reseal(
-        self,
-        *,
-        compiled_at: str,
-        signing_key_id: str,
-        sign: Sign,
-        lookup: Lookup,
-        older_than: datetime | None = None,
-    ) -> RulesetSnapshot | None:
-        with self._tx("cannot re-seal the snapshot") as conn:
-            self._compile_lock(conn)
-            held = _verified(self._envelope(conn, None), lookup)
-            if older_than is not None and compiled_moment(held) >= older_than:
-                return None
-            fresh = resealed(
-                held, compiled_at=compiled_at, signing_key_id=signing_key_id, sign=sign
-            )
-            conn.execute(
-                "UPDATE control_snapshots SET compiled_at = %s, envelope = %s "
-                "WHERE org_id = %s AND revision = %s",
-                (compiled_at, fresh.to_bytes(), self.org_id, held.revision),
-            )
-            heads = self._heads(conn)
-            self._event(conn, heads, compiled_at, EVENT_RESEAL, fresh.revision, fresh.content_hash)
-        return fresh
+            yield _PgWriter(self, conn, self._heads(conn))
 
     def latest_mark(self) -> tuple[int, str] | None:
-        with self._tx("cannot read snapshots") as conn:
-            row = conn.execute(
-                "SELECT revision, compiled_at FROM control_snapshots WHERE org_id = %s "
-                "ORDER BY revision DESC LIMIT 1",
-                (self.org_id,),
-            ).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+        rows = self._fetch(
+            "cannot read snapshots",
+            "SELECT revision, compiled_at FROM control_snapshots WHERE org_id = %s "
+            "ORDER BY revision DESC LIMIT 1",
+            (self.org_id,),
+        )
+        return next(((int(n), str(at)) for n, at in rows), None)
 
     def _envelope(self, conn: psycopg.Connection[Any], revision: int | None) -> bytes:
         if revision is None:
@@ -462,28 +380,22 @@ class PgControlStore(ControlStore):
             ).fetchone()
         else:
             row = None
-        if row is None:
-            raise NotFoundError(
-                "no snapshot has been compiled"
-                if revision is None
-                else f"no snapshot revision {revision}"
-            )
-        return bytes(row[0])
+        return stored_envelope(row, revision)
 
     def envelope(self, revision: int | None = None) -> bytes:
         with self._tx("cannot read snapshots") as conn:
             return self._envelope(conn, revision)
 
     def load_snapshot(self, revision: int | None = None, *, lookup: Lookup) -> RulesetSnapshot:
-        return _verified(self.envelope(revision), lookup)
+        return verified(self.envelope(revision), lookup)
 
     def snapshot_history(self) -> list[SnapshotInfo]:
-        with self._tx("cannot read snapshots") as conn:
-            rows = conn.execute(
-                "SELECT ruleset_rev, revision, content_hash, compiled_at, length(envelope) "
-                "FROM control_snapshots WHERE org_id = %s ORDER BY revision",
-                (self.org_id,),
-            ).fetchall()
+        rows = self._fetch(
+            "cannot read snapshots",
+            "SELECT ruleset_rev, revision, content_hash, compiled_at, length(envelope) "
+            "FROM control_snapshots WHERE org_id = %s ORDER BY revision",
+            (self.org_id,),
+        )
         return [
             SnapshotInfo(
                 ruleset_rev=str(r),
@@ -513,12 +425,12 @@ class PgControlStore(ControlStore):
             )
 
     def events(self, *, after: int = 0, limit: int = 1000) -> list[ControlEvent]:
-        with self._tx("cannot read control events") as conn:
-            rows = conn.execute(
-                "SELECT seq, at, kind, revision, content_hash FROM control_events "
-                "WHERE org_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                (self.org_id, after, limit),
-            ).fetchall()
+        rows = self._fetch(
+            "cannot read control events",
+            "SELECT seq, at, kind, revision, content_hash FROM control_events "
+            "WHERE org_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+            (self.org_id, after, limit),
+        )
         return [
             ControlEvent(seq=int(s), at=str(a), kind=str(k), revision=int(r), content_hash=str(h))
             for s, a, k, r, h in rows
@@ -553,8 +465,57 @@ class PgControlStore(ControlStore):
             raise pg_error("cannot listen for changes", e, self.where) from e
 
 
-def _verified(data: bytes, lookup: Lookup) -> RulesetSnapshot:
-    try:
-        return verify_snapshot(data, lookup=lookup, keep_validators=True)
-    except SnapshotError as e:
-        raise SnapshotError(f"stored snapshot does not verify: {e}") from e
+class _PgWriter(SnapshotWriter):
+    """:class:`SnapshotWriter` over the ``control_*`` rows of one org, in the transaction of
+    :meth:`PgControlStore._compiling` (``heads``: the org's counters, its row locked)."""
+
+    def __init__(
+        self, store: PgControlStore, conn: psycopg.Connection[Any], heads: dict[str, int]
+    ) -> None:
+        self._store = store
+        self._conn = conn
+        self._heads = heads
+        self.vocabulary = store._vocabulary
+
+    def compiled_from(self) -> tuple[int, int] | None:
+        return self._store._compiled_from(self._conn)
+
+    def source_revisions(self) -> tuple[int, int]:
+        return self._heads["policy_rev"], self._heads["org_rev"]
+
+    def current_policies(self) -> SnapshotLoad:
+        row = self._store._policy_row(self._conn, None)
+        if row is None:
+            return SnapshotLoad(state=STATE_ABSENT, snapshot=PolicySnapshot.empty())
+        return decode_revision(*row, vocabulary=self.vocabulary)
+
+    def current_org(self) -> tuple[int, OrgData]:
+        return self._store._org_row(self._conn)
+
+    def next_revision(self) -> int:
+        return max(self._heads["snapshot_rev"], self._heads["start_after"]) + 1
+
+    def insert(self, snap: RulesetSnapshot, *, policy_revision: int, org_revision: int) -> None:
+        self._conn.execute(
+            "INSERT INTO control_snapshots(org_id, revision, ruleset_rev, content_hash, "
+            "compiled_at, policy_revision, org_revision, envelope) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                self._store.org_id,
+                *snapshot_row(snap, policy_revision=policy_revision, org_revision=org_revision),
+            ),
+        )
+        self._store._bump(self._conn, "snapshot_rev", snap.revision)
+
+    def latest(self, lookup: Lookup) -> RulesetSnapshot:
+        return verified(self._store._envelope(self._conn, None), lookup)
+
+    def replace(self, fresh: RulesetSnapshot) -> None:
+        self._conn.execute(
+            "UPDATE control_snapshots SET compiled_at = %s, envelope = %s "
+            "WHERE org_id = %s AND revision = %s",
+            (fresh.compiled_at, fresh.to_bytes(), self._store.org_id, fresh.revision),
+        )
+
+    def event(self, at: str, kind: str, revision: int, content_hash: str) -> None:
+        self._store._event(self._conn, self._heads, at, kind, revision, content_hash)
