@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ..core._parse import STRICT_DECODER
@@ -82,21 +82,6 @@ class GateRun:
             "failed": list(self.verdict.failed),
             "seq": self.seq,
         }
-
-    def record(self, *, recorded_at: str, actor: str, chain_size: int) -> dict[str, Any]:
-        """The ``enforce-gate`` audit record of this run, by ``actor``."""
-        return gate_record(
-            recorded_at=recorded_at,
-            actor=actor,
-            repo=self.repo,
-            revision=self.revision,
-            policy_hash=self.policy_hash,
-            bar=self.bar,
-            since=self.since,
-            figures=self.figures,
-            verdict=self.verdict,
-            chain_size=chain_size,
-        )
 
 
 def canonical_repo(value: str) -> str:
@@ -180,25 +165,37 @@ def run_gate(
     since_at = now - dt.timedelta(seconds=bar.window_s)
     since = format_timestamp(since_at)
     figures = GateFigures()
+    seq: int | None = None
     with AuditLog.open(home, redactor=redactor) as log:
-        chain = log.verify()
-        if chain:
+        verdict_of_chain = log.verify()
+        if verdict_of_chain:
             _count(log, repo, since, until, snapshot, vocabulary, figures)
-        run = GateRun(
-            repo=repo,
-            revision=snapshot.revision,
-            policy_hash=snapshot.content_hash,
-            bar=bar,
-            since=since,
-            figures=figures,
-            verdict=gate_verdict(figures, bar, readable=bool(chain)),
-            seq=None,
-        )
-        if not chain:  # evidence nobody can read: fail, and nothing is written onto that chain
-            return run
-        record = run.record(recorded_at=until, actor=actor, chain_size=chain.records_checked)
-        seq = log.append(record, recorded_at=until).seq
-    return replace(run, seq=seq)
+            verdict = gate_verdict(figures, bar)
+            record = gate_record(
+                recorded_at=until,
+                actor=actor,
+                repo=repo,
+                revision=snapshot.revision,
+                policy_hash=snapshot.content_hash,
+                bar=bar,
+                since=since,
+                figures=figures,
+                verdict=verdict,
+                chain_size=verdict_of_chain.records_checked,
+            )
+            seq = log.append(record, recorded_at=until).seq
+        else:  # evidence nobody can read: fail, and nothing is written onto that chain
+            verdict = gate_verdict(figures, bar, readable=False)
+    return GateRun(
+        repo=repo,
+        revision=snapshot.revision,
+        policy_hash=snapshot.content_hash,
+        bar=bar,
+        since=since,
+        figures=figures,
+        verdict=verdict,
+        seq=seq,
+    )
 
 
 def _check_bar(bar: GateBar) -> None:
