@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import IO, Final, cast
 
 from ..core.audit.chain import encode_payload
-from ..core.redact import Redactor
 from ..core.routing.ids import ScanMemo
 from ..core.routing.jsonl import LineMemo, decision_line
 from ..core.routing.policy import PolicySnapshot
@@ -207,34 +206,11 @@ def run_batch(
         HomeError, StoreError: recording failed (nothing recorded or printed).
     """
     redactor = session().redactor()
-    # The CLI is an edge, and a batch's own objects are short-lived: the process's long-lived
-    # objects (modules, the snapshot and its index) are moved out of the collector's sight, and
-    # the youngest generation collected less often, so a collection never rescans them.
     explain_batch((), snapshot, snapshot_state=state, trace=trace, vocabulary=vocabulary)  # index
-    thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
-    try:
-        _run(source, snapshot, state, stamp, trace, vocabulary, home, redactor)
-    finally:  # as it was: the CLI may be running inside another program (tests, a host)
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
-
-
-def _run(
-    source: str,
-    snapshot: PolicySnapshot,
-    state: str,
-    stamp: Freshness,
-    trace: Trace,
-    vocabulary: Vocabulary,
-    home: Path | None,
-    redactor: Redactor,
-) -> None:
-    scan = ScanMemo(redactor)
-    written: LineMemo = {}
     with ExitStack() as stack:
+        stack.enter_context(_collector_tuned())
+        scan = ScanMemo(redactor)
+        written: LineMemo = {}
         out = stack.enter_context(_OutputSpool())
         records = None if home is None else _spool()
         if records is not None:
@@ -269,6 +245,23 @@ def _run(
         if home is not None and records is not None:
             _record(home, _spooled(records))
         out.publish()
+
+
+@contextlib.contextmanager
+def _collector_tuned() -> Iterator[None]:
+    """The cyclic collector tuned for one batch, then as it was. The CLI is an edge, and a
+    batch's own objects are short-lived: the process's long-lived objects (modules, the snapshot
+    and its index) are moved out of the collector's sight, and the youngest generation collected
+    less often, so a collection never rescans them."""
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+    try:
+        yield
+    finally:  # as it was: the CLI may be running inside another program (tests, a host)
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def _record(home: Path, payloads: Iterator[bytes]) -> None:

@@ -4,6 +4,7 @@ alone, and show every canary. Parses, calls ``rensei_routing.enforce``, prints; 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,26 @@ def _repo_option(f: Any) -> Any:
 
 
 def _gate_options(f: Any) -> Any:
+    """``--rev`` and the four options of the gate's bar, shared by ``gate`` and ``arm``; the
+    command takes the bar they make as one ``bar: GateBar``."""
+
+    @functools.wraps(f)
+    def command(
+        *,
+        window: int,
+        min_samples: int,
+        max_refusal_rate: float,
+        min_agreement: float | None,
+        **kwargs: Any,
+    ) -> None:
+        bar = GateBar(
+            window_s=window,
+            min_samples=min_samples,
+            max_refusal_rate=max_refusal_rate,
+            min_agreement=min_agreement,
+        )
+        f(bar=bar, **kwargs)
+
     options = [
         click.option(
             "--rev",
@@ -71,8 +92,8 @@ def _gate_options(f: Any) -> Any:
         ),
     ]
     for option in reversed(options):
-        f = option(f)
-    return f
+        command = option(command)
+    return command
 
 
 def _verdict_line(run: GateRun) -> str:
@@ -92,15 +113,7 @@ def _verdict_line(run: GateRun) -> str:
 @home_option
 @json_option
 def enforce_gate(
-    repo: str,
-    rev: int | None,
-    window: int,
-    min_samples: int,
-    max_refusal_rate: float,
-    min_agreement: float | None,
-    actor: str | None,
-    home: Path,
-    json_: bool,
+    repo: str, rev: int | None, bar: GateBar, actor: str | None, home: Path, json_: bool
 ) -> None:
     """Run the evidence gate alone for --repo and append its verdict (exit 1 unless it
     passes). The shadow evidence of the repository on the gateway in --window is resolved
@@ -112,12 +125,7 @@ def enforce_gate(
         key,
         now=now(),
         actor=who,
-        bar=GateBar(
-            window_s=window,
-            min_samples=min_samples,
-            max_refusal_rate=max_refusal_rate,
-            min_agreement=min_agreement,
-        ),
+        bar=bar,
         revision=rev,
         vocabulary=session().vocabulary(),
         redactor=session().redactor(),
@@ -158,10 +166,7 @@ def enforce_gate(
 def enforce_arm(
     repo: str,
     rev: int | None,
-    window: int,
-    min_samples: int,
-    max_refusal_rate: float,
-    min_agreement: float | None,
+    bar: GateBar,
     trip_rate: float | None,
     trip_window: int | None,
     override: bool,
@@ -174,19 +179,12 @@ def enforce_arm(
     and arm only on pass, or with --override --reason TEXT. Arming an armed repository
     gates again and moves its pin to the revision judged. Nothing else is written on a
     refusal."""
-    key = canonical_repo(repo)
-    who = resolve_actor(actor, redactor=session().redactor())
     armed = arm(
         home_of(home),
-        key,
+        canonical_repo(repo),
         now=now(),
-        actor=who,
-        bar=GateBar(
-            window_s=window,
-            min_samples=min_samples,
-            max_refusal_rate=max_refusal_rate,
-            min_agreement=min_agreement,
-        ),
+        actor=resolve_actor(actor, redactor=session().redactor()),
+        bar=bar,
         revision=rev,
         trip_rate=trip_rate,
         trip_window_s=trip_window,

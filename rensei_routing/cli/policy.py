@@ -151,23 +151,20 @@ def policy_save(
     any error.
     """
     snapshot = read_verified_policy_file(file, vocabulary=session().vocabulary())
-    with open_policy_store(home, write=True) as store:
-        written = _written(
-            lambda: save_policies(
-                store,
-                snapshot.policies,
-                saved_at=now_rfc3339(),
-                actor=actor,
-                expected_revision=expected_revision,
-                scope=scope_repo,
-                over_corrupt=over_corrupt,
-                redactor=session().redactor(),
-            )
-        )
-        radius = save_blast_radius(
-            store, written.mutation.prior_revision, written.snapshot.revision
-        )
-    _report(written, json_, radius)
+    _write(
+        home,
+        json_,
+        lambda store: save_policies(
+            store,
+            snapshot.policies,
+            saved_at=now_rfc3339(),
+            actor=actor,
+            expected_revision=expected_revision,
+            scope=scope_repo,
+            over_corrupt=over_corrupt,
+            redactor=session().redactor(),
+        ),
+    )
 
 
 @policy.command(name="rollback")
@@ -197,33 +194,36 @@ def policy_rollback(
     What it brings back is checked like a save (credential-shaped values, validation); a
     revision that never existed or does not load is refused. Nothing is written on any error.
     """
+    _write(
+        home,
+        json_,
+        lambda store: rollback_policies(
+            store,
+            to=target,
+            saved_at=now_rfc3339(),
+            actor=actor,
+            expected_revision=expected_revision,
+            scope=scope_repo,
+            redactor=session().redactor(),
+        ),
+    )
+
+
+def _write(home: Path, json_: bool, write: Callable[[ControlStore], PolicyWrite]) -> None:
+    """Run a policy write (``save``, ``rollback``) on the home's store and report it with its
+    blast radius; validation issues go to stderr, then one Error line."""
     with open_policy_store(home, write=True) as store:
-        written = _written(
-            lambda: rollback_policies(
-                store,
-                to=target,
-                saved_at=now_rfc3339(),
-                actor=actor,
-                expected_revision=expected_revision,
-                scope=scope_repo,
-                redactor=session().redactor(),
-            )
-        )
+        try:
+            written = write(store)
+        except PolicyValidationError as e:
+            for issue in e.issues:
+                click.echo(issue_line(issue), err=True)
+            total = len(e.issues) + e.omitted
+            raise CommandError(f"{_count(total, e.omitted)}; nothing was saved") from e
         radius = save_blast_radius(
             store, written.mutation.prior_revision, written.snapshot.revision
         )
     _report(written, json_, radius)
-
-
-def _written(write: Callable[[], PolicyWrite]) -> PolicyWrite:
-    """Run a policy write; its validation issues on stderr, then one Error line."""
-    try:
-        return write()
-    except PolicyValidationError as e:
-        for issue in e.issues:
-            click.echo(issue_line(issue), err=True)
-        total = len(e.issues) + e.omitted
-        raise CommandError(f"{_count(total, e.omitted)}; nothing was saved") from e
 
 
 def _report(written: PolicyWrite, json_: bool, radius: dict[str, Any]) -> None:

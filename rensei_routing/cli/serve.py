@@ -13,21 +13,14 @@ from ..errors import RenseiRoutingError
 from ..host.cache import host_cache
 from ..host.status import host_status_data
 from ._clock import now
-from ._daemon import log_to_stderr, stop_on_sigterm
+from ._daemon import listen_options, log_to_stderr, stop_on_sigterm
 from ._output import note
 from ._root import CommandError, cli, home_option
 from ._session import session
 
 
 @cli.command(name="serve", short_help="Serve the signed ruleset snapshot over HTTP until SIGTERM.")
-@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8787,
-    show_default=True,
-    help="Port to listen on (0: any free port, printed on stderr).",
-)
+@listen_options(port=8787, printed="on stderr")
 @click.option(
     "--reseal-after",
     type=click.FloatRange(min=1),

@@ -5,19 +5,15 @@ are the console's.
 
 from __future__ import annotations
 
-import logging
-import signal
-import sys
-import threading
 import webbrowser
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from ..errors import ConfigurationError
 from ..files import token_from_file
 from ._clock import now
+from ._daemon import listen_options, log_to_stderr, stop_on_sigterm
 from ._output import note
 from ._root import CommandError, cli, home_option
 from ._session import session
@@ -25,14 +21,7 @@ from ._store import home_of
 
 
 @cli.command(name="ui", short_help="The local, read-only web console over this home.")
-@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8790,
-    show_default=True,
-    help="Port to listen on (0: any free port, printed at start).",
-)
+@listen_options(port=8790, printed="at start")
 @click.option("--open", "open_", is_flag=True, help="Open the console in a web browser.")
 @click.option(
     "--whatif-dir",
@@ -93,16 +82,8 @@ def ui(
         vocabulary=vocabulary,
         fleet_url=fleet_url or None,
     )
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
-    stop = threading.Event()
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    log_to_stderr()
+    with stop_on_sigterm() as stop:
         try:
             server = RunningServer(
                 make_app(console, token=token), host=bind, port=port, limits=Limits(threads=4)
@@ -121,9 +102,6 @@ def ui(
         console.verifier.stop()
         console.doctor.stop()
         server.stop()
-    finally:
-        for s, h_ in previous.items():
-            signal.signal(s, h_)
     if not stop.is_set():
         raise CommandError("the HTTP loop ended unexpectedly (see the log above)")
     note("stopped")

@@ -15,7 +15,6 @@ import logging
 import mmap
 from collections.abc import Callable, Iterable
 from contextlib import closing
-from types import TracebackType
 from typing import Final
 
 import apsw
@@ -54,13 +53,13 @@ from ..core.routing.resolver import RECORD_TRACE, explain
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.shadow.compare import ActualRoute
 from ..core.shadow.facts import micros_of
-from ..core.shadow.spawn import Spawn, spawn_route
+from ..core.shadow.spawn import Spawn
 from ..errors import EnforcementRefused, NotFoundError, StoreError
-from ..plugins.manager import SeamRegistry, safe_classify
+from ..plugins.manager import SeamRegistry
 from ..shadow.recorder import utc_now
+from ..shadow.seam import SeamService
 from ..store import enforcement as state
-from ..store.audit import AuditLog
-from ..store.db import close_quietly, store_error
+from ..store.db import store_error
 from ..store.home import Home
 from ..store.policies import PolicyStore
 
@@ -86,7 +85,7 @@ class _Outcome:
         self.trip: str | None = None
 
 
-class Enforcer:
+class Enforcer(SeamService):
     """Answers spawns of one initialised home against its armed canaries, live: an arm, disarm
     or trip by any process applies from the next call. Opens the database only when the hint
     says something may be armed; keeps its connections and the pinned revisions it loaded.
@@ -97,17 +96,7 @@ class Enforcer:
         OSError: the hint file cannot be created or mapped.
     """
 
-    __slots__ = (
-        "_clock",
-        "_conn",
-        "_hint",
-        "_home",
-        "_loaded",
-        "_log",
-        "_redactor",
-        "_registry",
-        "_vocabulary",
-    )
+    __slots__ = ("_hint", "_loaded")
 
     def __init__(
         self,
@@ -118,13 +107,7 @@ class Enforcer:
         redactor: Redactor = DEFAULT_REDACTOR,
         clock: Callable[[], str] = utc_now,
     ) -> None:
-        self._home = home
-        self._registry = registry
-        self._vocabulary = vocabulary
-        self._redactor = redactor
-        self._clock = clock
-        self._conn: apsw.Connection | None = None
-        self._log: AuditLog | None = None
+        super().__init__(home, registry, vocabulary, redactor, clock)
         self._loaded: dict[tuple[int, str], PolicySnapshot | None] = {}
         home.info()
         armed_now = False
@@ -159,7 +142,7 @@ class Enforcer:
             if isinstance(bound, NotGoverned):
                 return bound
             if routed is None:
-                routed = self._route(spawn)
+                routed = self.route(spawn)
                 outside = transport_bound(routed[1].transport)
                 if outside is not None:
                     return outside
@@ -167,11 +150,6 @@ class Enforcer:
             if answer is not None:
                 return answer
         return NotGoverned(REPO_NOT_ARMED)  # armed and disarmed under us, again and again
-
-    def _route(self, spawn: Spawn) -> tuple[RouteContext, ActualRoute]:
-        seam = self._registry.get(spawn.seam)
-        stages = spawn.resolved_stages(seam)
-        return spawn_route(spawn, seam, safe_classify(self._registry, seam.name, stages))
 
     def _decide(
         self, spawn: Spawn, canary: Canary, context: RouteContext, actual: ActualRoute
@@ -311,16 +289,6 @@ class Enforcer:
 
     # -- resources ----------------------------------------------------------------------------
 
-    def _reader(self) -> apsw.Connection:
-        if self._conn is None:
-            self._conn = self._home.connect()
-        return self._conn
-
-    def _audit(self) -> AuditLog:
-        if self._log is None:
-            self._log = AuditLog.open(self._home, redactor=self._redactor)
-        return self._log
-
     def _clear_hint(self) -> None:
         try:
             state.clear_hint_if_idle(self._home)
@@ -329,27 +297,11 @@ class Enforcer:
 
     def close(self) -> None:
         """Close what this Enforcer opened (idempotent); it answers nothing afterwards."""
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self._conn is not None:
-            close_quietly(self._conn)
-            self._conn = None
+        super().close()
         if isinstance(self._hint, mmap.mmap):
             self._hint.close()
         self._hint = _CLOSED
         self._loaded.clear()
-
-    def __enter__(self) -> Enforcer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _read_armed(conn: apsw.Connection, home: Home) -> dict[str, Canary]:

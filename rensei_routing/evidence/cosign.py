@@ -28,7 +28,7 @@ from ..errors import EvidenceError, WitnessError, WitnessRefusedError
 from ..store.db import close_quietly, store_error
 from ..store.home import Home
 from ..store.witness import StoredView, advance, read_view
-from .policy import TrustedKey, check_log_signature, refusal
+from .policy import TrustedKey, check_log_signature, refused
 
 __all__ = ["CosignResult", "cosign", "witness_name", "witness_vkey"]
 
@@ -85,10 +85,8 @@ def cosign(
     old_size: int | None = None
     hashes: tuple[bytes, ...] = ()
     if proof is not None:
-        try:
+        with refused():
             body = parse_add_checkpoint(proof)
-        except EvidenceError as e:
-            raise refusal(e) from e
         if body.checkpoint.body != cp.body:
             raise WitnessError(
                 "proof-for-other-checkpoint",

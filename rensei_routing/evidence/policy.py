@@ -17,7 +17,8 @@ a witness key to the name of the cosignature line whose key ID it gives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -42,6 +43,7 @@ __all__ = [
     "load_key",
     "policy_for",
     "refusal",
+    "refused",
     "valid_cosigners",
 ]
 
@@ -58,6 +60,15 @@ def refusal(e: EvidenceError) -> WitnessError:
     if text.startswith(e.verdict):
         text = text[len(e.verdict) :].lstrip(" :")
     return WitnessError(e.verdict, text)
+
+
+@contextmanager
+def refused() -> Iterator[None]:
+    """Any :class:`EvidenceError` raised inside as its :func:`refusal`, chained to it."""
+    try:
+        yield
+    except EvidenceError as e:
+        raise refusal(e) from e
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,12 +36,12 @@ from ..core.audit.tlog import (
     verify_tlog_proof,
 )
 from ..core.audit.treehead import form
-from ..errors import CheckpointFormatError, EvidenceError, WitnessError
+from ..errors import CheckpointFormatError, WitnessError
 from ..store.audit import AuditLog
 from ..store.db import close_quietly, store_error
 from ..store.home import Home
 from ..store.witness import StoredCosignature, add_cosignatures, cosignatures_for
-from .policy import TrustedKey, check_log_signature, policy_for, refusal, valid_cosigners
+from .policy import TrustedKey, check_log_signature, policy_for, refused, valid_cosigners
 
 __all__ = [
     "ProofVerdict",
@@ -173,18 +173,14 @@ def verify_proof(
     Raises:
         WitnessError: the verdicts of the module docstring.
     """
-    try:
+    with refused():
         proof = parse_tlog_proof(data)
-    except EvidenceError as e:
-        raise refusal(e) from e
     record_hash = _record_hash(proof)
     cp = proof.checkpoint
     policy = policy_for(cp, trust, witnesses, quorum)
     leaf = bytes.fromhex(record_hash.partition(":")[2])
-    try:
+    with refused():
         result = verify_tlog_proof(proof, leaf, policy, signing.check_raw)
-    except EvidenceError as e:
-        raise refusal(e) from e
     cosigners = len(result.cosigned)
     return ProofVerdict(
         origin=cp.origin,
@@ -248,10 +244,8 @@ def check_consistency(
     Raises:
         WitnessError: the verdicts of the module docstring.
     """
-    try:
+    with refused():
         body = parse_add_checkpoint(data)
-    except EvidenceError as e:
-        raise refusal(e) from e
     check_log_signature(old, trust)
     check_log_signature(body.checkpoint, trust)
     if body.old_size != old.size:
@@ -267,10 +261,8 @@ def check_consistency(
         )
         if not same:
             raise WitnessError("proof-for-other-checkpoint", "the proof's checkpoint is not NEW")
-    try:
+    with refused():
         check_consistent(old, body.checkpoint, body.proof)
-    except EvidenceError as e:
-        raise refusal(e) from e
     return body
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -82,6 +82,8 @@ _MAX_DETAIL: Final = 1024
 _SEAM_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 T = TypeVar("T")
+#: A contribution known by its unique name, with the plugin that registered it.
+Named = TypeVar("Named", SnapshotValidator, Authorizer)
 
 
 # -- calling hooks ------------------------------------------------------------------------------
@@ -371,17 +373,14 @@ def snapshot_validators(pm: pluggy.PluginManager) -> tuple[SnapshotValidator, ..
         PluginError: two plugins register one validator name, or a plugin registers a value
             that is not a SnapshotValidator (or whose check is not callable).
     """
-    found: dict[str, SnapshotValidator] = {}
+    return _by_name("snapshot validator", _checked_validators(pm))
+
+
+def _checked_validators(pm: pluggy.PluginManager) -> Iterator[tuple[str, SnapshotValidator]]:
     for plugin, v in _contributions(pm, "register_snapshot_validators", SnapshotValidator):
         if not isinstance(v.name, str) or not v.name or not callable(v.check):
             raise PluginError(f"plugin {plugin!r}: a validator needs a name and a callable check")
-        if v.name in found:
-            raise PluginError(
-                f"snapshot validator {v.name!r} is registered by both "
-                f"{found[v.name].plugin!r} and {plugin!r}"
-            )
-        found[v.name] = replace(v, plugin=plugin)
-    return tuple(found[n] for n in sorted(found))
+        yield plugin, v
 
 
 def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
@@ -392,7 +391,10 @@ def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
             that is not an Authorizer (or whose prepare is not callable, or whose ``kinds`` is
             not ``None`` or a tuple of names).
     """
-    found: dict[str, Authorizer] = {}
+    return _by_name("authorizer", _checked_authorizers(pm))
+
+
+def _checked_authorizers(pm: pluggy.PluginManager) -> Iterator[tuple[str, Authorizer]]:
     for plugin, a in _contributions(pm, "register_authorizers", Authorizer):
         if not isinstance(a.name, str) or not a.name or not callable(a.prepare):
             raise PluginError(
@@ -408,12 +410,21 @@ def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
                 f"plugin {plugin!r}: authorizer {a.name!r} kinds must be None or a non-empty "
                 f"tuple of policy kind names"
             )
-        if a.name in found:
+        yield plugin, a
+
+
+def _by_name(what: str, named: Iterable[tuple[str, Named]]) -> tuple[Named, ...]:
+    """The ``(plugin, value)`` contributions as values sorted by name, each with its ``plugin``
+    filled in; checked one by one, in the order given (a name registered twice is refused as
+    soon as it comes). Raises: PluginError."""
+    found: dict[str, Named] = {}
+    for plugin, value in named:
+        if value.name in found:
             raise PluginError(
-                f"authorizer {a.name!r} is registered by both {found[a.name].plugin!r} "
+                f"{what} {value.name!r} is registered by both {found[value.name].plugin!r} "
                 f"and {plugin!r}"
             )
-        found[a.name] = replace(a, plugin=plugin)
+        found[value.name] = replace(value, plugin=plugin)
     return tuple(found[n] for n in sorted(found))
 
 

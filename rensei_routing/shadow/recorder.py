@@ -14,14 +14,12 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import closing
-from types import TracebackType
 from typing import Final
 
 import apsw
 
 from ..core.audit.chain import encode_payload, format_timestamp
 from ..core.redact import DEFAULT_REDACTOR, Redactor
-from ..core.routing.context import RouteContext
 from ..core.routing.decision import STATE_ABSENT
 from ..core.routing.ids import ScanMemo
 from ..core.routing.policy import PolicySnapshot
@@ -29,20 +27,19 @@ from ..core.routing.resolver import Trace, explain, explain_batch, record_trace
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..core.shadow.compare import (
     RECORD_KEYS,
-    ActualRoute,
     ShadowDecision,
     record_may_redact,
     shadow_decision,
 )
-from ..core.shadow.spawn import Spawn, spawn_route
+from ..core.shadow.spawn import Spawn
 from ..errors import StoreError
-from ..plugins.manager import SeamRegistry, safe_classify
+from ..plugins.manager import SeamRegistry
 from ..store import shadow_index
-from ..store.audit import AppendResult, AuditLog
-from ..store.db import close_quietly
+from ..store.audit import AppendResult
 from ..store.home import Home
 from ..store.policies import PolicyStore
 from ..store.settings import SHADOW_ENABLED, read_flag, write_flag
+from .seam import SeamService
 
 __all__ = [
     "SINK_ERRORS",
@@ -89,7 +86,7 @@ def set_shadow_enabled(home: Home, enabled: bool) -> None:
         write_flag(conn, SHADOW_ENABLED, enabled)
 
 
-class ShadowRecorder:
+class ShadowRecorder(SeamService):
     """Records spawns of one home against its current policy revision. Opens nothing until the
     first record (so a missing or read-only home is a sink error of that call, not of the
     caller's start-up); keeps its connections for repeated calls, and reloads the policies only
@@ -100,19 +97,7 @@ class ShadowRecorder:
     show SEQ --full``), ``full`` stores every policy's line.
     """
 
-    __slots__ = (
-        "_clock",
-        "_conn",
-        "_head",
-        "_home",
-        "_loaded",
-        "_log",
-        "_redactor",
-        "_registry",
-        "_store",
-        "_trace",
-        "_vocabulary",
-    )
+    __slots__ = ("_head", "_loaded", "_store", "_trace")
 
     def __init__(
         self,
@@ -124,51 +109,24 @@ class ShadowRecorder:
         clock: Callable[[], str] = utc_now,
         trace: Trace = "auto",
     ) -> None:
-        self._home = home
-        self._registry = registry
-        self._vocabulary = vocabulary
-        self._redactor = redactor
-        self._clock = clock
+        super().__init__(home, registry, vocabulary, redactor, clock)
         self._trace: Trace = record_trace(trace)  # auto: the compact explanation
-        self._log: AuditLog | None = None
-        self._conn: apsw.Connection | None = None
         self._store: PolicyStore | None = None
         self._head: tuple[int, str] | None = None
         self._loaded: tuple[PolicySnapshot, str] | None = None
 
     # -- resources ----------------------------------------------------------------------------
 
-    def _audit(self) -> AuditLog:
-        if self._log is None:
-            self._log = AuditLog.open(self._home, redactor=self._redactor)
-        return self._log
-
     def _policies(self) -> PolicyStore:
         if self._store is None:
-            self._conn = self._home.connect()
-            self._store = PolicyStore(self._conn, vocabulary=self._vocabulary)
+            self._store = PolicyStore(self._reader(), vocabulary=self._vocabulary)
         return self._store
 
     def close(self) -> None:
         """Close what this recorder opened (idempotent)."""
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        if self._conn is not None:
-            close_quietly(self._conn)
-        self._conn = self._store = None
+        super().close()
+        self._store = None
         self._loaded = self._head = None
-
-    def __enter__(self) -> ShadowRecorder:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def snapshot(self) -> tuple[PolicySnapshot, str]:
         """The current revision and its load state (``ok``, ``absent`` or ``corrupt``), reloaded
@@ -190,17 +148,6 @@ class ShadowRecorder:
         return self._loaded
 
     # -- building -----------------------------------------------------------------------------
-
-    def route(self, spawn: Spawn) -> tuple[RouteContext, ActualRoute]:
-        """The context to explain and the route that ran (the seam's classifier names the
-        deciding stage; see :func:`.core.spawn.spawn_route`).
-
-        Raises:
-            UnknownSeamError: the spawn's seam is not registered.
-        """
-        seam = self._registry.get(spawn.seam)
-        stages = spawn.resolved_stages(seam)
-        return spawn_route(spawn, seam, safe_classify(self._registry, seam.name, stages))
 
     def build_many(
         self,
