@@ -14,12 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.workload import build_contexts, build_policy_set
-from rensei_routing import PolicySnapshot, RoutingPolicy, explain_batch, hash_policies
+from rensei_routing import (
+    PolicySnapshot,
+    RoutingPolicy,
+    canonical_bytes,
+    explain_batch,
+    hash_policies,
+)
 from rensei_routing.core import _parse as p
 from rensei_routing.core.routing import stored
 from rensei_routing.core.routing.policy import RoutingAction, RoutingMatch, policy_canonical
@@ -338,13 +345,29 @@ def test_a_full_body_with_a_bad_value_and_a_matching_hash_is_corrupt(
     _assert_same_load(body)
 
 
-def test_a_body_escaped_as_another_writer_would_still_reads_quickly() -> None:
+@pytest.mark.parametrize(
+    ("description", "state"),
+    [("caf\u00e9 \u2603 \U0001f600", "ok"), ("\ud800", "corrupt"), ("a\udfff", "corrupt")],
+    ids=["escaped", "lone-high-surrogate", "lone-low-surrogate"],
+)
+def test_a_body_escaped_as_another_writer_would_goes_to_the_general_reader(
+    description: str, state: str
+) -> None:
     doc = _saved_doc()
-    doc["description"] = "caf\u00e9 \u2603"
-    body = json.dumps([doc], sort_keys=True, separators=(",", ":")).encode()  # \u00e9 escapes
-    quick = read_stored(body, vocabulary=V)
-    assert quick is not None and quick == _general(body)
-    assert quick[0].description == "caf\u00e9 \u2603"
+    doc["description"] = description
+    body = json.dumps([doc], sort_keys=True, separators=(",", ":")).encode()  # \uXXXX escapes
+    assert read_stored(body, vocabulary=V) is None
+    assert decode_revision(1, _hash(body), body, vocabulary=V).state == state
+    _assert_same_load(body)
+
+
+def test_the_saved_form_is_orjson_s_form_for_every_character() -> None:
+    """Why a saved body always takes the quick path: ``canonical_bytes`` and orjson write
+    every string alike (the reader's round-trip proof needs orjson's exact bytes)."""
+    for start in range(0, 0x110000, 0x1000):
+        text = "".join(chr(c) for c in range(start, start + 0x1000) if not 0xD800 <= c <= 0xDFFF)
+        value = [text, {"k": text, "n": [0, 10_000, -1, 2**53 - 1, True, False, None]}]
+        assert canonical_bytes(value) == orjson.dumps(value)
 
 
 @pytest.mark.parametrize("role", ["Wizard", " wizard", "wizard "])

@@ -14,7 +14,6 @@ which alone decides what the body is and reports what is wrong. So for every bod
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from typing import Any, Final
 
@@ -357,13 +356,14 @@ class _Reader:
 
 
 def _json_value(body: bytes) -> Any:
-    """The value ``json.loads(body.decode("utf-8"))`` reads, or ``None`` where that fails.
+    """The value ``json.loads(body.decode("utf-8"))`` reads, when ``body`` is exactly what
+    orjson writes for the value orjson reads from it; else ``None``.
 
-    orjson (the C-speed parser) reads it first; when orjson writes that value back as ``body``
-    byte for byte, ``body`` is orjson's output of a value of strings, 64-bit integers, finite
-    floats, booleans, nulls, lists and objects with unique keys, which the standard library
-    reads as that same value (the argument of ``_parse.is_strict_json``). Anything else is
-    read by the standard library, as the general reader does.
+    Such a body is one compact JSON value of strings (valid Unicode: orjson refuses a lone
+    surrogate), 64-bit integers, finite floats, booleans, nulls, lists and objects with unique
+    keys, which the standard library reads as that same value (the argument of
+    ``_parse.is_strict_json``). ``canonical_bytes`` writes every string and every integer the
+    saved form holds as orjson does (checked for every code point), so a saved body is one.
     """
     try:
         doc = orjson.loads(body)
@@ -371,10 +371,7 @@ def _json_value(body: bytes) -> Any:
             return doc
     except (ValueError, TypeError):  # orjson.JSONDecodeError, orjson.JSONEncodeError
         pass
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
+    return None
 
 
 def read_stored(body: bytes, *, vocabulary: Vocabulary) -> tuple[RoutingPolicy, ...] | None:
