@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import orjson
 
+from .members import MAX_ID as _MAX_ID
 from .members import ModelRequirement
 from .policy import (
     MATCH_DIMENSIONS,
@@ -34,8 +35,7 @@ __all__ = ["read_stored"]
 
 _REQUIREMENT_KEYS: Final = frozenset(("kind", "value"))
 _MAPPING_KEYS: Final = frozenset(("requirement", "model"))
-#: The length bounds ``from_dict`` holds these strings to.
-_MAX_ID: Final = 256
+#: The length bounds ``from_dict`` holds these strings to (ids: ``members.MAX_ID``).
 _MAX_TEXT: Final = 4096
 _MAX_CONCRETE: Final = 64
 _MAX_CHOICE: Final = 256
@@ -170,6 +170,7 @@ class _Reader:
         return False
 
     def lower_set(self, value: Any) -> frozenset[str] | None:
+        """``_str_set(value)`` for a stored list of such strings, else None."""
         if type(value) is not list:
             return None
         if not value:
@@ -187,6 +188,7 @@ class _Reader:
         return tuple(sorted(items)) if items else ()
 
     def choice_set(self, value: Any, fixed: frozenset[str]) -> frozenset[str] | None:
+        """``_choice_set(value, ...)`` for a stored list of names in ``fixed``, else None."""
         if type(value) is not list:
             return None
         if not value:
