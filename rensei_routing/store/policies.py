@@ -7,9 +7,12 @@ caller passes ``saved_at``) and never decides routes.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +23,7 @@ from ..core.canonical import SHA256_PREFIX
 from ..core.routing.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
 from ..core.routing.edits import PolicyEdit, PolicyMutation
 from ..core.routing.policy import MAX_REVISION, PolicySnapshot, RoutingPolicy, policy_canonical
+from ..core.routing.stored import read_stored
 from ..core.routing.validation import validate
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import (
@@ -109,6 +113,34 @@ def _encode(policies: Iterable[RoutingPolicy]) -> bytes:
     return b"[" + b",".join(sorted(policy_canonical(pol) for pol in policies)) + b"]"
 
 
+_collector_lock = threading.Lock()
+_collector_holds = 0  # loads running with the collector paused, in any thread
+_collector_was_enabled = False
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """CPython's cyclic collector off while a revision's policies are built, then as the caller
+    had it. The build makes ~25 small acyclic objects per policy and keeps all of them; each
+    collection it sets off walks every object the process holds, so at 10,000 policies they
+    were half of a load, and they can free nothing (nothing built here is garbage, nor part of
+    a cycle). The first of concurrent loads pauses it and the last restores it; nested
+    ``gc.disable()`` by the caller is kept (an enabled state is restored only if found)."""
+    global _collector_holds, _collector_was_enabled
+    with _collector_lock:
+        if _collector_holds == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_holds += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_holds -= 1
+            if _collector_holds == 0 and _collector_was_enabled:
+                gc.enable()
+
+
 def decode_revision(
     revision: int, content_hash: str, body: bytes, *, vocabulary: Vocabulary
 ) -> SnapshotLoad:
@@ -119,6 +151,17 @@ def decode_revision(
             snapshot=PolicySnapshot.empty(),
             detail=f"revision number {revision} is outside 0..{MAX_REVISION}",
         )
+    actual = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
+    if actual == content_hash:
+        # The quick reader builds exactly what the general one below would, or declines
+        # (``None``) and leaves every verdict and message to it.
+        with _collector_paused():
+            quick = read_stored(body, vocabulary=vocabulary)
+        if quick is not None:
+            return SnapshotLoad(
+                state=STATE_OK,
+                snapshot=PolicySnapshot(revision=revision, policies=quick, content_hash=actual),
+            )
     try:
         doc = json.loads(body.decode("utf-8"))
         path = f"revision {revision}"
@@ -135,7 +178,6 @@ def decode_revision(
     # ``save`` stores exactly the bytes ``hash_policies`` digests (the canonical policies,
     # sorted), so hashing the stored bytes checks the same thing as re-encoding every
     # policy, without the cost, and also catches an edit that parses to the same policies.
-    actual = SHA256_PREFIX + hashlib.sha256(body).hexdigest()
     if actual != content_hash:
         return SnapshotLoad(
             state=STATE_CORRUPT,
