@@ -23,6 +23,15 @@ Merkle tree grows in the same transaction. When the transaction as a whole fails
 an I/O error, a full disk: SQLite rolls back everything), every job of it gets the typed error
 and nothing of any of them is written, and the leader's writer connection is dropped as before.
 
+The leader's head and tree edge are kept between transactions: each committer remembers the
+head (next seq, head hash) and the tree's right edge its last commit left, with the writer
+connection that made it and that connection's ``PRAGMA data_version``. A leader on the same
+connection whose ``data_version`` (read inside its ``BEGIN IMMEDIATE``, so under the write lock)
+is unchanged knows no other connection (of this process or another) has committed since, and
+links after the remembered head without reading it or the tree's edge again; any other leader,
+any change by another connection, a failed job or a failed transaction, reads both from the
+database as before. So a second process appending between two of ours is always chained after.
+
 A builder runs on the leader's thread: it must use only the connection it is given and never
 wait for anything its own caller holds. An append from inside a builder (this process's commit
 of the same file) is refused with :class:`StoreError` instead of waiting for itself.
@@ -48,7 +57,7 @@ from ..db import store_error
 from . import segments, tree
 from .handle import LogHandle
 
-__all__ = ["APPEND_CHUNK", "Committer", "Job", "committer_of"]
+__all__ = ["APPEND_CHUNK", "Committer", "Job", "committer_of", "queue_of"]
 
 #: Rows linked and inserted per ``executemany`` by a streaming append.
 APPEND_CHUNK: Final = 1_000
@@ -58,6 +67,7 @@ _INSERT: Final = (
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
 _HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
+_DATA_VERSION: Final = "PRAGMA data_version"
 
 #: The apsw errors that fail one job alone (its statement was refused; the transaction and the
 #: connection are sound). Any other (I/O, a full disk, corruption, ...) fails the transaction.
@@ -97,15 +107,36 @@ class Job:
     done: bool = False
 
 
-class Committer:
-    """The queue of one database file in this process, and whether a leader is committing."""
+@dataclass(slots=True, kw_only=True)
+class _Tip:
+    """What a committed transaction left, valid on ``conn`` while its ``data_version`` is
+    ``version``: the next seq, the head hash and the tree's appender (``None``: no tree)."""
 
-    __slots__ = ("__weakref__", "_cond", "_leader", "_queue")
+    conn: apsw.Connection
+    version: Any
+    first: int
+    prev: str
+    grow: tree.Appender | None
+
+
+class Committer:
+    """The queue of one database file in this process, whether a leader is committing, and
+    the head and tree edge the last commit left (see the module docstring)."""
+
+    __slots__ = ("__weakref__", "_cond", "_leader", "_queue", "_tip", "generation")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[Job] = []
         self._leader: int | None = None  # the committing thread's ident
+        self._tip: _Tip | None = None  # read and written by the leader only
+        self.generation = _generation  # the fork it was made after
+
+    def forget(self, conn: apsw.Connection) -> None:
+        """Drop what is remembered about ``conn`` (its log closes or drops it)."""
+        tip = self._tip
+        if tip is not None and tip.conn is conn:
+            self._tip = None
 
     def run(self, log: LogHandle, job: Job) -> None:
         """Queue ``job`` and return once it is done (its outcome set on it): committed by
@@ -135,6 +166,9 @@ class Committer:
                 self._cond.notify_all()
 
 
+#: How many forks this process is from the one that imported this module: a committer made
+#: before a fork is never used after it (a lock it held stays held in the child).
+_generation = 0
 _registry_lock = threading.Lock()
 _registry: weakref.WeakValueDictionary[tuple[str, str | None], Committer] = (
     weakref.WeakValueDictionary()
@@ -151,12 +185,21 @@ def committer_of(key: tuple[str, str | None]) -> Committer:
         return found
 
 
+def queue_of(log: LogHandle) -> Committer:
+    """``log``'s committer, kept on it (so what the committer remembers outlives one call)."""
+    found = log._queue
+    if found is None or found.generation != _generation:
+        found = log._queue = committer_of(log._group_key())
+    return found
+
+
 def _after_fork() -> None:
     """A child starts with no commit running: a lock held by a parent's thread at the fork
     would never be released in the child."""
-    global _registry_lock, _registry
+    global _registry_lock, _registry, _generation
     _registry_lock = threading.Lock()
     _registry = weakref.WeakValueDictionary()
+    _generation += 1
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -165,17 +208,21 @@ os.register_at_fork(after_in_child=_after_fork)
 def commit(log: LogHandle, batch: list[Job]) -> None:
     """Run ``batch`` in one write transaction on ``log``'s writer (see the module docstring);
     sets every job's outcome, never raises for a job's own failure."""
+    queue = queue_of(log)
     try:
         conn = log._write_conn()
     except Exception as e:  # the writer cannot be opened: nothing runs
         _fail_all(batch, e)
         return
+    tip, queue._tip = queue._tip, None  # remembered again once this transaction commits
     try:
         compress = log._codec(conn).compress
         with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
-            row = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
-            first, prev = (0, GENESIS_HASH) if row is None else (row[0] + 1, row[1])
-            grow = tree.Appender.at(conn, first)
+            version = conn.execute(_DATA_VERSION).get
+            if tip is not None and tip.conn is conn and tip.version == version:
+                first, prev, grow = tip.first, tip.prev, tip.grow  # no other commit since
+            else:
+                first, prev, grow = _read_tip(conn)
             for job in batch:
                 try:
                     with conn:  # SAVEPOINT: this job alone rolls back
@@ -195,8 +242,17 @@ def commit(log: LogHandle, batch: list[Job]) -> None:
                     first, prev = first + job.count, job.head
         for job in batch:
             job.committed = job.error is None
+        queue._tip = _Tip(conn=conn, version=version, first=first, prev=prev, grow=grow)
     except apsw.Error as e:
         _fail_all(batch, log._write_failed("cannot append to the audit log", e), cause=e)
+
+
+def _read_tip(conn: apsw.Connection) -> tuple[int, str, tree.Appender | None]:
+    """The next seq, the head hash and the tree's appender, read in the caller's write
+    transaction (the head may be a sealed segment's when the live table is empty)."""
+    row = conn.execute(_HEAD).fetchone() or segments.head_across(conn)
+    first, prev = (0, GENESIS_HASH) if row is None else (int(row[0]) + 1, str(row[1]))
+    return first, prev, tree.Appender.at(conn, first)
 
 
 def _fail_all(batch: list[Job], error: Exception, *, cause: BaseException | None = None) -> None:
