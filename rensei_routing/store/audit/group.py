@@ -11,12 +11,14 @@ writer connection runs them in one ``BEGIN IMMEDIATE`` transaction, in queue ord
 its own ``SAVEPOINT``: a job that raises is rolled back alone (its caller gets its error, typed
 as before), the others go on from the head the last good job left. Then one ``COMMIT`` (one
 sync, under ``synchronous=FULL``) makes them all durable, and each caller is woken with its own
-result. Callers that arrived meanwhile have queued; the next leader takes them all. So a call
-still returns only once its own record is durable, and N callers waiting at once cost one sync,
-not N.
+result. Callers that queue while the leader's jobs run join its transaction: before it
+commits, the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all) and runs
+them too; only those queued during the ``COMMIT`` itself wait for the next leader, which takes
+them all. So a call still returns only once its own record is durable, and N callers waiting at
+once cost one sync, not N.
 
 What holds as before: seqs are given in queue order, each job's records are contiguous and
-linked to the one before; the head is read inside the write transaction, so other processes
+linked to the one before; the head is known inside the write transaction, so other processes
 still append through SQLite's lock and the chain stays one; a job's builder writes its index
 rows through the connection it is given and they commit with its records or not at all; the
 Merkle tree grows in the same transaction. When the transaction as a whole fails (the commit,
@@ -57,10 +59,12 @@ from ..db import store_error
 from . import segments, tree
 from .handle import LogHandle
 
-__all__ = ["APPEND_CHUNK", "Committer", "Job", "committer_of", "queue_of"]
+__all__ = ["APPEND_CHUNK", "MAX_JOBS", "Committer", "Job", "committer_of", "queue_of"]
 
 #: Rows linked and inserted per ``executemany`` by a streaming append.
 APPEND_CHUNK: Final = 1_000
+#: The most jobs one transaction takes (callers queued past it wait for the next).
+MAX_JOBS: Final = 1_024
 
 _INSERT: Final = (
     "INSERT INTO audit_records(seq, recorded_at, prev_hash, payload_hash, record_hash, payload) "
@@ -155,7 +159,7 @@ class Committer:
             self._leader = me
             batch, self._queue = self._queue, []
         try:
-            commit(log, batch)
+            commit(log, batch, self._take_queued)
         finally:
             with self._cond:
                 for j in batch:
@@ -164,6 +168,17 @@ class Committer:
                     j.done = True
                 self._leader = None
                 self._cond.notify_all()
+
+    def _take_queued(self, batch: list[Job]) -> bool:
+        """The leader's: move every job queued meanwhile onto ``batch`` (whether there was
+        one), up to :data:`MAX_JOBS` in all."""
+        with self._cond:
+            room = MAX_JOBS - len(batch)
+            if not self._queue or room <= 0:
+                return False
+            batch.extend(self._queue[:room])
+            del self._queue[:room]
+            return True
 
 
 #: How many forks this process is from the one that imported this module: a committer made
@@ -205,9 +220,14 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def commit(log: LogHandle, batch: list[Job]) -> None:
+def commit(
+    log: LogHandle, batch: list[Job], take: Callable[[list[Job]], bool] | None = None
+) -> None:
     """Run ``batch`` in one write transaction on ``log``'s writer (see the module docstring);
-    sets every job's outcome, never raises for a job's own failure."""
+    sets every job's outcome, never raises for a job's own failure. ``take(batch)`` (the
+    leader's :meth:`Committer._take_queued`), called once the jobs so far have run, adds the
+    jobs queued meanwhile to ``batch`` and says whether it did: they run in this transaction
+    too, before its commit."""
     queue = queue_of(log)
     try:
         conn = log._write_conn()
@@ -223,7 +243,10 @@ def commit(log: LogHandle, batch: list[Job]) -> None:
                 first, prev, grow = tip.first, tip.prev, tip.grow  # no other commit since
             else:
                 first, prev, grow = _read_tip(conn)
-            for job in batch:
+            at = 0
+            while at < len(batch) or (take is not None and take(batch)):
+                job = batch[at]
+                at += 1
                 try:
                     with conn:  # SAVEPOINT: this job alone rolls back
                         _run(conn, job, first, prev, grow, compress)
