@@ -295,6 +295,43 @@ def test_the_leader_takes_the_queued_jobs_up_to_its_limit_in_queue_order() -> No
     assert not committer._take_queued(again)  # nothing queued
 
 
+def test_the_leader_waits_for_a_caller_of_the_last_transaction_until_its_deadline() -> None:
+    committer = group.Committer()
+    late = group.Job(recorded_at="late")
+
+    def queue_late() -> None:
+        time.sleep(0.05)
+        with committer._cond:
+            late.caller = 7
+            committer._queue.append(late)
+            committer._arrived.notify()
+
+    committer._missing = {7}  # a caller of the last transaction, not here yet
+    committer._deadline = time.monotonic() + 20
+    thread = threading.Thread(target=queue_late)
+    thread.start()
+    batch: list[group.Job] = []
+    assert committer._take_queued(batch)  # it waited for it
+    thread.join()
+    assert batch == [late] and not committer._missing and committer._waited > 0
+    # Nobody else expected: no wait; a deadline passed: no wait either.
+    assert not committer._take_queued(batch)
+    committer._missing = {8}
+    committer._deadline = time.monotonic() - 1
+    start = time.monotonic()
+    assert not committer._take_queued(batch)
+    assert time.monotonic() - start < 1
+
+
+def test_one_thread_appending_alone_never_waits(tmp_path: Path) -> None:
+    with _log(tmp_path / "alone.db") as log:
+        for n in range(5):
+            log.append({"who": n}, recorded_at=T)
+        committer = group.queue_of(log)
+        assert committer._recent == {threading.get_ident()}
+        assert not committer._missing and committer._waited == 0
+
+
 def test_eight_threads_appending_every_way_keep_one_chain(tmp_path: Path) -> None:
     path = _home_db(tmp_path / "m.db")
     rounds = 30

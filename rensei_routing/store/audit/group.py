@@ -15,7 +15,12 @@ result. Callers that queue while the leader's jobs run join its transaction: bef
 commits, the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all) and runs
 them too; only those queued during the ``COMMIT`` itself wait for the next leader, which takes
 them all. So a call still returns only once its own record is durable, and N callers waiting at
-once cost one sync, not N.
+once cost one sync, not N. When the last transaction held the jobs of several threads and the
+queue is empty before the ``COMMIT``, the leader first waits for those of them this transaction
+does not hold yet (each is likely deciding its next request), at most half as long as the last
+transaction took and never more than :data:`MAX_PAUSE_S`: without it, threads appending at once
+split into two alternating half-size groups and pay twice the syncs. One thread appending
+alone (or threads taking turns, one append at a time) never waits.
 
 What holds as before: seqs are given in queue order, each job's records are contiguous and
 linked to the one before; the head is known inside the write transaction, so other processes
@@ -45,6 +50,7 @@ import copy
 import itertools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -59,12 +65,23 @@ from ..db import store_error
 from . import segments, tree
 from .handle import LogHandle
 
-__all__ = ["APPEND_CHUNK", "MAX_JOBS", "Committer", "Job", "committer_of", "queue_of"]
+__all__ = [
+    "APPEND_CHUNK",
+    "MAX_JOBS",
+    "MAX_PAUSE_S",
+    "Committer",
+    "Job",
+    "committer_of",
+    "queue_of",
+]
 
 #: Rows linked and inserted per ``executemany`` by a streaming append.
 APPEND_CHUNK: Final = 1_000
 #: The most jobs one transaction takes (callers queued past it wait for the next).
 MAX_JOBS: Final = 1_024
+#: The longest a leader waits for the callers of the last transaction (and at most half as
+#: long as that transaction took, its own waits aside).
+MAX_PAUSE_S: Final = 0.005
 
 _INSERT: Final = (
     "INSERT INTO audit_records(seq, recorded_at, prev_hash, payload_hash, record_hash, payload) "
@@ -109,6 +126,7 @@ class Job:
     error: BaseException | None = None
     committed: bool = False
     done: bool = False
+    caller: int = 0  # the thread that queued it
 
 
 @dataclass(slots=True, kw_only=True)
@@ -127,12 +145,35 @@ class Committer:
     """The queue of one database file in this process, whether a leader is committing, and
     the head and tree edge the last commit left (see the module docstring)."""
 
-    __slots__ = ("__weakref__", "_cond", "_leader", "_queue", "_tip", "generation")
+    __slots__ = (
+        "__weakref__",
+        "_arrived",
+        "_cond",
+        "_deadline",
+        "_leader",
+        "_missing",
+        "_queue",
+        "_recent",
+        "_tip",
+        "_waited",
+        "generation",
+        "last_s",
+    )
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # a job is done, or no leader: callers wait
+        self._arrived = threading.Condition(lock)  # a job was queued: the leader may wait
         self._queue: list[Job] = []
         self._leader: int | None = None  # the committing thread's ident
+        #: The threads whose jobs the last transaction held, and those of them the current
+        #: one does not hold yet (it may wait for them until ``_deadline``).
+        self._recent: frozenset[int] = frozenset()
+        self._missing: set[int] = set()
+        self._deadline = 0.0
+        self._waited = 0.0  # how long the current leader waited for them, in seconds
+        #: How long the last leader's transaction took (its sync included, its waits not).
+        self.last_s = 0.0
         self._tip: _Tip | None = None  # read and written by the leader only
         self.generation = _generation  # the fork it was made after
 
@@ -145,39 +186,63 @@ class Committer:
     def run(self, log: LogHandle, job: Job) -> None:
         """Queue ``job`` and return once it is done (its outcome set on it): committed by
         whichever caller leads, or by this one on ``log``'s writer connection."""
-        me = threading.get_ident()
+        me = job.caller = threading.get_ident()
         with self._cond:
             if self._leader == me:
                 raise StoreError(
                     "cannot append to the audit log from inside an append's transaction"
                 )
             self._queue.append(job)
+            self._arrived.notify()
             while not job.done and self._leader is not None:
                 self._cond.wait()
             if job.done:
                 return
             self._leader = me
             batch, self._queue = self._queue, []
+            self._missing.clear()
+            if len(self._recent) > 1:  # callers at once: those not here yet may be coming
+                self._missing.update(self._recent.difference(j.caller for j in batch))
+                self._deadline = time.monotonic() + min(self.last_s / 2, MAX_PAUSE_S)
+            self._waited = 0.0
+        start = time.monotonic()
         try:
             commit(log, batch, self._take_queued)
         finally:
             with self._cond:
+                self.last_s = time.monotonic() - start - self._waited
                 for j in batch:
                     if not j.committed and j.error is None:  # the leader was interrupted
                         j.error = StoreError("the audit append was interrupted: nothing written")
                     j.done = True
+                self._recent = frozenset(j.caller for j in batch)
                 self._leader = None
                 self._cond.notify_all()
 
     def _take_queued(self, batch: list[Job]) -> bool:
-        """The leader's: move every job queued meanwhile onto ``batch`` (whether there was
-        one), up to :data:`MAX_JOBS` in all."""
+        """The leader's, before it commits: move every job queued meanwhile onto ``batch``
+        (whether there was one), up to :data:`MAX_JOBS` in all. With none queued, it first
+        waits for a caller of the last transaction that this one lacks (see the module
+        docstring), until the deadline set when it became the leader."""
         with self._cond:
             room = MAX_JOBS - len(batch)
-            if not self._queue or room <= 0:
+            if room <= 0:
                 return False
-            batch.extend(self._queue[:room])
+            while not self._queue and self._missing:
+                now = time.monotonic()
+                left = self._deadline - now
+                if left <= 0:
+                    break
+                arrived = self._arrived.wait(left)
+                self._waited += time.monotonic() - now
+                if not arrived:
+                    break
+            if not self._queue:
+                return False
+            taken = self._queue[:room]
             del self._queue[:room]
+            batch.extend(taken)
+            self._missing.difference_update(j.caller for j in taken)
             return True
 
 
