@@ -58,7 +58,7 @@ from typing import Any, Final
 
 import apsw
 
-from ...core.audit.chain import GENESIS_HASH, encode_payload, link_stamped
+from ...core.audit.chain import GENESIS_HASH, encode_payload, link_rows, link_stamped
 from ...core.redact import DEFAULT_REDACTOR, Redactor
 from ...errors import StoreError
 from ..db import store_error
@@ -372,14 +372,24 @@ def _run(
         if not encoded:  # the change alone (a heartbeat): nothing to link
             job.first = 0
             return
-    pairs = (
-        ((job.recorded_at, d) for d in encoded)
-        if job.stamped is None
-        else iter(job.stamped(conn, first, prev))  # a list too, read once
-    )
+    link: Callable[[int, str], list[Row]]
+    if job.stamped is None:  # every record at ``recorded_at``, checked before it was queued
+        blobs, at = iter(encoded), job.recorded_at
+
+        def link(seq: int, head: str) -> list[Row]:
+            chunk = list(itertools.islice(blobs, APPEND_CHUNK))
+            return link_rows(chunk, seq=seq, prev_hash=head, recorded_at=at)
+
+    else:
+        pairs = iter(job.stamped(conn, first, prev))  # a list too, read once
+
+        def link(seq: int, head: str) -> list[Row]:
+            return link_stamped(
+                list(itertools.islice(pairs, APPEND_CHUNK)), seq=seq, prev_hash=head
+            )
+
     count = 0
-    while chunk := list(itertools.islice(pairs, APPEND_CHUNK)):
-        rows = link_stamped(chunk, seq=first + count, prev_hash=prev)
+    while rows := link(first + count, prev):
         conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
         if grow is not None:
             grow.add([r[4] for r in rows])
