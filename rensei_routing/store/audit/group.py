@@ -9,18 +9,19 @@ the file's resolved path and the VFS). The first caller to find no commit runnin
 **leader**: it takes every job queued at that moment, its own included, and on its own log's
 writer connection runs them in one ``BEGIN IMMEDIATE`` transaction, in queue order, each inside
 its own ``SAVEPOINT``: a job that raises is rolled back alone (its caller gets its error, typed
-as before), the others go on from the head the last good job left. Then one ``COMMIT`` (one
-sync, under ``synchronous=FULL``) makes them all durable, and each caller is woken with its own
-result. Callers that queue while the leader's jobs run join its transaction: before it
-commits, the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all) and runs
-them too; only those queued during the ``COMMIT`` itself wait for the next leader, which takes
-them all. So a call still returns only once its own record is durable, and N callers waiting at
-once cost one sync, not N. When the last transaction held the jobs of several threads and the
-queue is empty before the ``COMMIT``, the leader first waits for those of them this transaction
-does not hold yet (each is likely deciding its next request), at most half as long as the last
-transaction took and never more than :data:`MAX_PAUSE_S`: without it, threads appending at once
-split into two alternating half-size groups and pay twice the syncs. One thread appending
-alone (or threads taking turns, one append at a time) never waits.
+as before), the others go on from the head the last good job left. (A transaction's first job,
+when it is the only one, runs without a savepoint: its failure rolls the transaction back.) Then
+one ``COMMIT`` (one sync, under ``synchronous=FULL``) makes them all durable, and each caller is
+woken with its own result. Callers that queue while the leader's jobs run join its transaction:
+before it commits, the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all)
+and runs them too; only those queued during the ``COMMIT`` itself wait for the next leader,
+which takes them all. So a call still returns only once its own record is durable, and N callers
+waiting at once cost one sync, not N. When the last transaction held the jobs of several threads
+and the queue is empty before the ``COMMIT``, the leader first waits for those of them this
+transaction does not hold yet (each is likely deciding its next request), at most half as long
+as the last transaction took and never more than :data:`MAX_PAUSE_S`: without it, threads
+appending at once split into two alternating half-size groups and pay twice the syncs. One
+thread appending alone (or threads taking turns, one append at a time) never waits.
 
 What holds as before: seqs are given in queue order, each job's records are contiguous and
 linked to the one before; the head is known inside the write transaction, so other processes
@@ -193,7 +194,8 @@ class Committer:
                     "cannot append to the audit log from inside an append's transaction"
                 )
             self._queue.append(job)
-            self._arrived.notify()
+            if self._missing:  # the leader may be waiting for it
+                self._arrived.notify()
             while not job.done and self._leader is not None:
                 self._cond.wait()
             if job.done:
@@ -312,9 +314,13 @@ def commit(
             while at < len(batch) or (take is not None and take(batch)):
                 job = batch[at]
                 at += 1
+                alone = at == len(batch) == 1  # nothing else written: no savepoint needed
                 try:
-                    with conn:  # SAVEPOINT: this job alone rolls back
+                    if alone:
                         _run(conn, job, first, prev, grow, compress)
+                    else:
+                        with conn:  # SAVEPOINT: this job alone rolls back
+                            _run(conn, job, first, prev, grow, compress)
                 except _JOB_ONLY as e:  # a statement of this job's refused: the rest is sound
                     if not conn.in_transaction:
                         raise
@@ -323,6 +329,8 @@ def commit(
                 except Exception as e:
                     job.error = e
                 if job.error is not None:
+                    if alone:  # the whole transaction rolls back (the queue waits for the next)
+                        raise _Alone
                     job.rows = []
                     grow = tree.Appender.at(conn, first)  # the tree as the savepoint left it
                     continue
@@ -331,8 +339,14 @@ def commit(
         for job in batch:
             job.committed = job.error is None
         queue._tip = _Tip(conn=conn, version=version, first=first, prev=prev, grow=grow)
+    except _Alone:
+        batch[0].committed, batch[0].rows = False, []
     except apsw.Error as e:
         _fail_all(batch, log._write_failed("cannot append to the audit log", e), cause=e)
+
+
+class _Alone(Exception):
+    """The only job of a transaction failed: the transaction rolls back, nothing written."""
 
 
 def _read_tip(conn: apsw.Connection) -> tuple[int, str, tree.Appender | None]:
