@@ -17,8 +17,9 @@ stall, a sync waiting on another process's writes, would otherwise decide a row)
   the bytes, the record hash over the link, zstd with the database's dictionary at our level,
   the INSERT, and the tree's hashes (a leaf, and one per subtree it completes) and rows, in one
   transaction, committed. Its records and tree rows are checked equal to the library's, so it
-  provably did the same work. What the library adds is its layers: reading the head and the
-  tree's edge inside the transaction, the commit queue shared by threads, savepoints, the
+  provably did the same work. What the library adds is its layers: checking inside the
+  transaction that no other connection moved the head and the tree's edge it remembers
+  (``PRAGMA data_version``; read again when one did), the commit queue shared by threads, the
   typed errors, the automatic checkpoint and rotation checks after the commit.
 * **Raw INSERT of the same stored rows** (no target): the bytes the library stored, read back
   untimed and inserted as they are: what the work above costs over the bare write.

@@ -217,7 +217,7 @@ def _held_leader(path: Path) -> tuple[threading.Event, threading.Thread, list[An
     return release, thread, out
 
 
-def test_callers_waiting_at_once_share_one_commit_and_each_gets_its_own_outcome(
+def test_callers_queued_while_the_leader_runs_share_its_commit_each_with_its_own_outcome(
     tmp_path: Path,
 ) -> None:
     path = _home_db(tmp_path / "t.db")
@@ -264,7 +264,8 @@ def test_callers_waiting_at_once_share_one_commit_and_each_gets_its_own_outcome(
         for t in threads:
             t.join(30)
         fault.disarm()
-        assert fault.calls == 2 * one_commit  # the leader's commit, then one for the 7
+        # The seven queued while the leader's job ran join its transaction: one commit.
+        assert fault.calls == one_commit
         assert isinstance(outcomes[3], Refused)
         seqs = {k: outcomes[k].first_seq for k in outcomes if k != 3}
         assert seqs == {0: 2, 1: 3, 2: 4, 4: 5, 5: 6, 6: 7, 7: 8}
@@ -275,6 +276,60 @@ def test_callers_waiting_at_once_share_one_commit_and_each_gets_its_own_outcome(
         for log in logs:
             log.close()
         fault.unregister()
+
+
+def test_the_leader_takes_the_queued_jobs_up_to_its_limit_in_queue_order() -> None:
+    committer = group.Committer()
+    queued = [group.Job(recorded_at=str(k)) for k in range(group.MAX_JOBS + 5)]
+    committer._queue.extend(queued)
+    batch = [group.Job(recorded_at="leader")]
+    assert committer._take_queued(batch)
+    assert len(batch) == group.MAX_JOBS
+    assert all(a is b for a, b in zip(batch[1:], queued, strict=False))
+    rest = queued[group.MAX_JOBS - 1 :]
+    assert len(committer._queue) == 6
+    assert all(a is b for a, b in zip(committer._queue, rest, strict=True))
+    assert not committer._take_queued(batch)  # full: the rest wait for the next leader
+    again: list[group.Job] = []
+    assert committer._take_queued(again) and len(again) == 6 and not committer._queue
+    assert not committer._take_queued(again)  # nothing queued
+
+
+def test_the_leader_waits_for_a_caller_of_the_last_transaction_until_its_deadline() -> None:
+    committer = group.Committer()
+    late = group.Job(recorded_at="late")
+
+    def queue_late() -> None:
+        time.sleep(0.05)
+        with committer._cond:
+            late.caller = 7
+            committer._queue.append(late)
+            committer._arrived.notify()
+
+    committer._missing = {7}  # a caller of the last transaction, not here yet
+    committer._deadline = time.monotonic() + 20
+    thread = threading.Thread(target=queue_late)
+    thread.start()
+    batch: list[group.Job] = []
+    assert committer._take_queued(batch)  # it waited for it
+    thread.join()
+    assert batch == [late] and not committer._missing and committer._waited > 0
+    # Nobody else expected: no wait; a deadline passed: no wait either.
+    assert not committer._take_queued(batch)
+    committer._missing = {8}
+    committer._deadline = time.monotonic() - 1
+    start = time.monotonic()
+    assert not committer._take_queued(batch)
+    assert time.monotonic() - start < 1
+
+
+def test_one_thread_appending_alone_never_waits(tmp_path: Path) -> None:
+    with _log(tmp_path / "alone.db") as log:
+        for n in range(5):
+            log.append({"who": n}, recorded_at=T)
+        committer = group.queue_of(log)
+        assert committer._recent == {threading.get_ident()}
+        assert not committer._missing and committer._waited == 0
 
 
 def test_eight_threads_appending_every_way_keep_one_chain(tmp_path: Path) -> None:

@@ -229,6 +229,9 @@ class Enforcer(SeamService):
         redactor = self._redactor
         refused = record["answer"] in (HELD, REJECTED)
         at_us = micros_of(recorded_at)
+        # Encoded here, not in the build: the build runs in the write transaction, which the
+        # appends of every thread share (a commit's leader runs them one after another).
+        encoded = encode_payload(record, redactor)
 
         def build(conn: apsw.Connection, first: int, head: str) -> Iterable[tuple[str, bytes]]:
             now = state.canary(conn, canary.repo)
@@ -245,7 +248,7 @@ class Enforcer(SeamService):
                 rule = TripRule(rate=canary.trip_rate, window_s=window_s)
                 if rule.trips(decisions, refusals):
                     outcome.trip = TRIP_REFUSAL_RATE
-            pairs = [(recorded_at, encode_payload(record, redactor))]
+            pairs = [(recorded_at, encoded)]
             if outcome.trip is not None:
                 state.end(
                     conn, canary.repo, at=recorded_at, seq=first + 1, trip_reason=outcome.trip

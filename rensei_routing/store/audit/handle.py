@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
@@ -22,6 +22,9 @@ from ..db import close_quietly, connect, store_error
 from ..home import ConnectOptions
 from . import tree
 from .segments import Sealed
+
+if TYPE_CHECKING:
+    from .group import Committer
 
 __all__ = ["LogHandle"]
 
@@ -41,6 +44,7 @@ class LogHandle:
         "_path",
         "_protected",
         "_public",
+        "_queue",
         "_reader",
         "_redactor",
         "_rotate_at",
@@ -87,6 +91,8 @@ class LogHandle:
         self.auto_checkpoint_error: str | None = None
         self._sealed = Sealed(self._path, self._options)
         self._group: tuple[str, str | None] | None = None
+        #: The commit queue of this log's file (see :func:`.group.queue_of`).
+        self._queue: Committer | None = None
 
     def _group_key(self) -> tuple[str, str | None]:
         """What this log's appends share commits by (see :mod:`.group`): the database file's
@@ -124,8 +130,14 @@ class LogHandle:
         writer, self._writer = self._writer, None
         self._writer_codec = None
         if writer is not None:
+            self._forget(writer)
             close_quietly(writer)
         return store_error(what, error, self._path)
+
+    def _forget(self, writer: apsw.Connection) -> None:
+        """The commit queue no longer remembers the head ``writer`` committed (it closes)."""
+        if self._queue is not None:
+            self._queue.forget(writer)
 
     def _read_conn(self) -> apsw.Connection:
         if self._reader is None:
@@ -148,6 +160,8 @@ class LogHandle:
 
     def close(self) -> None:
         """Close the connections this log opened (idempotent)."""
+        if self._writer is not None:
+            self._forget(self._writer)
         for conn in (self._reader, self._writer):
             if conn is not None:
                 close_quietly(conn)

@@ -234,7 +234,7 @@ class AuditLog(LogHandle):
             stamped=stamped,
             redactor=self._redactor,
         )
-        group.committer_of(self._group_key()).run(self, job)
+        group.queue_of(self).run(self, job)
         if job.error is not None:
             raise job.error
         first, count, before, prev = job.first, job.count, job.before, job.head
