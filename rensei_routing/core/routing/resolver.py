@@ -129,6 +129,7 @@ class _Call:
 
     __slots__ = (
         "full",
+        "gates",
         "judged",
         "lanes",
         "memo",
@@ -138,6 +139,7 @@ class _Call:
         "redactor",
         "rejections",
         "state",
+        "texts",
         "trace_source",
         "vocabulary",
         "whole",
@@ -173,8 +175,12 @@ class _Call:
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
         ] = {}
-        #: A kept call's answers by question (see :func:`_question`); a batch keeps none.
+        #: A kept call's answers by question (see :func:`_resolve`); a batch keeps none.
         self.questions: dict[tuple[str | None, ...], _Answer] = {}
+        # One object for each distinct account text and gate, so that memo keys made of them
+        # compare by identity: a live decision then reads no stored copy of them.
+        self.texts: dict[str, str] = {}
+        self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def rejected(self, account_id: str, reason: str) -> RejectedAccount:
         key = (account_id, reason)
@@ -291,6 +297,7 @@ def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
                     step = call.model_steps[step_key] = _model_step(action, requirement, call)
                 model, failed, lane = step
             gate = (action.provider_lock, action.account_pool, lane)
+            gate = call.gates.setdefault(gate, gate)
     return (
         keys,
         listed,
@@ -378,8 +385,12 @@ def _resolve(
     ctx: RouteContext, snapshot: PolicySnapshot, compiled: Compiled, call: _Call
 ) -> RouteDecision:
     state = call.state
-    # The account entries' texts, once: the memos' keys and the redaction check's piece.
-    accounts = ",".join(map(_ACCOUNT_TEXT, ctx.accounts))
+    # The account entries' texts, once (one object per distinct text): the judged memo's key
+    # and the redaction check's pieces.
+    texts = call.texts
+    if len(texts) >= MEMO_LIMIT:
+        texts.clear()
+    accounts = tuple([texts.setdefault(text, text) for text in map(_ACCOUNT_TEXT, ctx.accounts)])
     legacy = ctx.legacy_route
     account_id = binding = None
     eligible: tuple[str, ...] = ()
@@ -469,7 +480,7 @@ def _resolve(
     if clean:
         clean = call.memo.seen_clean(
             (
-                accounts,
+                *accounts,
                 "null" if legacy is None else legacy.canonical_json(),
                 outcome,
                 reason,
@@ -488,7 +499,7 @@ def _resolve(
         model,
         call.redactor,
         call.memo,
-        accounts,
+        None,
         clean,
     )
     return decision_of(
