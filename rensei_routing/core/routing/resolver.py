@@ -177,8 +177,7 @@ class _Call:
         ] = {}
         #: A kept call's answers by question (see :func:`_resolve`); a batch keeps none.
         self.questions: dict[tuple[str | None, ...], _Answer] = {}
-        # One object for each distinct account text and gate, so that memo keys made of them
-        # compare by identity: a live decision then reads no stored copy of them.
+        # One object per distinct account text and gate: memo keys compare them by identity.
         self.texts: dict[str, str] = {}
         self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
@@ -233,15 +232,14 @@ def _model_step(
     return model, failed, call.lane(requirement, mapped)
 
 
-#: What a context's question (all of it but its accounts and legacy route) decides against one
-#: call's snapshot: ``(keys, listed, unlisted, beyond, last, level, priority, policy_id,
-#: conflicting, action, model, failed, gate, clean)``, the first five what the explanation's
-#: trace is built from. ``level`` is ``None`` when no policy matched; ``conflicting`` is
-#: non-empty when the winners disagree; otherwise ``action`` is the winner's, ``model`` and
-#: ``failed`` its model step (SEMANTICS step 5) and ``gate`` the ``(lock, pool, lane)`` its
-#: accounts are judged by. ``clean``: the redactor is known to leave every string of the
-#: question, the policy id, the model and the snapshot state as they are (``False``: not known).
+#: What a context's question (all but its accounts and legacy route) decides on one call's
+#: snapshot: ``(trace, level, priority, policy_id, conflicting, action, model, failed, gate,
+#: clean)``, ``trace`` the explanation's ``(keys, listed, unlisted, beyond, last)``, the rest
+#: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
+#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor.
 _Answer = tuple[Any, ...]
+#: A corrupt snapshot's: nothing asked.
+_UNANSWERED = (((), (), 0, 0, -1), None, None, None, (), None, None, None, None, False)
 
 
 def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
@@ -298,22 +296,8 @@ def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
                 model, failed, lane = step
             gate = (action.provider_lock, action.account_pool, lane)
             gate = call.gates.setdefault(gate, gate)
-    return (
-        keys,
-        listed,
-        unlisted,
-        beyond,
-        last,
-        level,
-        priority,
-        policy_id,
-        conflicting,
-        action,
-        model,
-        failed,
-        gate,
-        False,
-    )
+    trace = (keys, listed, unlisted, beyond, last)
+    return (trace, level, priority, policy_id, conflicting, action, model, failed, gate, False)
 
 
 def _ask_kept(
@@ -321,8 +305,7 @@ def _ask_kept(
 ) -> _Answer:
     """:func:`_ask` for a kept call, its ``clean`` worked out, remembered by ``question``."""
     answer = _ask(ctx, compiled, call)
-    clean = not call.memo.may_redact((*question, answer[7], answer[10], call.state))
-    answer = (*answer[:-1], clean)
+    answer = (*answer[:-1], not call.memo.may_redact((*question, answer[3], answer[6], call.state)))
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
@@ -331,15 +314,12 @@ def _ask_kept(
 
 
 def _judge_accounts(
-    accounts: tuple[Account, ...],
-    action: RoutingAction,
-    lock: str | None,
-    lane: frozenset[str] | None,
-    call: _Call,
+    accounts: tuple[Account, ...], action: RoutingAction, lane: frozenset[str] | None, call: _Call
 ) -> tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool]:
     """The accounts half of step 5: ``(eligible ids, rejected entries, chosen id, chosen
     binding, whether the lane excluded any)``, the chosen entry ``None`` when none is
     eligible."""
+    lock = action.provider_lock
     pool = action.pool_order() if action.account_pool else None
     eligible: list[Account] = []
     rejected: list[RejectedAccount] = []
@@ -398,82 +378,61 @@ def _resolve(
     # What the explanation's trace is built from on first read (no source: nothing listed).
     trace_source: TraceSource | None = call.trace_source
     if state == STATE_CORRUPT:
-        outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
-        keys, listed, unlisted, beyond, last = (), (), 0, 0, -1
-        level = priority = policy_id = model = None
-        conflicting: tuple[str, ...] = ()
-        trace_source = None
-        clean = False
+        answer = _UNANSWERED
+    elif call.whole:
+        # A kept call's question: the members its answer depends on, as given.
+        repo, requirement = ctx.repo, ctx.model_requirement
+        question = (
+            ctx.principal_id,
+            ctx.repo_class,
+            ctx.role,
+            ctx.request_face,
+            None if repo is None else repo.value,
+            None if repo is None else repo.version,
+            None if requirement is None else requirement.kind,
+            None if requirement is None else requirement.value,
+        )
+        answer = call.questions.get(question) or _ask_kept(ctx, compiled, call, question)
     else:
-        if call.whole:
-            # A kept call's question: the members the answer depends on, as given (a live
-            # caller repeats them; the answer is a function of them).
-            repo, requirement = ctx.repo, ctx.model_requirement
-            question = (
-                ctx.principal_id,
-                ctx.repo_class,
-                ctx.role,
-                ctx.request_face,
-                None if repo is None else repo.value,
-                None if repo is None else repo.version,
-                None if requirement is None else requirement.kind,
-                None if requirement is None else requirement.value,
-            )
-            answer = call.questions.get(question) or _ask_kept(ctx, compiled, call, question)
+        answer = _ask(ctx, compiled, call)
+    trace, level, priority, policy_id, conflicting, action, model, failed, gate, clean = answer
+    keys, listed, unlisted, beyond, last = trace
+    if state == STATE_CORRUPT:
+        outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
+        trace_source = None
+    elif level is None:
+        if legacy is None:
+            outcome, reason, source = HELD, NO_LEGACY_ROUTE, SOURCE_NONE
         else:
-            answer = _ask(ctx, compiled, call)
-        (
-            keys,
-            listed,
-            unlisted,
-            beyond,
-            last,
-            level,
-            priority,
-            policy_id,
-            conflicting,
-            action,
-            model,
-            failed,
-            gate,
-            clean,
-        ) = answer
-        if level is None:
-            if legacy is None:
-                outcome, reason, source = HELD, NO_LEGACY_ROUTE, SOURCE_NONE
-            else:
-                outcome, reason, source = SELECTED, NO_POLICY_APPLIES, SOURCE_LEGACY
-                level = LEGACY_RUNG
-                account_id = legacy.account_id
-                binding = legacy.provider_binding
-                model = legacy.model
-        elif conflicting:
-            outcome, reason, source = REJECTED, POLICY_CONFLICT, SOURCE_MANAGED
+            outcome, reason, source = SELECTED, NO_POLICY_APPLIES, SOURCE_LEGACY
+            level = LEGACY_RUNG
+            account_id = legacy.account_id
+            binding = legacy.provider_binding
+            model = legacy.model
+    elif conflicting:
+        outcome, reason, source = REJECTED, POLICY_CONFLICT, SOURCE_MANAGED
+    else:
+        # The accounts half of step 5 depends only on the gate and the account entries (their
+        # canonical text is their whole value), which repeat. They are judged even when the
+        # model step failed, so the explanation says whether any account could have served.
+        source = SOURCE_MANAGED
+        judged_key = (gate, accounts)
+        judged = call.judged.get(judged_key)
+        if judged is None:
+            if len(call.judged) >= MEMO_LIMIT:
+                call.judged.clear()
+            judged = call.judged[judged_key] = _judge_accounts(ctx.accounts, action, gate[2], call)
+        eligible, rejected, chosen, chosen_binding, lane_excluded = judged
+        if failed is not None:
+            outcome, reason = failed
+            model = None
+        elif chosen is None:
+            outcome = REJECTED if action.on_unavailable == "reject" else HELD
+            reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
+            model = None
         else:
-            # The accounts half of step 5 depends only on the gate (lock, pool, lane) and the
-            # account entries (their canonical text is their whole value), which repeat. The
-            # accounts are judged even when the model step failed, so the explanation says
-            # whether any account could have served; the outcome and reason are then its.
-            source = SOURCE_MANAGED
-            judged_key = (gate, accounts)
-            judged = call.judged.get(judged_key)
-            if judged is None:
-                if len(call.judged) >= MEMO_LIMIT:
-                    call.judged.clear()
-                judged = call.judged[judged_key] = _judge_accounts(
-                    ctx.accounts, action, gate[0], gate[2], call
-                )
-            eligible, rejected, chosen, chosen_binding, lane_excluded = judged
-            if failed is not None:
-                outcome, reason = failed
-                model = None
-            elif chosen is None:
-                outcome = REJECTED if action.on_unavailable == "reject" else HELD
-                reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
-                model = None
-            else:
-                outcome, reason = SELECTED, MATCHED_POLICY
-                account_id, binding = chosen, chosen_binding
+            outcome, reason = SELECTED, MATCHED_POLICY
+            account_id, binding = chosen, chosen_binding
     revision, snapshot_hash = snapshot.revision, snapshot.content_hash
     # The rest of the preimage's strings (the account entries and the legacy route hold its
     # account id and, from the legacy route, its model) seen clean before: nothing to redact.
@@ -589,7 +548,7 @@ def explain(
     """
     compiled = snapshot._compiled
     if compiled is not None:
-        # The kept call last found, when these are the very arguments that found it.
+        # The kept call last found, when these are the very arguments it was found by.
         last = compiled.kept
         if (
             last is not None
@@ -599,14 +558,6 @@ def explain(
             and last[3] is redactor
         ):
             return _resolve(context, snapshot, compiled, last[4])
-        # The kept call of these arguments, found without building anything (see _start).
-        try:
-            kept = compiled.calls.get((snapshot_state, trace, id(vocabulary), id(redactor)))
-        except TypeError:  # an unhashable state or trace: _start treats it as corrupt
-            kept = None
-        if kept is not None and kept.vocabulary is vocabulary and kept.redactor is redactor:
-            compiled.kept = (snapshot_state, trace, vocabulary, redactor, kept)
-            return _resolve(context, snapshot, compiled, kept)
     compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor, keep=True)
     return _resolve(context, snapshot, compiled, call)
 
