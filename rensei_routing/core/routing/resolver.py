@@ -154,7 +154,7 @@ class _Call:
         compiled: Compiled,
         whole: bool = False,
     ) -> None:
-        #: Whether whole answers are kept (a kept call's: single decisions, see ``_start``).
+        #: Whether answers are kept by question (a kept call's: single decisions, see ``_start``).
         self.whole = whole
         self.state = state
         self.vocabulary = vocabulary
