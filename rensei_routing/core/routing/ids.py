@@ -86,6 +86,10 @@ class ScanMemo:
         self._clean: set[str | None] = {None}
         self._keys_suspect: bool | None = None
 
+    def seen_clean(self, texts: tuple[str | None, ...]) -> bool:
+        """Whether every one of ``texts`` was found clean before (``False``: not known)."""
+        return self._clean.issuperset(texts)
+
     def may_redact(self, texts: Iterable[str | None]) -> bool:
         """Whether the redactor might change any of ``texts`` (``None`` holds nothing)."""
         clean = self._clean
@@ -256,9 +260,11 @@ def _decision_id(
     redactor: Redactor,
     memo: ScanMemo | None,
     accounts: str | None = None,
+    clean: bool = False,
 ) -> str:
     """:func:`decision_id` with positional arguments (the resolver calls it per decision);
-    ``accounts`` as :meth:`ScanMemo.preimage_may_redact` takes it."""
+    ``accounts`` as :meth:`ScanMemo.preimage_may_redact` takes it; ``clean``: the caller has
+    seen every string of the preimage clean (with ``memo``), so there is nothing to check."""
     if not 0 <= policy_revision <= _MAX_SAFE_INT:
         # Outside RFC 8785's integer domain: let the general encoder say so.
         canonical_bytes({"policy_revision": policy_revision})
@@ -270,7 +276,9 @@ def _decision_id(
         f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
         f'"snapshot_state":{_e(snapshot_state)}}}'
     )
-    if memo is None:
+    if clean:
+        suspect = False
+    elif memo is None:
         suspect = redactor.might_match(text)
     else:
         # ``account_id`` is one of the context's (an account entry or the legacy route's).

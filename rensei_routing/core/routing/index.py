@@ -131,7 +131,16 @@ class Compiled:
     decision follows the policies that could match it, not the size of the snapshot.
     """
 
-    __slots__ = ("_considered", "_groups", "by_repo", "calls", "levels", "open", "policies")
+    __slots__ = (
+        "_considered",
+        "_groups",
+        "by_repo",
+        "calls",
+        "kept",
+        "levels",
+        "open",
+        "policies",
+    )
 
     def __init__(self, snapshot: PolicySnapshot) -> None:
         ranked = sorted(snapshot.policies, key=rank_key)
@@ -162,6 +171,8 @@ class Compiled:
         #: The resolver's per-call state for single ``explain`` calls, kept across calls so
         #: their memos stay warm (the resolver owns the keys and the values).
         self.calls: dict[tuple[Any, ...], Any] = {}
+        #: The last of them found, with the arguments that found it (the resolver's too).
+        self.kept: tuple[Any, ...] | None = None
 
     def considered(self, pos: int, reason: str) -> ConsideredPolicy:
         """The (shared, immutable) trace entry for policy ``pos`` with ``reason``."""
@@ -183,24 +194,16 @@ class Compiled:
         keys: tuple[Any, ...],
         limit: int = ALL,
         memo: dict[tuple[Any, ...], tuple[Sequence[int], int]] | None = None,
-        whole: bool = False,
     ) -> tuple[Sequence[int], int]:
         """Rank positions, best first, of the first ``limit`` enabled policies matching on
         every dimension, and how many match in all. ``memo`` (one per ``limit``) keeps the
         open group's answers by the five dimensions it is indexed on, which repeat across a
-        batch far more than whole contexts do; ``whole`` keeps whole answers in it too (a live
-        caller's questions repeat; a batch's mostly do not, and would pay the insertions)."""
+        batch far more than whole contexts do (the resolver keeps whole answers itself)."""
         found: Sequence[int]
         repo = keys[0]
         if memo is None:
             found, count = self.open.matched(keys, limit)
         else:
-            # With ``whole``, whole answers by all six keys (a question seen before), beside the
-            # open group's by the other five (a 5-tuple never equals a 6-tuple: one memo).
-            if whole and repo is not None:
-                kept = memo.get(keys)
-                if kept is not None:
-                    return kept
             rest = keys[1:]
             hit = memo.get(rest)
             if hit is None:
@@ -220,10 +223,6 @@ class Compiled:
             if extra:
                 found = tuple(sorted([*found, *extra])[:limit]) if found else tuple(extra)
                 count += more
-            if whole and memo is not None:
-                if len(memo) >= MEMO_LIMIT:
-                    memo.clear()
-                memo[keys] = (found, count)
         return found, count
 
 

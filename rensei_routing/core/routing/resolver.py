@@ -55,7 +55,7 @@ from .explanation import (
 from .ids import MEMO_LIMIT, ScanMemo, _decision_id, decision_id
 from .index import ALL, Compiled, TraceSource, compile_index, context_keys
 from .members import Account, ModelRequirement
-from .policy import PolicySnapshot, RoutingAction, RoutingPolicy, account_key
+from .policy import PolicySnapshot, RoutingAction, account_key
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 
 __all__ = [
@@ -128,16 +128,18 @@ class _Call:
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
     __slots__ = (
-        "applied",
         "full",
+        "gates",
         "judged",
         "lanes",
         "memo",
         "model_steps",
         "open_matches",
+        "questions",
         "redactor",
         "rejections",
         "state",
+        "texts",
         "trace_source",
         "vocabulary",
         "whole",
@@ -152,7 +154,7 @@ class _Call:
         compiled: Compiled,
         whole: bool = False,
     ) -> None:
-        #: Whether whole answers are kept (a kept call's: single decisions, see ``_start``).
+        #: Whether answers are kept by question (a kept call's: single decisions, see ``_start``).
         self.whole = whole
         self.state = state
         self.vocabulary = vocabulary
@@ -169,22 +171,15 @@ class _Call:
         # value each, and whole judgements of a list of accounts are shared too: a decision
         # carries no objects of its own for them.
         self.rejections: dict[tuple[str, str], RejectedAccount] = {}
-        self.applied: dict[
-            tuple[Any, ...],
-            tuple[
-                str,
-                str,
-                str | None,
-                str | None,
-                str | None,
-                tuple[str, ...],
-                tuple[RejectedAccount, ...],
-            ],
-        ] = {}
         self.judged: dict[
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
         ] = {}
+        #: A kept call's answers by question (see :func:`_resolve`); a batch keeps none.
+        self.questions: dict[tuple[str | None, ...], _Answer] = {}
+        # One object per distinct account text and gate: memo keys compare them by identity.
+        self.texts: dict[str, str] = {}
+        self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def rejected(self, account_id: str, reason: str) -> RejectedAccount:
         key = (account_id, reason)
@@ -237,91 +232,94 @@ def _model_step(
     return model, failed, call.lane(requirement, mapped)
 
 
-def _apply_policy(
-    policy: RoutingPolicy, ctx: RouteContext, accounts: str, call: _Call
-) -> tuple[
-    str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
-]:
-    """Step 5 of SEMANTICS ``explain``: the model, then the accounts, for one winning policy:
-    ``(outcome, reason, account_id, provider_binding, model, eligible, rejected)``.
+#: What a context's question (all but its accounts and legacy route) decides on one call's
+#: snapshot: ``(trace, level, priority, policy_id, conflicting, action, model, failed, gate,
+#: clean)``, ``trace`` the explanation's ``(keys, listed, unlisted, beyond, last)``, the rest
+#: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
+#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor.
+_Answer = tuple[Any, ...]
+#: A corrupt snapshot's: nothing asked.
+_UNANSWERED = (((), (), 0, 0, -1), None, None, None, (), None, None, None, None, False)
 
-    The accounts are judged even when the model step failed, so the explanation says whether
-    any account could have served; the outcome and reason are then the model step's.
-    ``accounts`` is the context's account entries' canonical texts, joined with commas.
-    """
-    action = policy.action
-    requirement = ctx.model_requirement
-    if not call.whole:  # a batch: its questions rarely repeat whole
-        return _apply_action(action, requirement, ctx.accounts, accounts, call)
-    # The whole step depends only on the action, the requirement and the account entries
-    # (their canonical text is their whole value): a live stream repeats all three.
-    applied_key = (
-        id(action),
-        None if requirement is None else requirement.kind,
-        None if requirement is None else requirement.value,
-        accounts,
-    )
-    applied = call.applied.get(applied_key)
-    if applied is None:
-        if len(call.applied) >= MEMO_LIMIT:
-            call.applied.clear()
-        applied = call.applied[applied_key] = _apply_action(
-            action, requirement, ctx.accounts, accounts, call
+
+def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
+    """Steps 1 to 4 of SEMANTICS ``explain`` for ``ctx``, and the model half of step 5 for the
+    winning policy: the :data:`_Answer`, its ``clean`` left ``False``."""
+    keys = context_keys(ctx)
+    levels = compiled.levels
+    full_trace = call.full
+    # A compact trace reads only the first candidates (and counts the rest) unless ties
+    # fill the first look; a full one reads them all.
+    limit = first_look = ALL if full_trace else _FIRST_LOOK
+    while True:
+        matched, total = compiled.candidates(
+            keys, limit, call.open_matches if limit == first_look else None
         )
-    return applied
+        winners = 0
+        if matched:
+            best = levels[matched[0]]
+            for pos in matched:
+                if levels[pos] != best:
+                    break
+                winners += 1
+        if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
+            break
+        limit = ALL
+    unlisted = beyond = 0
+    if not full_trace:
+        unlisted = len(compiled.policies) - total
+        # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
+        beyond = max(0, total - winners - COMPACT_RIVALS)
+        matched = matched[: winners + COMPACT_RIVALS]
+    listed = tuple(matched)
+    last = matched[winners - 1] if winners else -1
+    level = priority = policy_id = action = model = failed = gate = None
+    conflicting: tuple[str, ...] = ()
+    if winners:
+        policies = compiled.policies
+        level, priority = levels[matched[0]]
+        if winners > 1 and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1:
+            conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
+        else:
+            first = policies[matched[0]]
+            policy_id, action = first.id, first.action
+            requirement = ctx.model_requirement
+            lane = None
+            if requirement is not None:
+                # The model step depends only on the action and the requirement, which repeat.
+                step_key = (id(action), requirement.kind, requirement.value)
+                step = call.model_steps.get(step_key)
+                if step is None:
+                    if len(call.model_steps) >= MEMO_LIMIT:
+                        call.model_steps.clear()
+                    step = call.model_steps[step_key] = _model_step(action, requirement, call)
+                model, failed, lane = step
+            gate = (action.provider_lock, action.account_pool, lane)
+            gate = call.gates.setdefault(gate, gate)
+    trace = (keys, listed, unlisted, beyond, last)
+    return (trace, level, priority, policy_id, conflicting, action, model, failed, gate, False)
 
 
-def _apply_action(
-    action: RoutingAction,
-    requirement: ModelRequirement | None,
-    accounts: tuple[Account, ...],
-    texts: str,
-    call: _Call,
-) -> tuple[
-    str, str, str | None, str | None, str | None, tuple[str, ...], tuple[RejectedAccount, ...]
-]:
-    """:func:`_apply_policy`, worked out (with the memos of its two halves); ``texts`` is the
-    accounts' canonical texts joined with commas (their whole value)."""
-    if requirement is None:
-        model = failed = lane = None
-    else:
-        # The model step depends only on the action and the requirement, which repeat.
-        step_key = (id(action), requirement.kind, requirement.value)
-        step = call.model_steps.get(step_key)
-        if step is None:
-            if len(call.model_steps) >= MEMO_LIMIT:
-                call.model_steps.clear()
-            step = call.model_steps[step_key] = _model_step(action, requirement, call)
-        model, failed, lane = step
-    # The accounts step depends only on the lock, the pool, the lane and the account entries
-    # (their canonical text is their whole value), which repeat across a batch.
-    lock = action.provider_lock
-    judged_key = (lock, action.account_pool, lane, texts)
-    judged = call.judged.get(judged_key)
-    if judged is None:
-        if len(call.judged) >= MEMO_LIMIT:
-            call.judged.clear()
-        judged = call.judged[judged_key] = _judge_accounts(accounts, action, lock, lane, call)
-    eligible, rejected, chosen, binding, lane_excluded = judged
-    if failed is not None:
-        return failed[0], failed[1], None, None, None, eligible, rejected
-    if chosen is None:
-        outcome = REJECTED if action.on_unavailable == "reject" else HELD
-        reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
-        return outcome, reason, None, None, None, eligible, rejected
-    return SELECTED, MATCHED_POLICY, chosen, binding, model, eligible, rejected
+def _ask_kept(
+    ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
+) -> _Answer:
+    """:func:`_ask` for a kept call, its ``clean`` worked out, remembered by ``question``."""
+    answer = _ask(ctx, compiled, call)
+    answer = (*answer[:-1], not call.memo.may_redact((*question, answer[3], answer[6], call.state)))
+    questions = call.questions
+    if len(questions) >= MEMO_LIMIT:
+        questions.clear()
+    questions[question] = answer
+    return answer
 
 
 def _judge_accounts(
-    accounts: tuple[Account, ...],
-    action: RoutingAction,
-    lock: str | None,
-    lane: frozenset[str] | None,
-    call: _Call,
+    accounts: tuple[Account, ...], action: RoutingAction, lane: frozenset[str] | None, call: _Call
 ) -> tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool]:
     """The accounts half of step 5: ``(eligible ids, rejected entries, chosen id, chosen
     binding, whether the lane excluded any)``, the chosen entry ``None`` when none is
     eligible."""
+    lock = action.provider_lock
     pool = action.pool_order() if action.account_pool else None
     eligible: list[Account] = []
     rejected: list[RejectedAccount] = []
@@ -367,81 +365,87 @@ def _resolve(
     ctx: RouteContext, snapshot: PolicySnapshot, compiled: Compiled, call: _Call
 ) -> RouteDecision:
     state = call.state
-    policy_id = account_id = binding = model = None
-    level: int | None = None
-    priority: int | None = None
+    # The account entries' texts, once (one object per distinct text): the judged memo's key
+    # and the redaction check's pieces.
+    texts = call.texts
+    if len(texts) >= MEMO_LIMIT:
+        texts.clear()
+    accounts = tuple([texts.setdefault(text, text) for text in map(_ACCOUNT_TEXT, ctx.accounts)])
+    legacy = ctx.legacy_route
+    account_id = binding = None
     eligible: tuple[str, ...] = ()
     rejected: tuple[RejectedAccount, ...] = ()
-    conflicting: tuple[str, ...] = ()
-    unlisted = beyond = 0
     # What the explanation's trace is built from on first read (no source: nothing listed).
-    trace_source: TraceSource | None = None
-    keys: tuple[Any, ...] = ()
-    listed: tuple[int, ...] = ()
-    last = -1
-    # The account entries' texts, once: the memos' keys and the redaction check's piece.
-    accounts = ",".join(map(_ACCOUNT_TEXT, ctx.accounts))
+    trace_source: TraceSource | None = call.trace_source
+    if state == STATE_CORRUPT:
+        answer = _UNANSWERED
+    elif call.whole:
+        # A kept call's question: the members its answer depends on, as given.
+        repo, requirement = ctx.repo, ctx.model_requirement
+        question = (
+            ctx.principal_id,
+            ctx.repo_class,
+            ctx.role,
+            ctx.request_face,
+            None if repo is None else repo.value,
+            None if repo is None else repo.version,
+            None if requirement is None else requirement.kind,
+            None if requirement is None else requirement.value,
+        )
+        answer = call.questions.get(question) or _ask_kept(ctx, compiled, call, question)
+    else:
+        answer = _ask(ctx, compiled, call)
+    trace, level, priority, policy_id, conflicting, action, model, failed, gate, clean = answer
+    keys, listed, unlisted, beyond, last = trace
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
-    else:
-        keys = context_keys(ctx)
-        policies = compiled.policies
-        levels = compiled.levels
-        full_trace = call.full
-        # A compact trace reads only the first candidates (and counts the rest) unless ties
-        # fill the first look; a full one reads them all.
-        limit = first_look = ALL if full_trace else _FIRST_LOOK
-        while True:
-            matched, total = compiled.candidates(
-                keys,
-                limit,
-                call.open_matches if limit == first_look else None,
-                call.whole,
-            )
-            winners = 0
-            if matched:
-                best = levels[matched[0]]
-                for pos in matched:
-                    if levels[pos] != best:
-                        break
-                    winners += 1
-            if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
-                break
-            limit = ALL
-        if not full_trace:
-            unlisted = len(policies) - total
-            # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
-            beyond = max(0, total - winners - COMPACT_RIVALS)
-            matched = matched[: winners + COMPACT_RIVALS]
-        trace_source = call.trace_source
-        listed = tuple(matched)
-        last = matched[winners - 1] if winners else -1
-        if not winners:
-            legacy = ctx.legacy_route
-            if legacy is None:
-                outcome, reason, source = HELD, NO_LEGACY_ROUTE, SOURCE_NONE
-            else:
-                outcome, reason, source = SELECTED, NO_POLICY_APPLIES, SOURCE_LEGACY
-                level = LEGACY_RUNG
-                account_id = legacy.account_id
-                binding = legacy.provider_binding
-                model = legacy.model
+        trace_source = None
+    elif level is None:
+        if legacy is None:
+            outcome, reason, source = HELD, NO_LEGACY_ROUTE, SOURCE_NONE
         else:
-            source = SOURCE_MANAGED
-            first = policies[matched[0]]
-            level, priority = levels[matched[0]]
-            if (
-                winners > 1
-                and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1
-            ):
-                outcome, reason = REJECTED, POLICY_CONFLICT
-                conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
-            else:
-                policy_id = first.id
-                outcome, reason, account_id, binding, model, eligible, rejected = _apply_policy(
-                    first, ctx, accounts, call
-                )
+            outcome, reason, source = SELECTED, NO_POLICY_APPLIES, SOURCE_LEGACY
+            level = LEGACY_RUNG
+            account_id = legacy.account_id
+            binding = legacy.provider_binding
+            model = legacy.model
+    elif conflicting:
+        outcome, reason, source = REJECTED, POLICY_CONFLICT, SOURCE_MANAGED
+    else:
+        # The accounts half of step 5 depends only on the gate and the account entries (their
+        # canonical text is their whole value), which repeat. They are judged even when the
+        # model step failed, so the explanation says whether any account could have served.
+        source = SOURCE_MANAGED
+        judged_key = (gate, accounts)
+        judged = call.judged.get(judged_key)
+        if judged is None:
+            if len(call.judged) >= MEMO_LIMIT:
+                call.judged.clear()
+            judged = call.judged[judged_key] = _judge_accounts(ctx.accounts, action, gate[2], call)
+        eligible, rejected, chosen, chosen_binding, lane_excluded = judged
+        if failed is not None:
+            outcome, reason = failed
+            model = None
+        elif chosen is None:
+            outcome = REJECTED if action.on_unavailable == "reject" else HELD
+            reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
+            model = None
+        else:
+            outcome, reason = SELECTED, MATCHED_POLICY
+            account_id, binding = chosen, chosen_binding
     revision, snapshot_hash = snapshot.revision, snapshot.content_hash
+    # The rest of the preimage's strings (the account entries and the legacy route hold its
+    # account id and, from the legacy route, its model) seen clean before: nothing to redact.
+    if clean:
+        clean = call.memo.seen_clean(
+            (
+                *accounts,
+                "null" if legacy is None else legacy.canonical_json(),
+                outcome,
+                reason,
+                snapshot_hash,
+            )
+        )
     did = _decision_id(
         ctx,
         snapshot_hash,
@@ -454,7 +458,8 @@ def _resolve(
         model,
         call.redactor,
         call.memo,
-        accounts,
+        None,
+        clean,
     )
     return decision_of(
         did,
@@ -517,6 +522,7 @@ def _start(
             calls.clear()
         call = calls[key] = _Call(state, vocabulary, full, redactor, compiled, whole=True)
     assert isinstance(call, _Call)
+    compiled.kept = (snapshot_state, trace, vocabulary, redactor, call)
     return compiled, call
 
 
@@ -542,13 +548,16 @@ def explain(
     """
     compiled = snapshot._compiled
     if compiled is not None:
-        # The kept call of these arguments, found without building anything (see _start).
-        try:
-            kept = compiled.calls.get((snapshot_state, trace, id(vocabulary), id(redactor)))
-        except TypeError:  # an unhashable state or trace: _start treats it as corrupt
-            kept = None
-        if kept is not None and kept.vocabulary is vocabulary and kept.redactor is redactor:
-            return _resolve(context, snapshot, compiled, kept)
+        # The kept call last found, when these are the very arguments it was found by.
+        last = compiled.kept
+        if (
+            last is not None
+            and last[0] is snapshot_state
+            and last[1] is trace
+            and last[2] is vocabulary
+            and last[3] is redactor
+        ):
+            return _resolve(context, snapshot, compiled, last[4])
     compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor, keep=True)
     return _resolve(context, snapshot, compiled, call)
 
