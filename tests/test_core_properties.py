@@ -14,7 +14,7 @@ from rensei_routing import (
     explain_batch,
     hash_policies,
 )
-from rensei_routing.core.routing.explanation import MATCH_REASONS
+from rensei_routing.core.routing.explanation import COMPACT_RIVALS, MATCH_REASONS
 
 from .strategies import context_dicts, policy_dicts
 
@@ -96,9 +96,15 @@ def test_compact_trace_agrees_with_full_trace(docs, ctx_doc) -> None:
         compact.account_id,
     )
     matched = [c for c in full.explanation.considered if c.matched]
-    assert list(compact.explanation.considered) == matched
+    # The compact listing: the winners (every tie at the best level), then COMPACT_RIVALS
+    # outranked rivals; the other matched policies and every unmatched one are counted.
+    winners = [c for c in matched if c.reason == "matched"]
+    listed = matched[: len(winners) + COMPACT_RIVALS]
+    assert list(compact.explanation.considered) == listed
+    assert compact.explanation.unlisted_outranked_count == len(matched) - len(listed)
     assert len(full.explanation.considered) == len(snapshot.policies)
     assert full.explanation.unlisted_policy_count == 0
+    assert full.explanation.unlisted_outranked_count == 0
     assert compact.explanation.unlisted_policy_count == len(snapshot.policies) - len(matched)
     # The index and the per-policy evaluation agree: nothing unmatched is called matched.
     for c in full.explanation.considered:
