@@ -4,7 +4,7 @@
 
 ``save`` is timed onto a store that already holds a revision (the steady state: it re-reads and
 checks the current revision before writing the next) and, separately, as the very first save.
-Target (issue 4): ``load`` costs at most 2x the baseline.
+Target: ``load`` costs at most 2x the baseline.
 """
 
 from __future__ import annotations
