@@ -82,7 +82,8 @@ def test_every_command_takes_home_as_the_page_says() -> None:
 
 def test_the_commands_that_ignore_home_are_the_ones_listed() -> None:
     flat = " ".join(TEXT.split())
-    found = re.search(r"The commands that read no home \((.*?)\) accept `--home` and ignore it", flat)
+    rule = r"The commands that read no home \((.*?)\) accept `--home` and ignore it"
+    found = re.search(rule, flat)
     assert found, "docs/commands.md: the list of the commands that read no home"
     listed = set(re.findall(r"`([a-z][a-z -]*)`", found.group(1)))
     ignoring = set()
