@@ -2,7 +2,8 @@
 file: run on a made-up results file and a temporary copy of a document, it replaces each block
 with that benchmark's table and the run's machine line, leaves every other line as it was, is
 idempotent, refuses a block naming no benchmark, and keeps a block whose benchmark the results
-do not hold. The real docs' blocks are checked to name real benchmarks."""
+do not hold or where it measured nothing. The real docs' blocks are checked to name real
+benchmarks."""
 
 from __future__ import annotations
 
@@ -92,6 +93,17 @@ RESULTS: dict[str, Any] = {
             "seconds": 2.0,
             "error": None,
         },
+        {
+            "name": "fleet",
+            "title": "t",
+            "figures": [],
+            "growth": [],
+            "checks": [],
+            "notes": ["skipped: no PostgreSQL"],
+            "extra": {},
+            "seconds": 0.1,
+            "error": None,
+        },
     ],
 }
 
@@ -109,7 +121,11 @@ Between the blocks.
 <!-- /figures -->
 
 <!-- figures: fleet -->
-kept: this run has no fleet figures
+kept: this run skipped fleet
+<!-- /figures -->
+
+<!-- figures: ui -->
+kept: this run has no ui figures
 <!-- /figures -->
 
 Prose after.
@@ -173,8 +189,10 @@ def test_the_blocks_are_filled(files: tuple[Path, Path]) -> None:
     assert "| cli-start | rensei --help | 0.0971 | s |  |  | < 0.25 s wall | yes |" in second
     assert "decide only, 10 policies, p50" in second
     assert "1,000 policies, p99" not in second  # no target: left out of a targets block
-    assert "kept: this run has no fleet figures" in text
-    assert "fleet" in done.stderr and "not in the results" in done.stderr
+    assert "kept: this run skipped fleet" in text
+    assert "fleet has no figures in that run (skipped)" in done.stderr
+    assert "kept: this run has no ui figures" in text
+    assert "ui not in the results" in done.stderr
 
 
 def test_text_outside_the_blocks_is_untouched(files: tuple[Path, Path]) -> None:
