@@ -50,6 +50,8 @@ RESULTS: dict[str, Any] = {
         "sqlite": "3.99.0",
         "git_commit": "abc1234",
         "library_tree_dirty": False,
+        "loadavg_start": [0.52, 0.4, 0.3],
+        "loadavg_end": [3.46, 2.0, 1.0],
     },
     "seconds": 12.5,
     "ok": True,
@@ -180,7 +182,8 @@ def test_the_blocks_are_filled(files: tuple[Path, Path]) -> None:
     assert "- decide only, 10 policies, p50: 20,000 requests" in first
     machine = (
         "Measured 2031-04-05 at commit `abc1234`, `python -m benchmarks --only live-path "
-        "cli-start` (full run), on Test CPU, 4 CPUs, Python 3.12.1, SQLite 3.99.0."
+        "cli-start` (full run), on Test CPU, 4 CPUs, Python 3.12.1, SQLite 3.99.0, load average "
+        "0.5 at the start and 3.5 at the end."
     )
     assert machine in first
     second = text.split("<!-- figures: cli-start live-path targets -->", 1)[1]
