@@ -134,7 +134,7 @@ def _scan(path: Path) -> dict[str, Any]:
 
 def conflicting_globals(n: int) -> list[Any]:
     """``n`` enabled global rules at priority 0, each with its own action: every pair is an
-    equal-precedence conflict (issue 14's worst case for validation)."""
+    equal-precedence conflict (the worst case for validation)."""
     from rensei_routing import RoutingPolicy
 
     return [

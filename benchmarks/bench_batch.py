@@ -1,4 +1,4 @@
-"""Benchmark cli-batch (issue 11): ``rensei explain-batch`` end to end, as a user runs it.
+"""Benchmark cli-batch: ``rensei explain-batch`` end to end, as a user runs it.
 
 For each org shape at 1,000 policies (``repo``: mostly repo-scoped, a context matches ~5
 policies; ``broad``: many class-, role- and requirement-scoped rules, a context matches ~80),
@@ -17,7 +17,7 @@ policies as its current revision. Then, interleaved over rounds, medians reporte
   the same decisions (one transaction).
 
 Memory flat: the repo shape's file repeated 10x (1,000,000 contexts; 50,000 with ``--quick``),
-peak RSS against the 100,000 run. Targets (issue 11): >= 25,000 contexts/s, >= 12,000/s with
+peak RSS against the 100,000 run. Targets: >= 25,000 contexts/s, >= 12,000/s with
 ``--record``, peak RSS within 1.2x from 100k to 1M, <= 1.2 KB on disk per record.
 """
 

@@ -5,9 +5,9 @@ holding a saved revision) as subprocesses, beside ``python -c "import click"``.
 Runs are interleaved (one of each command per round, after an untimed warm-up round) and the
 median is reported. The console script next to the running interpreter is used, as a user's
 shell would find it in the same environment, with whatever plugins are installed there (the
-notes list them). Targets: ``rensei --help`` under 0.3 s (issue 4); ``--help``, ``host status``
-and ``explain`` each under 0.25 s (issue 12); ``rensei --help`` with both shipped plugins
-installed within 2x of ``python -c "import click"`` (issue 22: plugins load lazily, so listing
+notes list them). Targets: ``rensei --help`` under 0.3 s; ``--help``, ``host status``
+and ``explain`` each under 0.25 s; ``rensei --help`` with both shipped plugins
+installed within 2x of ``python -c "import click"`` (plugins load lazily, so listing
 the commands imports no plugin), ``--no-plugins --help`` beside it for reference.
 """
 
@@ -33,7 +33,7 @@ NAME = "cli-start"
 TITLE = "CLI start-up vs import click"
 
 TARGET_START_S = 0.25
-#: issue 22: ``rensei --help`` with both shipped plugins at most this many times ``import click``.
+#: ``rensei --help`` with both shipped plugins at most this many times ``import click``.
 TARGET_HELP_RATIO = 2.0
 SHIPPED_PLUGINS = ("cedar", "hydraflow")
 EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"

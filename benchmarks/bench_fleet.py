@@ -1,5 +1,5 @@
 """Benchmark, fleet: ``rensei fleet ingest`` and ``rensei fleet report`` on a throwaway
-PostgreSQL cluster, beside PostgreSQL's own ``COPY`` of the same rows (issue 23).
+PostgreSQL cluster, beside PostgreSQL's own ``COPY`` of the same rows.
 
 * Ingest: 50 hosts x 20,000 records (5 x 2,000 with --quick), each host a real audit export
   (shadow records built by the recorder from the HydraFlow sample spawns, linked into a chain

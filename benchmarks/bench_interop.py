@@ -1,4 +1,4 @@
-"""Benchmark: HydraFlow chains in and out (issue 20 §2).
+"""Benchmark interop: HydraFlow chains in and out.
 
 **Import**: ``audit import --format hydraflow``'s store call (``store.hydraflow.import_chain``:
 read the file's lines, verify them by HydraFlow's rule, wrap each record with its origin,
@@ -6,7 +6,7 @@ redact, canonicalise, link at its own ``recorded_at``, insert, in one transactio
 100,000-record HydraFlow chain, beside our own ``append_many`` of the same payloads at 1,000
 per transaction into a fresh database. **Export**: ``audit export --format hydraflow``'s work
 (verify our chain, then write every record as a HydraFlow line) beside ``audit export``'s (verify,
-then splice the stored bytes), over the same 100,000-record chain. Target (issue 20): >= 0.5x
+then splice the stored bytes), over the same 100,000-record chain. Target: >= 0.5x
 for both. The HydraFlow file is written (untimed) by a writer local to this module following
 SEMANTICS.md, not by our export.
 """

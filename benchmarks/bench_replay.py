@@ -4,7 +4,7 @@ contexts measured in the same run (memos across records are allowed on both side
 
 The log is written the default way (``AuditLog.append_many``, 10,000 a transaction) from
 decisions the resolver made for 20,000 distinct contexts cycled through the log, so contexts
-repeat as a busy host's do. Target (issue 21): replay >= 0.5x of ``explain_batch``. Peak memory
+repeat as a busy host's do. Target: replay >= 0.5x of ``explain_batch``. Peak memory
 is that of the replaying process (``benchmarks._worker replay``, timed there too) at each size,
 and must stay flat from 100k to 1M (``--large``): the replay streams the log.
 """

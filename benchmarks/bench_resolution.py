@@ -12,7 +12,7 @@ cost follows the policies that could match it, not the snapshot); at 1,000 polic
 workload (``repo``, and ``broad``: many class-, role- and requirement-scoped rules, a context
 matching ~80 policies), fresh contexts and a fresh snapshot, every decision kept; from 10 to
 10,000 policies a decision slows down by less than 2x. Why the 20x is held at 10,000 policies
-and not 1,000: docs/performance.md ("What the batch-resolution target compares").
+and not 1,000: docs/performance.md ("batch-resolution").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ and listing them.
 
 Baseline, measured in the same run on the same database: one durable SQLite write (a one-row
 ``UPDATE`` of the sessions table in its own ``BEGIN IMMEDIATE`` transaction, ``synchronous=FULL``
-as every write connection of a home has), on a connection held open. Targets (issue 24): a
+as every write connection of a home has), on a connection held open. Targets: a
 heartbeat (lapsed-lease sweep, the session read, the revocation check against the verified
 cached snapshot, the lease renewal, commit) costs at most 1.25x that write; listing every session
 (read and render, what ``rensei host session list`` does after start-up) under 0.2 s.

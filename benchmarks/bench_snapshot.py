@@ -3,7 +3,7 @@
 and a realistic org (about 4 MiB; --quick: 1,000 policies and a small org).
 
 Baseline for compile and verify: ``json.loads`` + SHA-256 + one Ed25519 verify of the same
-bytes. Targets (issue 9): host verify + load <= 2x that baseline; >= 50,000 claim-gate checks
+bytes. Targets: host verify + load <= 2x that baseline; >= 50,000 claim-gate checks
 per second against a cached snapshot. The poll is reported beside a request to an unknown
 route of the same server (the HTTP floor).
 """

@@ -6,7 +6,7 @@ recorder, then appended in batches of 10,000 through the recorder's own indexed 
 shadow index kept in the same transaction), their times spread over 30 days. Each page is built
 by the console's WSGI app in this process (read-only connections, as ``rensei ui`` serves it;
 no HTTP, no background verification running): the median of 5 requests after one warm-up.
-Target (issue 22): every page under 300 ms. Baselines: ``SELECT count(*) FROM audit_records``
+Target: every page under 300 ms. Baselines: ``SELECT count(*) FROM audit_records``
 (what one scan of the chain costs) and a read of one page of 25 records.
 """
 

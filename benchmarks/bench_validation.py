@@ -1,10 +1,10 @@
 """Benchmark 6, policy-validation: ``validate`` of N enabled global policies at one rung and
-priority with different actions (every pair an equal-precedence conflict: issue 14's worst
+priority with different actions (every pair an equal-precedence conflict: the worst
 case), beside RFC 8785 canonicalisation + SHA-256 of the same policies (one linear pass).
 
 Each size runs in a fresh subprocess (``benchmarks._worker validate N``) that reports the time
 of the call and how far it raised the process's resident memory (VmHWM reset before the call).
-Targets (issue 14 item 3): 10,000 such policies in under 2 s and under 200 MB.
+Targets: 10,000 such policies in under 2 s and under 200 MB.
 """
 
 from __future__ import annotations

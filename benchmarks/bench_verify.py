@@ -26,8 +26,8 @@ reports its time and its peak resident memory during the call (interpreter, impo
 cache and the call itself; see ``_worker`` for how the peak is taken), and the largest peak of
 the verify workers it waited for. The three measurements the targets compare (the scan, the
 checkpointed verify on every core and in one process) run in five interleaved rounds and the
-fastest of each is kept (``ROUNDS``; this machine's speed drifts by 10-20 %). Targets (issue
-21): ``verify()`` on every core (the default workers) at least 1.0x the one-process baseline,
+fastest of each is kept (``ROUNDS``; this machine's speed drifts by 10-20 %). Targets:
+``verify()`` on every core (the default workers) at least 1.0x the one-process baseline,
 and at least 1.8x ``verify(workers=1)`` measured the same way, on the 1M default-path log;
 memory flat from 100k to 1M records (the
 parent's and each worker's). ``RENSEI_BENCH_VERIFY_PAYLOADS=plain`` builds the log of plain
@@ -78,14 +78,14 @@ from .workload import decision_dicts, decision_payloads
 NAME = "chain-verify"
 TITLE = "AuditLog.verify() vs raw scan + decompress + SHA-256"
 
-#: Issue 21: all the checks on every core cost no more than one core's bare scan ...
+#: All the checks on every core cost no more than one core's bare scan ...
 TARGET_RATIO = 1.0
 #: ... and the workers run at least this many times our own one-process walk.
 TARGET_SPEEDUP = 1.8
 WORKERS = default_workers()
 ORIGIN = "rensei-routing/bench/audit"
-#: ``plain``: build the log of plain decision-shaped dicts (15 fields, ~465 canonical bytes,
-#: issue 21) instead of whole ``RouteDecision.to_dict()`` payloads (~1.9 KB).
+#: ``plain``: build the log of plain decision-shaped dicts (15 fields, ~465 canonical bytes)
+#: instead of whole ``RouteDecision.to_dict()`` payloads (~1.9 KB).
 PAYLOADS_ENV = "RENSEI_BENCH_VERIFY_PAYLOADS"
 CHUNK = 50_000
 #: The target rows (scan, verify on every core, verify in one process) are each measured this
@@ -362,7 +362,7 @@ def run(cfg: Config) -> BenchResult:
                 (lib, lib1, f"default path, last {tail:,} past its automatic checkpoint"),
             ):
                 rate, rate1 = size / m["seconds"], size / m1["seconds"]
-                # The issue's bars are on 1,000,000 records written by the default path; the
+                # The targets are on 1,000,000 records written by the default path; the
                 # other rows (smaller logs, checkpoint_every = 0) are information, no target.
                 bar = size >= 1_000_000 and case.startswith("default path")
                 res.figures.append(

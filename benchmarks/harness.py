@@ -3,7 +3,7 @@ the printed table. Owns no measurement itself.
 
 A figure is one measured number beside its in-run baseline. ``ratio`` is always stated with its
 direction: ``speed`` (our rate / baseline rate, higher is better) or ``time`` (our time /
-baseline time, lower is better). A target is an issue's threshold on a figure; ``passed`` is
+baseline time, lower is better). A target is a stated threshold on a figure; ``passed`` is
 ``None`` for figures without one. Missing a target never fails a run; a failed check (a wrong
 answer) or a crash does.
 """

@@ -4,7 +4,6 @@
 
 NAME is one of resolution, append, verify, load (default: all). Sizes are smaller than the
 benchmarks' (a profiler slows Python code down several times) but the inputs are the same.
-``docs/performance.md`` quotes this output for every missed target.
 """
 
 from __future__ import annotations

@@ -467,7 +467,7 @@ def decision_payloads(count: int, policies: int = 1_000) -> tuple[dict[str, Any]
 
 
 def decision_dicts(count: int, seed: int = 21) -> tuple[dict[str, Any], ...]:
-    """``count`` plain decision-shaped dicts (issue 21): 15 fields, ~465 canonical bytes each,
+    """``count`` plain decision-shaped dicts: 15 fields, ~465 canonical bytes each,
     no explanation trace; what an integration that logs its own summary of a decision writes."""
     rng = random.Random(seed)
     out = []

@@ -208,8 +208,8 @@ def note(text: str) -> None:
 
 
 def next_step(state: str, *commands: str, then: bool = False) -> None:
-    """Say on stderr what the state means to do next (issue 22: doing things in the wrong
-    order gets guidance): ``note: STATE; next: `CMD` or `CMD``` (``then``: one after the
+    """Say on stderr what the state means to do next (doing things in the wrong order
+    gets guidance): ``note: STATE; next: `CMD` or `CMD``` (``then``: one after the
     other)."""
     todo = (" then " if then else " or ").join(f"`{c}`" for c in commands)
     note(f"note: {state}; next: {todo}")

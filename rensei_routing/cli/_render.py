@@ -77,7 +77,7 @@ _HEADER: Final = (
 )
 
 
-#: The label spanning the divergence columns: they count kinds of disagreement (issue 22).
+#: The label spanning the divergence columns: they count kinds of disagreement.
 SPAN_LABEL: Final = "disagreed with the legacy route, by kind"
 _FIRST_DIVERGENCE: Final = _HEADER.index("provider") + 1  # + the group column
 _DIVERGENCE_COLUMNS: Final = len(DIVERGENCES) - 1

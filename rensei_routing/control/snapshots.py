@@ -78,7 +78,7 @@ def compile_snapshot(
     key = home.private_key()
     kid = snapshot_key_id(home)
     with control_store(home, write=True, vocabulary=vocabulary) as store:
-        # The inputs are read inside the write transaction that publishes (issue 19 #5).
+        # The inputs are read inside the write transaction that publishes.
         result = store.compile_current(
             compiled_at=compiled_at, signing_key_id=kid, sign=key.sign, validators=validators
         )

@@ -54,7 +54,7 @@ def format_timestamp(moment: datetime) -> str:
 
 
 def format_age(age_ms: int) -> str:
-    """The one human form of an age or a duration in every text output (issue 22): ``45s``,
+    """The one human form of an age or a duration in every text output: ``45s``,
     ``13m52s``, ``1h02m`` (whole seconds, rounded down; a negative value reads ``0s``). JSON
     output keeps milliseconds (``snapshotAgeMs``, ``leaseMs``)."""
     seconds = max(0, age_ms) // 1000

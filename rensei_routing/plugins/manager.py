@@ -361,7 +361,7 @@ def redactor(pm: pluggy.PluginManager) -> Redactor:
         extra.setdefault((pat.label, pat.regex.pattern, int(pat.regex.flags), pat.triggers), pat)
     if not extra:
         return DEFAULT_REDACTOR
-    # the plugins' patterns apply jointly: none can hide another's match (issue 19)
+    # the plugins' patterns apply jointly: none can hide another's match
     patterns = DEFAULT_PATTERNS + tuple(extra[k] for k in sorted(extra))
     return Redactor(patterns, joint_from=len(DEFAULT_PATTERNS))
 

@@ -107,11 +107,11 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
         inflight INTEGER NOT NULL CHECK (inflight >= 0)
     ) STRICT;
     """,
-    # 3: the zstd dictionaries audit payloads are compressed with (issue 11; see .codec). Rows
+    # 3: the zstd dictionaries audit payloads are compressed with (see .codec). Rows
     #    written before stay as they are (canonical bytes) and read the same.
     migrate_dictionaries,
-    # 4: admission receipts issued by this host and the sessions running under them (issue
-    #    24; see .sessions).
+    # 4: admission receipts issued by this host and the sessions running under them (see
+    #    .sessions).
     """
     CREATE TABLE receipts(
         receipt_id TEXT PRIMARY KEY,
@@ -141,7 +141,7 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     CREATE INDEX sessions_by_expiry ON sessions(state, expires_ms);
     CREATE INDEX sessions_by_project ON sessions(project, state);
     """,
-    # 5: the sealed (and pruned) segments of the audit chain (issue 21; see .segments): one
+    # 5: the sealed (and pruned) segments of the audit chain (see .segments): one
     #    row per segment moved out of ``audit_records`` into ``audit/segments/<first>-<last>.db``,
     #    with its signed seal checkpoint; a pruned segment's row is its anchor.
     """
@@ -158,7 +158,7 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     # 6: the lapsed-lease check reads a lower bound of each open session's expiry
     #    (``lapse_floor_ms``), indexed, which a heartbeat rewrites once per half lease, not the
     #    expiry itself, which it rewrites every time (so a heartbeat writes the row's page
-    #    only; issue 24, see .sessions).
+    #    only; see .sessions).
     """
     ALTER TABLE sessions ADD COLUMN lapse_floor_ms INTEGER NOT NULL DEFAULT 0
         CHECK (lapse_floor_ms <= expires_ms);
@@ -167,7 +167,7 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
     CREATE INDEX sessions_by_lapse_floor ON sessions(state, lapse_floor_ms);
     """,
     # 7: the control side's own audit records: one row per policy save, org load, compile and
-    #    re-seal, committed with the write (issue 23; see .control).
+    #    re-seal, committed with the write (see .control).
     """
     CREATE TABLE control_events(
         seq INTEGER PRIMARY KEY,
@@ -177,7 +177,7 @@ MIGRATIONS: Final[tuple[str | Callable[[apsw.Connection], None], ...]] = (
         content_hash TEXT NOT NULL
     ) STRICT;
     """,
-    # 8: the shadow index the console reads agreement figures from (issue 22; see
+    # 8: the shadow index the console reads agreement figures from (see
     #    .shadow_index). A chain recorded before starts unindexed: `rensei shadow index`.
     """
     CREATE TABLE shadow_index(

@@ -70,7 +70,7 @@ __all__ = [
 
 #: Below this many records (judged by the largest seq) one process walks the chain: starting
 #: two workers costs ~0.5 s on a busy 2-core machine, what one process needs for ~50-100k small
-#: records (docs/performance.md, issue 21).
+#: records (docs/performance.md, chain-verify).
 PARALLEL_MIN_RECORDS: Final = 250_000
 #: The ranges are "guided" (cut by :func:`cut`): each costs the work still to cut divided by
 #: this many times the processes, so the first ranges are large (few seams, few messages) and

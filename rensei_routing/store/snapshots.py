@@ -70,7 +70,7 @@ class OrgStore:
     def put(self, org: OrgData, *, saved_at: str) -> tuple[int, bool]:
         """``(revision, created)``: ``org`` stored as the next revision (``True``), or, when its
         content hash is the current revision's, nothing written and that revision returned
-        (``False``), so identical data never makes a revision nor a recompile (issue 22). The
+        (``False``), so identical data never makes a revision nor a recompile. The
         comparison and the insert are one write transaction.
 
         Raises:

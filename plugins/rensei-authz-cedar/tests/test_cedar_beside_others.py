@@ -1,4 +1,4 @@
-"""Issue 19 #1 and #10: Cedar policies are never skipped because another authorizer is loaded.
+"""Cedar policies are never skipped because another authorizer is loaded.
 
 Every policy kind a snapshot's authorization section carries must be claimed by a loaded
 authorizer; the Cedar section is claimed by the authorizer named ``cedar`` (the plugin as it

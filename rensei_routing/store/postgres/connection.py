@@ -88,7 +88,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (org_id, seq)
     );
     """,
-    # 2: the audited record of every policy write (issue 30), one per policy revision, in the
+    # 2: the audited record of every policy write, one per policy revision, in the
     #    transaction that stores the revision: its payload is the canonical JSON the SQLite
     #    store appends to the home's audit chain (``core.routing.edits.PolicyMutation``).
     """
