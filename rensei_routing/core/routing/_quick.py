@@ -1,5 +1,6 @@
 """The line reader (:func:`quick_line`): a JSON Lines line in the form ``to_dict`` writes, read
-into its context without building its dicts, with the per-reader :class:`Pieces` memo. Pure: no
+into its context without building its dicts, with the per-reader :class:`Pieces` memo; and the
+same for a context's canonical text as the audit log stores it (:func:`quick_stored`). Pure: no
 I/O.
 
 It accepts only what the general reader accepts and builds the equal value; anything it is not
@@ -43,7 +44,15 @@ from .context import (
 from .members import MAX_ID, accounts_texts, legacy_texts, repo_json, requirement_json
 from .vocabulary import Vocabulary
 
-__all__ = ["MEMO_LIMIT", "PIECES_LIMIT", "Memo", "Pieces", "quick_context", "quick_line"]
+__all__ = [
+    "MEMO_LIMIT",
+    "PIECES_LIMIT",
+    "Memo",
+    "Pieces",
+    "quick_context",
+    "quick_line",
+    "quick_stored",
+]
 
 # -- whole lines -------------------------------------------------------------------------------
 
@@ -186,7 +195,51 @@ def quick_line(
     repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw = (
         head.groups()
     )
-    accounts_raw = line[head.end() : end]
+    return _assemble(
+        (repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw),
+        line[head.end() : end],
+        vocabulary,
+        memo,
+        pieces,
+    )
+
+
+#: A context's RFC 8785 text (keys sorted: how the audit log stores one, in full or in a compact
+#: explanation's form, which leaves default members out of accounts and the legacy route), with
+#: an accounts array holding no bracket. Every other text is read by the general path.
+_STORED: Final = re.compile(
+    rf'\{{"accounts":(\[[^\[\]]*\]),"legacy_route":{_FLAT_OBJECT},'
+    rf'"model_requirement":{_FLAT_OBJECT},"principal_id":{_OPTIONAL_STRING},'
+    rf'"repo":{_FLAT_OBJECT},"repo_class":{_OPTIONAL_STRING},"request_face":{_STRING},'
+    rf'"role":{_OPTIONAL_STRING}\}}'
+)
+
+
+def quick_stored(
+    text: str, vocabulary: Vocabulary, memo: Memo, pieces: Pieces
+) -> RouteContext | None:
+    """:func:`quick_line` for a context's canonical text (a stored record's, say): the context
+    ``quick_context(json.loads(text))`` reads, or ``None`` (the caller takes the other paths).
+    The same pieces, looked up by their exact text, as the line reader's."""
+    found = _STORED.fullmatch(text)
+    if found is None:
+        return None
+    accounts_raw, legacy, requirement, principal, repo, repo_class, face, role = found.groups()
+    return _assemble(
+        (repo, repo_class, principal, role, requirement, face, legacy),
+        accounts_raw,
+        vocabulary,
+        memo,
+        pieces,
+    )
+
+
+def _assemble(
+    head: tuple[Any, ...], accounts_raw: str, vocabulary: Vocabulary, memo: Memo, pieces: Pieces
+) -> RouteContext | None:
+    """The context of a line's raw pieces (``head`` in ``to_dict``'s order up to the
+    accounts), each looked up in ``pieces`` by its text; ``None`` when one is not quick."""
+    repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw = head
     try:
         table = pieces.repo
         repo = table.get(repo_raw) or _keep(table, repo_raw, _repo_piece(repo_raw, memo))
