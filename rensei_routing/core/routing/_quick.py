@@ -195,9 +195,16 @@ def quick_line(
     repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw = (
         head.groups()
     )
+    try:
+        strings = _strings(pieces, (principal_raw, role_raw, class_raw, face_raw), vocabulary)
+    except NotQuick:
+        return None
     return _assemble(
-        (repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw),
+        repo_raw,
+        requirement_raw,
+        legacy_raw,
         line[head.end() : end],
+        strings,
         vocabulary,
         memo,
         pieces,
@@ -224,22 +231,55 @@ def quick_stored(
     found = _STORED.fullmatch(text)
     if found is None:
         return None
-    accounts_raw, legacy, requirement, principal, repo, repo_class, face, role = found.groups()
-    return _assemble(
-        (repo, repo_class, principal, role, requirement, face, legacy),
+    (
         accounts_raw,
-        vocabulary,
-        memo,
-        pieces,
+        legacy_raw,
+        requirement_raw,
+        principal_raw,
+        repo_raw,
+        class_raw,
+        face_raw,
+        role_raw,
+    ) = found.groups()
+    try:
+        if role_raw is None or principal_raw is None:
+            strings = _strings(pieces, (principal_raw, role_raw, class_raw, face_raw), vocabulary)
+        else:
+            # A stored role is read on its own (the principal names it only when it is null),
+            # so the other strings are one piece however many principals a chain holds.
+            others = _strings(pieces, (None, role_raw, class_raw, face_raw), vocabulary)
+            principal = quick_text(principal_raw, MAX_ID)
+            strings = (principal, *others[1:4], _s(principal), *others[5:])
+    except NotQuick:
+        return None
+    return _assemble(
+        repo_raw, requirement_raw, legacy_raw, accounts_raw, strings, vocabulary, memo, pieces
     )
 
 
+def _strings(
+    pieces: Pieces, key: tuple[str | None, str | None, str | None, str], vocabulary: Vocabulary
+) -> tuple[Any, ...]:
+    """The strings piece of ``key`` (principal, role, repo class and request face as raw).
+
+    Raises:
+        NotQuick: one of them is not quick.
+    """
+    return pieces.strings.get(key) or _keep(pieces.strings, key, _strings_piece(*key, vocabulary))
+
+
 def _assemble(
-    head: tuple[Any, ...], accounts_raw: str, vocabulary: Vocabulary, memo: Memo, pieces: Pieces
+    repo_raw: str,
+    requirement_raw: str,
+    legacy_raw: str,
+    accounts_raw: str,
+    strings: tuple[Any, ...],
+    vocabulary: Vocabulary,
+    memo: Memo,
+    pieces: Pieces,
 ) -> RouteContext | None:
-    """The context of a line's raw pieces (``head`` in ``to_dict``'s order up to the
-    accounts), each looked up in ``pieces`` by its text; ``None`` when one is not quick."""
-    repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw = head
+    """The context of a text's raw pieces, each looked up in ``pieces`` by its text, and its
+    strings piece; ``None`` when a piece is not quick."""
     try:
         table = pieces.repo
         repo = table.get(repo_raw) or _keep(table, repo_raw, _repo_piece(repo_raw, memo))
@@ -254,12 +294,6 @@ def _assemble(
         table = pieces.accounts
         accounts = table.get(accounts_raw) or _keep(
             table, accounts_raw, _accounts_piece(accounts_raw, vocabulary, memo)
-        )
-        key = (principal_raw, role_raw, class_raw, face_raw)
-        strings = pieces.strings.get(key) or _keep(
-            pieces.strings,
-            key,
-            _strings_piece(principal_raw, role_raw, class_raw, face_raw, vocabulary),
         )
     except NotQuick:
         return None
