@@ -145,12 +145,14 @@ def test_the_replay_summarises_as_the_plain_computation(
             stored = [r.payload_bytes for r in log.records()]
             assert any(MARKER_PREFIX.encode() in b for b in stored)  # the marker is stored
             late = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
-            for options in ({}, {"since": late}, {"limit": 3}, {"limit": 0}):
+            for since, limit in ((None, None), (late, None), (None, 3), (None, 0)):
                 seen: list[int] = []
-                got = compare_chain(log, (current, state), candidate, skipped=seen.append, **options)
-                want, skipped = _plain(log, (current, state), candidate, **options)  # type: ignore[arg-type]
-                assert got == want, options
-                assert seen == skipped, options
+                got = compare_chain(
+                    log, (current, state), candidate, since=since, limit=limit, skipped=seen.append
+                )
+                want, skipped = _plain(log, (current, state), candidate, since=since, limit=limit)
+                assert got == want, (since, limit)
+                assert seen == skipped, (since, limit)
 
 
 def test_a_verdict_row_holds_the_verdicts_fields() -> None:
