@@ -4,35 +4,40 @@ AuditLog`; the comparison rules are :mod:`rensei_routing.core.shadow.whatif`'s. 
 
 Contexts come from shadow records (``proposed.explanation.context``) and from plain recorded
 decisions (``explanation.context``). Every recorded spawn counts, duplicates included: a context
-recorded twice is two spawns. Memory stays flat: records are streamed in pages, explained in
-chunks, and the verdicts of recently seen contexts are kept in a bounded cache keyed by the
-context's canonical text (explain is pure: the same context against the same snapshots always
-gets the same decisions, so a repeated context is explained once while it is in the cache).
+recorded twice is two spawns. Memory stays flat: records are streamed in pages, each context is
+explained as it is read (one explain stream per revision, its memos kept for the whole chain),
+and the verdicts of recently seen contexts are kept in a bounded cache keyed by the context's
+stored text (explain is pure: the same context against the same snapshots always gets the same
+decisions, so a repeated context is neither parsed nor explained again while it is cached).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 from ..core._parse import STRICT_DECODER
 from ..core.audit.chain import AuditRecord
 from ..core.audit.hydraflow import imported_payload
-from ..core.routing._quick import Memo, quick_context
+from ..core.routing._quick import Memo, Pieces, quick_context, quick_stored
 from ..core.routing.context import RouteContext
 from ..core.routing.policy import PolicySnapshot
-from ..core.routing.resolver import explain_batch
+from ..core.routing.resolver import explain_iter
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from ..core.shadow.whatif import Verdict, WhatIf, WhatIfSummary, stored_context_text
+from ..core.shadow.whatif import (
+    VerdictRow,
+    WhatIf,
+    WhatIfSummary,
+    stored_context_text,
+    verdict_row,
+)
 from ..errors import InputError
 from ..store.audit import AuditLog
 
-__all__ = ["CACHE_SIZE", "CHUNK", "compare_chain", "context_of", "recorded_since"]
+__all__ = ["CACHE_SIZE", "compare_chain", "context_of", "recorded_since"]
 
-#: Distinct contexts explained per chunk (two ``explain_batch`` calls each).
-CHUNK: Final = 2_000
 #: Distinct contexts whose verdicts are kept for repeats.
 CACHE_SIZE: Final = 10_000
 
@@ -81,6 +86,23 @@ def _keyed_context(record: AuditRecord) -> tuple[str, Any] | None:
     return None if doc is None else ("", doc)
 
 
+class _Feed:
+    """An endless iterator handing an explain stream the one context it is to decide next:
+    set :attr:`context`, then take one decision from the stream."""
+
+    __slots__ = ("context",)
+
+    def __init__(self) -> None:
+        self.context: RouteContext | None = None
+
+    def __iter__(self) -> _Feed:
+        return self
+
+    def __next__(self) -> RouteContext:
+        assert self.context is not None
+        return self.context
+
+
 def compare_chain(
     log: AuditLog,
     current: tuple[PolicySnapshot, str],
@@ -103,83 +125,73 @@ def compare_chain(
         StoreError: the log cannot be read.
     """
     acc = WhatIf(examples=examples)
+    add = acc.add_row
     snapshot, state = current
-    cache: OrderedDict[str, tuple[Verdict, Verdict]] = OrderedDict()
-    chunk: list[tuple[int, str]] = []
-    pending: dict[str, RouteContext] = {}
-
-    def flush() -> None:
-        contexts = list(pending.values())
-        before = explain_batch(contexts, snapshot, snapshot_state=state, vocabulary=vocabulary)
-        after = explain_batch(contexts, candidate, snapshot_state="ok", vocabulary=vocabulary)
-        for key, b, a in zip(pending, before, after, strict=True):
-            cache[key] = (Verdict.of(b), Verdict.of(a))
-        for seq, key in chunk:
-            acc.add(seq, *cache[key])
-        chunk.clear()
-        pending.clear()
-        while len(cache) > CACHE_SIZE:
-            cache.popitem(last=False)  # the oldest (O(1); deleting dict heads is not)
-
-    for seq, key, context in _contexts(log, since, limit, stop, skipped, vocabulary):
-        if key not in cache and key not in pending:
-            pending[key] = context
-        chunk.append((seq, key))
-        if len(pending) >= CHUNK:
-            flush()
-    if chunk:
-        flush()
-    return acc.summary()
-
-
-def _contexts(
-    log: AuditLog,
-    since: dt.datetime | None,
-    limit: int | None,
-    stop: int | None,
-    skipped: Callable[[int], None] | None,
-    vocabulary: Vocabulary,
-) -> Iterator[tuple[int, str, RouteContext]]:
-    """``(seq, key, context)`` of every recorded context, oldest first (newest first with
-    ``limit``). The context is parsed only for a key not seen just before; a key of ``""``
-    (a payload that was not canonical) is replaced by the parsed context's canonical text."""
-    taken = 0
-    parsed: OrderedDict[str, RouteContext] = OrderedDict()
+    # Two explain streams (one per revision) fed one context at a time: their memos stay warm
+    # across the whole chain, and each decision is dropped as soon as its verdict is taken, so
+    # nothing but the bounded cache outlives a record (the cyclic collector has little to walk).
+    feed = _Feed()
+    before = explain_iter(feed, snapshot, snapshot_state=state, vocabulary=vocabulary)
+    after = explain_iter(feed, candidate, snapshot_state="ok", vocabulary=vocabulary)
+    cache: OrderedDict[str, tuple[VerdictRow, VerdictRow]] = OrderedDict()
     memo: Memo = {}
+    pieces = Pieces()
+    taken = 0
     for record in log.records(newest_first=limit is not None, stop=stop):
         if limit is not None and taken >= limit:
-            return
-        if not recorded_since(record, since):
+            break
+        if since is not None and not recorded_since(record, since):
             continue
         try:
             found = _keyed_context(record)
             if found is None:
                 raise InputError("no context")
             key, doc = found
-            context = parsed.get(key) if key else None
-            if context is None:
-                if doc is None:
-                    try:
-                        doc = STRICT_DECODER.decode(key)
-                    except (ValueError, RecursionError):
-                        # Not one JSON value (see core.whatif.stored_context_text): read the
-                        # whole payload, and key the context by its own canonical text.
-                        doc, key = context_of(record.payload), ""
-                        if doc is None:
-                            raise InputError("no context") from None
-                # The quick reader with a memo shares the pieces that repeat across the chain
-                # (accounts, routes); the general reader names the field of a bad context.
-                # A stored context is read as stored: ``redacted`` accepts redaction markers.
-                context = quick_context(doc, vocabulary, memo) or RouteContext.from_dict(
-                    doc, path=f"audit[{record.seq}].context", vocabulary=vocabulary, redacted=True
-                )
-                key = key or context.canonical().decode("utf-8")
-                parsed[key] = context
-                if len(parsed) > CACHE_SIZE:
-                    parsed.popitem(last=False)
+            verdicts = cache.get(key) if key else None
+            if verdicts is None:
+                context, key = _read_context(record, key, doc, vocabulary, memo, pieces)
+                verdicts = cache.get(key)
+                if verdicts is None:
+                    feed.context = context
+                    verdicts = cache[key] = (verdict_row(next(before)), verdict_row(next(after)))
+                    if len(cache) > CACHE_SIZE:
+                        cache.popitem(last=False)  # the oldest (O(1); deleting dict heads is not)
         except InputError:
             if skipped is not None:
                 skipped(record.seq)
             continue
         taken += 1
-        yield record.seq, key, context
+        add(record.seq, *verdicts)
+    return acc.summary()
+
+
+def _read_context(
+    record: AuditRecord, key: str, doc: Any, vocabulary: Vocabulary, memo: Memo, pieces: Pieces
+) -> tuple[RouteContext, str]:
+    """The context a record carries and its cache key: ``key`` as :func:`_keyed_context` found
+    it, or, for a payload that was not canonical (``""``), the context's own canonical text.
+
+    Raises:
+        InputError: the record carries no readable context.
+    """
+    if doc is None:
+        # The stored text read piece by piece (each piece once while the memo holds it): the
+        # context the readers below would read from the parsed text, or None for them to look.
+        context = quick_stored(key, vocabulary, memo, pieces)
+        if context is not None:
+            return context, key
+        try:
+            doc = STRICT_DECODER.decode(key)
+        except (ValueError, RecursionError):
+            # Not one JSON value (see core.whatif.stored_context_text): read the whole payload,
+            # and key the context by its own canonical text.
+            doc, key = context_of(record.payload), ""
+            if doc is None:
+                raise InputError("no context") from None
+    # The quick reader with a memo shares the pieces that repeat across the chain (accounts,
+    # routes); the general reader names the field of a bad context. A stored context is read
+    # as stored: ``redacted`` accepts redaction markers.
+    context = quick_context(doc, vocabulary, memo) or RouteContext.from_dict(
+        doc, path=f"audit[{record.seq}].context", vocabulary=vocabulary, redacted=True
+    )
+    return context, key or context.canonical_text()

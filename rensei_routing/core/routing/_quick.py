@@ -1,5 +1,6 @@
 """The line reader (:func:`quick_line`): a JSON Lines line in the form ``to_dict`` writes, read
-into its context without building its dicts, with the per-reader :class:`Pieces` memo. Pure: no
+into its context without building its dicts, with the per-reader :class:`Pieces` memo; and the
+same for a context's canonical text as the audit log stores it (:func:`quick_stored`). Pure: no
 I/O.
 
 It accepts only what the general reader accepts and builds the equal value; anything it is not
@@ -43,7 +44,15 @@ from .context import (
 from .members import MAX_ID, accounts_texts, legacy_texts, repo_json, requirement_json
 from .vocabulary import Vocabulary
 
-__all__ = ["MEMO_LIMIT", "PIECES_LIMIT", "Memo", "Pieces", "quick_context", "quick_line"]
+__all__ = [
+    "MEMO_LIMIT",
+    "PIECES_LIMIT",
+    "Memo",
+    "Pieces",
+    "quick_context",
+    "quick_line",
+    "quick_stored",
+]
 
 # -- whole lines -------------------------------------------------------------------------------
 
@@ -186,7 +195,91 @@ def quick_line(
     repo_raw, class_raw, principal_raw, role_raw, requirement_raw, face_raw, legacy_raw = (
         head.groups()
     )
-    accounts_raw = line[head.end() : end]
+    try:
+        strings = _strings(pieces, (principal_raw, role_raw, class_raw, face_raw), vocabulary)
+    except NotQuick:
+        return None
+    return _assemble(
+        repo_raw,
+        requirement_raw,
+        legacy_raw,
+        line[head.end() : end],
+        strings,
+        vocabulary,
+        memo,
+        pieces,
+    )
+
+
+#: A context's RFC 8785 text (keys sorted: how the audit log stores one, in full or in a compact
+#: explanation's form, which leaves default members out of accounts and the legacy route), with
+#: an accounts array holding no bracket. Every other text is read by the general path.
+_STORED: Final = re.compile(
+    rf'\{{"accounts":(\[[^\[\]]*\]),"legacy_route":{_FLAT_OBJECT},'
+    rf'"model_requirement":{_FLAT_OBJECT},"principal_id":{_OPTIONAL_STRING},'
+    rf'"repo":{_FLAT_OBJECT},"repo_class":{_OPTIONAL_STRING},"request_face":{_STRING},'
+    rf'"role":{_OPTIONAL_STRING}\}}'
+)
+
+
+def quick_stored(
+    text: str, vocabulary: Vocabulary, memo: Memo, pieces: Pieces
+) -> RouteContext | None:
+    """:func:`quick_line` for a context's canonical text (a stored record's, say): the context
+    ``quick_context(json.loads(text))`` reads, or ``None`` (the caller takes the other paths).
+    The same pieces, looked up by their exact text, as the line reader's."""
+    found = _STORED.fullmatch(text)
+    if found is None:
+        return None
+    (
+        accounts_raw,
+        legacy_raw,
+        requirement_raw,
+        principal_raw,
+        repo_raw,
+        class_raw,
+        face_raw,
+        role_raw,
+    ) = found.groups()
+    try:
+        if role_raw is None or principal_raw is None:
+            strings = _strings(pieces, (principal_raw, role_raw, class_raw, face_raw), vocabulary)
+        else:
+            # A stored role is read on its own (the principal names it only when it is null),
+            # so the other strings are one piece however many principals a chain holds.
+            others = _strings(pieces, (None, role_raw, class_raw, face_raw), vocabulary)
+            principal = quick_text(principal_raw, MAX_ID)
+            strings = (principal, *others[1:4], _s(principal), *others[5:])
+    except NotQuick:
+        return None
+    return _assemble(
+        repo_raw, requirement_raw, legacy_raw, accounts_raw, strings, vocabulary, memo, pieces
+    )
+
+
+def _strings(
+    pieces: Pieces, key: tuple[str | None, str | None, str | None, str], vocabulary: Vocabulary
+) -> tuple[Any, ...]:
+    """The strings piece of ``key`` (principal, role, repo class and request face as raw).
+
+    Raises:
+        NotQuick: one of them is not quick.
+    """
+    return pieces.strings.get(key) or _keep(pieces.strings, key, _strings_piece(*key, vocabulary))
+
+
+def _assemble(
+    repo_raw: str,
+    requirement_raw: str,
+    legacy_raw: str,
+    accounts_raw: str,
+    strings: tuple[Any, ...],
+    vocabulary: Vocabulary,
+    memo: Memo,
+    pieces: Pieces,
+) -> RouteContext | None:
+    """The context of a text's raw pieces, each looked up in ``pieces`` by its text, and its
+    strings piece; ``None`` when a piece is not quick."""
     try:
         table = pieces.repo
         repo = table.get(repo_raw) or _keep(table, repo_raw, _repo_piece(repo_raw, memo))
@@ -201,12 +294,6 @@ def quick_line(
         table = pieces.accounts
         accounts = table.get(accounts_raw) or _keep(
             table, accounts_raw, _accounts_piece(accounts_raw, vocabulary, memo)
-        )
-        key = (principal_raw, role_raw, class_raw, face_raw)
-        strings = pieces.strings.get(key) or _keep(
-            pieces.strings,
-            key,
-            _strings_piece(principal_raw, role_raw, class_raw, face_raw, vocabulary),
         )
     except NotQuick:
         return None

@@ -1,8 +1,9 @@
 """What-if: how the decisions for recorded contexts would change under a candidate policy set.
 
 Pure: reading a recorded context out of a stored payload's canonical text, and an accumulator
-fed ``(seq, before, after)`` verdict pairs (the same context explained
-against the current revision and against the candidate), and the frozen summary it yields: a
+fed ``(seq, before, after)`` verdict pairs (the same context explained against the current
+revision and against the candidate; as :class:`Verdict` values, or as the plain tuples of
+:func:`verdict_row` a replay keeps in its cache), and the frozen summary it yields: a
 before/after matrix of ``outcome/reason`` with example decision ids per cell, the routes that
 would move provider, model or account, and the spawns newly held, rejected or selected. Memory
 is one entry per matrix cell (at most 9 x 9 reason pairs) with a bounded number of examples,
@@ -26,6 +27,7 @@ __all__ = [
     "COUNTERS",
     "Example",
     "Verdict",
+    "VerdictRow",
     "WhatIf",
     "WhatIfCell",
     "WhatIfSummary",
@@ -33,6 +35,7 @@ __all__ = [
     "label",
     "stored_context",
     "stored_context_text",
+    "verdict_row",
 ]
 
 #: Example decisions kept per cell and per counter.
@@ -88,6 +91,37 @@ class Verdict:
             self.effective_model,
             self.account_id,
         )
+
+    def row(self) -> VerdictRow:
+        """The same fields as :func:`verdict_row` gives for the decision."""
+        return (
+            self.outcome,
+            self.reason,
+            self.policy_id,
+            self.provider_binding,
+            self.effective_model,
+            self.account_id,
+            self.decision_id,
+        )
+
+
+#: A verdict as a plain tuple: :meth:`Verdict.key`'s six fields, then the decision id. A tuple
+#: of strings is cheap to build and to keep (the cyclic collector stops tracking it), which is
+#: what a replay caching the verdicts of thousands of contexts wants.
+VerdictRow = tuple[str, str, str | None, str | None, str | None, str | None, str]
+
+
+def verdict_row(d: RouteDecision) -> VerdictRow:
+    """What a what-if compares of ``d`` (:class:`Verdict`'s fields) as a :data:`VerdictRow`."""
+    return (
+        d.outcome,
+        d.reason,
+        d.policy_id,
+        d.provider_binding,
+        d.effective_model,
+        d.account_id,
+        d.decision_id,
+    )
 
 
 def changed(before: Verdict, after: Verdict) -> bool:
@@ -232,7 +266,7 @@ class WhatIf:
     def __init__(self, *, examples: int = DEFAULT_EXAMPLES) -> None:
         self._keep = max(0, examples)
         self._contexts = 0
-        self._cells: dict[tuple[str, str], _Cell] = {}
+        self._cells: dict[tuple[str, str, str, str], _Cell] = {}
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._examples: dict[str, list[Example]] = {k: [] for k in COUNTERS}
 
@@ -244,34 +278,41 @@ class WhatIf:
 
     def add(self, seq: int, before: Verdict, after: Verdict) -> None:
         """Count one recorded context explained both ways."""
+        self.add_row(seq, before.row(), after.row())
+
+    def add_row(self, seq: int, before: VerdictRow, after: VerdictRow) -> None:
+        """:meth:`add` of two :data:`VerdictRow` values."""
         self._contexts += 1
-        where = (before.label, after.label)
+        # Cells are keyed by the four label parts; the labels are written once, in summary().
+        where = (before[0], before[1], after[0], after[1])
         cell = self._cells.get(where)
         if cell is None:
             cell = self._cells[where] = _Cell()
         cell.count += 1
-        if not changed(before, after):
+        if before[:6] == after[:6]:  # not changed (the decision ids always differ)
             return
-        example = Example(seq=seq, before_id=before.decision_id, after_id=after.decision_id)
+        example = Example(seq=seq, before_id=before[6], after_id=after[6])
         cell.changed += 1
         if len(cell.examples) < self._keep:
             cell.examples.append(example)
         self._count("changed", example)
-        if before.outcome == SELECTED and after.outcome == SELECTED:
-            if before.provider_binding != after.provider_binding:
+        b_outcome, _, b_policy, b_binding, b_model, b_account, _ = before
+        a_outcome, _, a_policy, a_binding, a_model, a_account, _ = after
+        if b_outcome == SELECTED and a_outcome == SELECTED:
+            if b_binding != a_binding:
                 self._count("moved_provider", example)
-            if before.effective_model != after.effective_model:
+            if b_model != a_model:
                 self._count("moved_model", example)
-            if before.account_id != after.account_id:
+            if b_account != a_account:
                 self._count("moved_account", example)
-        if before.policy_id != after.policy_id:
+        if b_policy != a_policy:
             self._count("policy_changed", example)
-        if after.outcome != before.outcome:
-            if after.outcome == HELD:
+        if a_outcome != b_outcome:
+            if a_outcome == HELD:
                 self._count("newly_held", example)
-            elif after.outcome == REJECTED:
+            elif a_outcome == REJECTED:
                 self._count("newly_rejected", example)
-            elif after.outcome == SELECTED:
+            elif a_outcome == SELECTED:
                 self._count("newly_selected", example)
 
     def summary(self) -> WhatIfSummary:
@@ -279,13 +320,13 @@ class WhatIf:
         cells = sorted(
             (
                 WhatIfCell(
-                    before=b,
-                    after=a,
+                    before=f"{b_outcome}/{b_reason}",
+                    after=f"{a_outcome}/{a_reason}",
                     count=c.count,
                     changed=c.changed,
                     examples=tuple(c.examples),
                 )
-                for (b, a), c in self._cells.items()
+                for (b_outcome, b_reason, a_outcome, a_reason), c in self._cells.items()
             ),
             key=lambda c: (-c.count, c.before, c.after),
         )
