@@ -41,7 +41,7 @@ from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.policies import PolicyStore
 
-from .harness import BenchResult, Config, Figure, progress, timed
+from .harness import BenchResult, Config, Figure, as_installed_env, progress, timed
 from .workload import build_contexts, policy_set
 
 NAME = "cli-batch"
@@ -69,7 +69,7 @@ _WRAPPER = (
 def _cli(args: list[str], out: Path, tmp: Path) -> tuple[float, float]:
     """Run the CLI with stdout to ``out``; (wall seconds, peak RSS MiB)."""
     hwm = tmp / "hwm"
-    env = {**os.environ, "RENSEI_BENCH_HWM": str(hwm), "RENSEI_ROUTING_LOAD_PLUGINS": ""}
+    env = as_installed_env(RENSEI_BENCH_HWM=str(hwm), RENSEI_ROUTING_LOAD_PLUGINS="")
     with open(out, "wb") as f:
         start = time.perf_counter()
         done = subprocess.run(
