@@ -196,7 +196,8 @@ def _read_requirement_map(
     return tuple(sorted(normalised, key=lambda e: (e.requirement.key, e.model)))
 
 
-_ACTION_FIELDS: Final = (
+#: The members of an action document, in the order its slots are declared.
+ACTION_FIELDS: Final = (
     "provider_lock",
     "account_pool",
     "requirement_map",
@@ -286,7 +287,7 @@ class RoutingAction:
         cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> RoutingAction:
         """Raises: MalformedError."""
-        d = p.obj(data, path, optional=_ACTION_FIELDS)
+        d = p.obj(data, path, optional=ACTION_FIELDS)
         lock = d.get("provider_lock")
         pool_path = p.at(path, "account_pool")
         pool: list[str] = []

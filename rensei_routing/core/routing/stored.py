@@ -22,6 +22,7 @@ import orjson
 from .members import MAX_ID as _MAX_ID
 from .members import ModelRequirement
 from .policy import (
+    ACTION_FIELDS,
     MATCH_DIMENSIONS,
     MAX_PRIORITY,
     RequirementMapping,
@@ -61,14 +62,7 @@ _POLICY_SLOTS: Final = (
 )
 _MATCH_SLOTS: Final = (*MATCH_DIMENSIONS, "_keys")
 _ACTION_SLOTS: Final = (
-    "provider_lock",
-    "account_pool",
-    "requirement_map",
-    "allowed_patterns",
-    "forbid_direct_bypass",
-    "selection",
-    "on_unavailable",
-    "fallback_on",
+    *ACTION_FIELDS,
     "_canonical",
     "_allowed",
     "_maps",
@@ -104,7 +98,7 @@ _EMPTY: Final[frozenset[str]] = frozenset()
 #: The fields ``to_dict`` writes (all of them, always).
 _POLICY_KEYS: Final = frozenset(_POLICY_SLOTS)
 _MATCH_KEYS: Final = frozenset(MATCH_DIMENSIONS)
-_ACTION_KEYS: Final = frozenset(_ACTION_SLOTS[:8])
+_ACTION_KEYS: Final = frozenset(ACTION_FIELDS)
 
 
 def _fixed(allowed: Collection[str]) -> frozenset[str]:
