@@ -81,7 +81,7 @@ def _assert_same_load(body: bytes, vocabulary: Vocabulary = V) -> None:
 
 
 def test_the_slot_lists_are_the_classes() -> None:
-    assert RoutingPolicy.__slots__ == stored._POLICY_SLOTS
+    assert RoutingPolicy.__slots__ == stored.POLICY_FIELDS
     assert RoutingMatch.__slots__ == stored._MATCH_SLOTS
     assert RoutingAction.__slots__ == stored._ACTION_SLOTS
 

@@ -333,7 +333,8 @@ class RoutingAction:
         )
 
 
-_POLICY_FIELDS: Final = (
+#: The members of a policy document, in the order its slots are declared.
+POLICY_FIELDS: Final = (
     "id",
     "enabled",
     "priority",
@@ -372,7 +373,7 @@ class RoutingPolicy:
         cls, data: Any, *, path: p.Path = "", vocabulary: Vocabulary = DEFAULT_VOCABULARY
     ) -> RoutingPolicy:
         """Raises: MalformedError."""
-        d = p.obj(data, path, required=("id",), optional=_POLICY_FIELDS)
+        d = p.obj(data, path, required=("id",), optional=POLICY_FIELDS)
         return cls(
             # Read verbatim: an id that breaks the pattern (empty, too long, padded) is an
             # author mistake that validation reports, not a malformed document.

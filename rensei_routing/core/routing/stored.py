@@ -25,6 +25,7 @@ from .policy import (
     ACTION_FIELDS,
     MATCH_DIMENSIONS,
     MAX_PRIORITY,
+    POLICY_FIELDS,
     RequirementMapping,
     RoutingAction,
     RoutingMatch,
@@ -51,15 +52,6 @@ _MAX_CHOICE: Final = 256
 # the slot lists to the classes'.
 
 _new: Final = object.__new__
-_POLICY_SLOTS: Final = (
-    "id",
-    "enabled",
-    "priority",
-    "system_safety",
-    "description",
-    "match",
-    "action",
-)
 _MATCH_SLOTS: Final = (*MATCH_DIMENSIONS, "_keys")
 _ACTION_SLOTS: Final = (
     *ACTION_FIELDS,
@@ -75,7 +67,7 @@ def _setters(cls: type, slots: tuple[str, ...]) -> tuple[Any, ...]:
 
 
 _P_ID, _P_ENABLED, _P_PRIORITY, _P_SAFETY, _P_DESCRIPTION, _P_MATCH, _P_ACTION = _setters(
-    RoutingPolicy, _POLICY_SLOTS
+    RoutingPolicy, POLICY_FIELDS
 )
 _M_REPOS, _M_CLASSES, _M_ROLES, _M_PRINCIPALS, _M_REQUIREMENTS, _M_FACES, _M_KEYS = _setters(
     RoutingMatch, _MATCH_SLOTS
@@ -96,7 +88,7 @@ _M_REPOS, _M_CLASSES, _M_ROLES, _M_PRINCIPALS, _M_REQUIREMENTS, _M_FACES, _M_KEY
 ) = _setters(RoutingAction, _ACTION_SLOTS)
 _EMPTY: Final[frozenset[str]] = frozenset()
 #: The fields ``to_dict`` writes (all of them, always).
-_POLICY_KEYS: Final = frozenset(_POLICY_SLOTS)
+_POLICY_KEYS: Final = frozenset(POLICY_FIELDS)
 _MATCH_KEYS: Final = frozenset(MATCH_DIMENSIONS)
 _ACTION_KEYS: Final = frozenset(ACTION_FIELDS)
 

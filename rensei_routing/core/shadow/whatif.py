@@ -94,15 +94,7 @@ class Verdict:
 
     def row(self) -> VerdictRow:
         """The same fields as :func:`verdict_row` gives for the decision."""
-        return (
-            self.outcome,
-            self.reason,
-            self.policy_id,
-            self.provider_binding,
-            self.effective_model,
-            self.account_id,
-            self.decision_id,
-        )
+        return (*self.key(), self.decision_id)
 
 
 #: A verdict as a plain tuple: :meth:`Verdict.key`'s six fields, then the decision id. A tuple
