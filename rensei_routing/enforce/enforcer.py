@@ -241,7 +241,11 @@ class Enforcer(SeamService):
             window_s = canary.trip_window_s or DEFAULT_TRIP_WINDOW_S
             since_us = at_us - window_s * 1_000_000  # the rows start at the arm (put_armed)
             state.note_decision(conn, canary.repo, first, at_us, refused or corrupt, since_us)
-            decisions, refusals = state.window_counts(conn, canary.repo, since_us)
+            # Only a refusal can newly trip the rate (an answer that is not one adds a decision
+            # and no refusal), so the window is counted only then, or for a trip's record.
+            decisions = refusals = 0
+            if corrupt or (refused and canary.trip_rate is not None):
+                decisions, refusals = state.window_counts(conn, canary.repo, since_us)
             if corrupt:
                 outcome.trip = POLICY_STORE_CORRUPT
             elif refused and canary.trip_rate is not None:
