@@ -326,6 +326,8 @@ def commit(
                         raise
                     job.error = store_error("cannot append to the audit log", e, log._path)
                     job.error.__cause__ = e
+                except apsw.Error:  # the database failed (full, I/O): the whole transaction
+                    raise  # fails, and the writer is replaced (below)
                 except Exception as e:
                     job.error = e
                 if job.error is not None:
