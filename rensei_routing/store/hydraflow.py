@@ -31,11 +31,12 @@ source's last) compares every record below it.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import apsw
@@ -46,6 +47,10 @@ from ..core.audit.hydraflow import (
     HfRecord,
     export_line,
     export_text,
+    plain_envelope,
+    plain_fields,
+    plain_head,
+    plain_line,
     stored_envelope,
     utc_recorded_at,
     walk,
@@ -74,8 +79,9 @@ BATCH_BYTES: Final = 8 * 1024 * 1024
 REST_SHARE: Final = 0.1
 REST_MIN_S: Final = 0.02
 REST_MAX_S: Final = 0.15
-#: The first pass keeps the record hash at every this many seqs (and every quarter batch of
-#: bytes, and the last); batches end there, so each is checked against what that pass verified.
+#: The first pass marks every this many seqs (and every quarter batch of bytes, and the last):
+#: it keeps the record hash there and the SHA-256 of the lines since the mark before; batches
+#: end at marks, and the second pass checks each stretch of lines before it uses any of them.
 _MARK_EVERY: Final = 256
 
 #: ``lines()`` opens the source again, yielding its lines in file order.
@@ -122,13 +128,26 @@ def _state(conn: apsw.Connection, chain: str) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class _Verified:
-    """What the first pass found: the chain, its length, and the record hash at every
-    :data:`_MARK_EVERY`-th seq and at the last."""
+    """What the first pass found: the chain, its length, and at every mark (every
+    :data:`_MARK_EVERY`-th seq, every quarter batch of bytes, and the last; ascending) the
+    record hash, the SHA-256 of the lines since the mark before (blank ones too) and whether
+    every record line among them is plain (:func:`~.hydraflow.plain_line`); and the SHA-256 of
+    the lines after the last record."""
 
     chain: str | None = None
     records: int = 0
-    marks: dict[int, str] | None = None
+    marks: dict[int, str] = field(default_factory=dict)
+    digests: dict[int, tuple[bytes, bool]] = field(default_factory=dict)
+    rest: bytes = b""
     state: dict[str, Any] | None = None
+
+
+def _digest(lines: Iterable[str]) -> bytes:
+    """SHA-256 of the lines, joined (their UTF-8 bytes, as read)."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8", "surrogatepass"))
+    return h.digest()
 
 
 def _verify(
@@ -141,31 +160,40 @@ def _verify(
     mark_bytes: int,
 ) -> _Verified:
     """The first pass: HydraFlow's verify over the whole source, every record checked storable,
-    and a fork of what was imported before refused. Writes nothing, holds no lock. Marks the
-    record hash every ``mark_every`` records or ``mark_bytes`` of lines, and at the last."""
-    found = _Verified(marks={})
-    assert found.marks is not None
+    and a fork of what was imported before refused. Writes nothing, holds no lock. Marks
+    every ``mark_every`` records or ``mark_bytes`` of lines, and the last (:class:`_Verified`)."""
+    found = _Verified()
     read = [0]
+    taken: list[str] = []  # the lines since the last mark
 
     def counted() -> Iterator[str]:
         for line in lines():
             read[0] += len(line)
+            taken.append(line)
             yield line
 
-    last, marked = "", 0
-    for rec in walk(counted()):
+    last, marked, plain, kept = "", 0, True, 0
+    for rec in walk(counted()):  # the walk yields a record right after taking its line
         if rec.seq == 0:
             found.chain = rec.record_hash
             found.state = _read_state(log, rec.record_hash)
-        _check_storable(rec, found.chain or "", file, redactor)
+        if not plain_line(taken[-1], rec):  # a plain line is storable as it is
+            _check_storable(rec, found.chain or "", file, redactor)
+            plain = False
         state = found.state or {}
         if rec.seq == state.get("count", 0) - 1 and rec.record_hash != state.get("head"):
             raise _fork(rec.seq, found.chain or "")
         if (rec.seq + 1) % mark_every == 0 or read[0] - marked >= mark_bytes:
             found.marks[rec.seq], marked = rec.record_hash, read[0]
-        found.records, last = rec.seq + 1, rec.record_hash
+            found.digests[rec.seq] = (_digest(("".join(taken),)), plain)
+            taken.clear()
+            plain = True
+        found.records, last, kept = rec.seq + 1, rec.record_hash, len(taken)
     if found.records:
-        found.marks[found.records - 1] = last
+        if found.records - 1 not in found.marks:
+            found.marks[found.records - 1] = last
+            found.digests[found.records - 1] = (_digest(("".join(taken[:kept]),)), plain)
+        found.rest = _digest(taken[kept:])
         if found.state is not None and found.records < found.state["count"]:
             _check_shorter(log, found.state, found.records - 1, found.chain or "", last)
     return found
@@ -216,7 +244,7 @@ def import_chain(
         known = 0 if state is None else state["count"]
         nothing = AppendResult(first_seq=0, count=0, head_hash="")
         return ImportResult(chain=chain, records=total, known=known, added=nothing)
-    records = itertools.islice(walk(lines()), total)
+    records = _reread(lines(), found)
     done = _Done(count=state["count"], resumed="importing" in state)
     try:
         _skip(records, done.count)
@@ -259,14 +287,56 @@ class _Done:
             self.head = added.head_hash
 
 
-def _skip(records: Iterator[HfRecord], count: int) -> None:
+#: One record of the second pass: its seq and its line when it is plain
+#: (:func:`~.hydraflow.plain_line`), else the record :func:`~.hydraflow.walk` read from it.
+_Item = tuple[int, str | HfRecord]
+
+
+def _reread(lines: Iterable[str], found: _Verified) -> Iterator[_Item]:
+    """The second pass over the source: its records in order, a stretch of lines (those up to
+    a mark from the one before) at a time, and each stretch's SHA-256 checked against the
+    first pass's before any of its records is given out; before the last stretch's, the lines
+    after the last record are checked too. So every record given out was read from bytes the
+    first pass verified, and a source changed in any way is refused before its change is used.
+
+    Raises:
+        ImportRefusedError: the lines are not the ones the first pass verified.
+    """
+    source = iter(lines)
+    first, prev = 0, GENESIS_HASH
+    for mark, (digest, plain) in found.digests.items():
+        taken: list[str] = []
+        missing = mark + 1 - first
+        for line in source:
+            taken.append(line)
+            if line.strip():
+                missing -= 1
+                if not missing:
+                    break
+        if missing or _digest(("".join(taken),)) != digest:
+            raise _changed(f"the lines of records {first} to {mark}")
+        if mark + 1 == found.records and _digest(source) != found.rest:
+            raise _changed(f"the lines after record {mark}")
+        if plain:
+            for line in taken:
+                if line.strip():
+                    yield first, line
+                    first += 1
+        else:
+            for rec in walk(taken, start=first, prev=prev):
+                yield rec.seq, rec
+            first = mark + 1
+        prev = found.marks[mark]
+
+
+def _skip(records: Iterator[_Item], count: int) -> None:
     """Walk past the first ``count`` records (imported before), outside any transaction."""
     for _ in itertools.islice(records, count):
         pass
 
 
 def _batch(
-    records: Iterator[HfRecord],
+    records: Iterator[_Item],
     done: _Done,
     found: _Verified,
     file: str,
@@ -276,8 +346,9 @@ def _batch(
     """One write transaction's records (``AuditLog.append_stamped``'s ``build``): the next
     ones after ``done.count`` up to a mark of the first pass past ``limits`` (records, bytes),
     each mark checked, and the ``meta`` row updated with them."""
-    chain, total, marks = found.chain or "", found.records, found.marks or {}
+    chain, total, marks = found.chain or "", found.records, found.marks
     per_batch, batch_bytes = limits
+    head = plain_head(chain=chain, file=file)
 
     def build(conn: apsw.Connection, first: int, _head: str) -> Iterator[tuple[str, bytes]]:
         state = _state(conn, chain)
@@ -288,17 +359,35 @@ def _batch(
             done.count = state["count"]
             return
         start, size, n, last = done.count, 0, 0, ""
-        for rec in records:
-            data = _encoded(rec, chain, file, redactor)
-            yield _stamp(rec.recorded_at, rec.seq), data
-            n, size, last = n + 1, size + len(data), rec.record_hash
-            mark = marks.get(rec.seq)
-            if mark is not None and mark != rec.record_hash:
-                raise _changed(rec.seq)
-            if rec.seq + 1 == total or (mark and (n >= per_batch or size >= batch_bytes)):
+        for seq, item in records:
+            if isinstance(item, str) and head is not None:
+                text, p_hash, prev, last, stamp = plain_fields(item)
+                envelope = plain_envelope(
+                    head,
+                    seq=seq,
+                    text=text,
+                    payload_hash=p_hash,
+                    record_hash=last,
+                    recorded_at=stamp,
+                )
+                if redactor.might_match(envelope):
+                    data = _encoded(
+                        next(walk((item,), start=seq, prev=prev)), chain, file, redactor
+                    )
+                else:
+                    data = envelope.encode("utf-8")
+            else:
+                if isinstance(item, str):
+                    text, p_hash, prev, last, stamp = plain_fields(item)
+                    item = next(walk((item,), start=seq, prev=prev))
+                data, last = _encoded(item, chain, file, redactor), item.record_hash
+                stamp = _stamp(item.recorded_at, seq)
+            yield stamp, data
+            n, size = n + 1, size + len(data)
+            if seq + 1 == total or (seq in marks and (n >= per_batch or size >= batch_bytes)):
                 break
         else:  # the source ended before the records the first pass verified
-            raise _changed(start + n)
+            raise _changed(f"the lines from record {start + n} on")
         blocks = [list(b) for b in state["blocks"]]
         src, count, ours = blocks[-1] if blocks else (-1, 0, -1)
         if src + count == start and ours + count == first:
@@ -318,8 +407,8 @@ def _batch(
     return build
 
 
-def _changed(seq: int) -> ImportRefusedError:
-    return ImportRefusedError(f"record {seq} is not the one the first pass verified")
+def _changed(what: str) -> ImportRefusedError:
+    return ImportRefusedError(f"{what} are not what the first pass verified")
 
 
 def _fork(seq: int, chain: str) -> ImportRefusedError:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from ...errors import HydraflowChainError
+from ...errors import CanonicalEncodingError, HydraflowChainError
 from ..canonical import SHA256_PREFIX, canonical_bytes
 from ..redact import Redactor
 from ..timestamps import is_timestamp
@@ -54,6 +54,10 @@ __all__ = [
     "hf_record_hash",
     "import_envelope",
     "imported_payload",
+    "plain_envelope",
+    "plain_fields",
+    "plain_head",
+    "plain_line",
     "stored_envelope",
     "utc_recorded_at",
     "walk",
@@ -111,14 +115,15 @@ def _broken(seq: int, reason: HfReason, detail: str) -> HydraflowChainError:
     return HydraflowChainError(seq, reason, f"seq {seq}: {reason}: {detail}")
 
 
-def walk(lines: Iterable[str]) -> Iterator[HfRecord]:
-    """Verify HydraFlow lines in file order, yielding each record once it holds.
+def walk(lines: Iterable[str], *, start: int = 0, prev: str = GENESIS_HASH) -> Iterator[HfRecord]:
+    """Verify HydraFlow lines in file order, yielding each record once it holds; ``lines``
+    begin at seq ``start``, whose ``prev_hash`` is ``prev`` (by default, a whole chain).
 
     Raises:
         HydraflowChainError: at the first line that breaks the chain (its ``seq`` is the
             position in the chain, i.e. the count of good lines before it).
     """
-    expected, prev = 0, GENESIS_HASH
+    expected = start
     inexact = [False]
 
     def number(text: str) -> float:
@@ -230,6 +235,76 @@ def stored_envelope(record: HfRecord, *, chain: str, file: str, redactor: Redact
     if redactor.might_match(data.decode("utf-8")):
         return encode_payload(envelope, redactor)
     return data
+
+
+#: A plain line up to its payload, and from its payload on (see :func:`plain_line`).
+_BEFORE_PAYLOAD: Final = '{"payload":'
+_AFTER_PAYLOAD: Final = ',"payload_hash":"'
+_HASH_LEN: Final = len(SHA256_PREFIX) + 64
+_PREV_AT: Final = len(_AFTER_PAYLOAD) + _HASH_LEN + len('","prev_hash":"')
+_RECORD_AT: Final = _PREV_AT + _HASH_LEN + len('","record_hash":"')
+_STAMP_AT: Final = _RECORD_AT + _HASH_LEN + len('","recorded_at":"')
+
+
+def plain_line(line: str, record: HfRecord) -> bool:
+    """Whether ``line``, which :func:`walk` read as ``record``, is HydraFlow's own text of it
+    with nothing to re-encode: the payload written as its canonical text
+    (``record.canonical``), ``recorded_at`` an RFC 3339 UTC timestamp, ``schema_version`` 1,
+    the keys sorted, no whitespace, the newline optional. :func:`plain_fields` reads such a
+    line back by position, without parsing it."""
+    text, stamp = record.canonical, record.recorded_at
+    if text is None or type(stamp) is not str or not stamp.isascii() or not is_timestamp(stamp):
+        return False
+    tail = (
+        f'{_AFTER_PAYLOAD}{record.payload_hash}","prev_hash":"{record.prev_hash}",'
+        f'"record_hash":"{record.record_hash}","recorded_at":"{stamp}",'
+        f'"schema_version":{HF_SCHEMA_VERSION},"seq":{record.seq}}}'
+    )
+    end = len(line) - 1 if line.endswith("\n") else len(line)
+    return (
+        end == len(_BEFORE_PAYLOAD) + len(text) + len(tail)
+        and line.startswith(_BEFORE_PAYLOAD)
+        and line.startswith(text, len(_BEFORE_PAYLOAD))
+        and line.endswith(tail, 0, end)
+    )
+
+
+def plain_fields(line: str) -> tuple[str, str, str, str, str]:
+    """``(payload text, payload_hash, prev_hash, record_hash, recorded_at)`` of a line
+    :func:`plain_line` accepted, read by position (meaningless for any other line). The
+    last ``,"payload_hash":"`` of such a line is the record's own (the payload's come before)."""
+    at = line.rfind(_AFTER_PAYLOAD)
+    stamp = at + _STAMP_AT
+    return (
+        line[len(_BEFORE_PAYLOAD) : at],
+        line[at + len(_AFTER_PAYLOAD) : at + len(_AFTER_PAYLOAD) + _HASH_LEN],
+        line[at + _PREV_AT : at + _PREV_AT + _HASH_LEN],
+        line[at + _RECORD_AT : at + _RECORD_AT + _HASH_LEN],
+        line[stamp : line.find('"', stamp)],
+    )
+
+
+def plain_head(*, chain: str, file: str) -> str | None:
+    """What every :func:`plain_envelope` of one import begins with (its origin's ``chain``
+    and ``file``), or ``None`` when they have no RFC 8785 text (the plain path refuses)."""
+    try:
+        return canonical_bytes({"chain": chain, "file": file}).decode("utf-8")[:-1]
+    except CanonicalEncodingError:
+        return None
+
+
+def plain_envelope(
+    head: str, *, seq: int, text: str, payload_hash: str, record_hash: str, recorded_at: str
+) -> str:
+    """:func:`stored_envelope`'s text, before redaction, of the record of a plain line
+    (:func:`plain_line`, :func:`plain_fields`), after the :func:`plain_head` of its import:
+    the origin's members follow ``chain`` and ``file`` in RFC 8785's key order, and none of
+    them needs escaping (hashes, a timestamp, integers)."""
+    return (
+        f'{{"origin":{head},"payload_hash":"{payload_hash}","record_hash":"{record_hash}",'
+        f'"recorded_at":"{recorded_at}","schema_version":{HF_SCHEMA_VERSION},"seq":{seq}}},'
+        f'"payload":{text},"record_type":"{IMPORT_RECORD_TYPE}","schema_version":1}}'
+    )
 
 
 def imported_payload(payload: Any) -> Any:
