@@ -11,9 +11,13 @@ transactions** (:data:`BATCH_RECORDS` records or :data:`BATCH_BYTES` of payload,
 first), so another writer of the home waits at most one batch, never the whole file. Between two
 batches the import rests a tenth of the last batch's time (:data:`REST_MIN_S` to
 :data:`REST_MAX_S`): SQLite's busy handler retries a waiting writer every few to 100 ms, and
-without a gap the import would take the lock again before any waiter looked; each batch
-re-verifies its lines and must end on the record hash the first pass saw there, so nothing that
-pass did not verify is written (a file changed in between stops the import at that batch).
+without a gap the import would take the lock again before any waiter looked. The first pass
+keeps a SHA-256 of the lines between its marks (and of those after the last record), and the
+second checks each stretch of lines against it before using any of them, so nothing that pass
+did not verify is written (a file changed in between in any way, lines added, removed or cut
+short, stops the import at that batch). Lines so checked need no second verify: one in
+HydraFlow's own form (:func:`~rensei_routing.core.audit.hydraflow.plain_line`) is read by
+position and its stored envelope written around its payload text, without parsing it.
 
 A source chain is identified by the record hash of its seq 0 (its genesis record); its ``meta``
 row holds how many of its records were imported (``count``), the last one's hash (``head``),

@@ -19,6 +19,11 @@ One record a line, keys sorted, compact separators, newline-terminated::
   missing or of the wrong type) breaks at the count of good lines before it. Blank lines are
   skipped.
 
+A line exactly as HydraFlow writes it, its payload canonical and its ``recorded_at`` RFC 3339
+UTC, is **plain** (:func:`plain_line`): once its bytes are known to be verified, its fields are
+read back by position (:func:`plain_fields`) and its stored envelope written around its payload
+text (:func:`plain_head`, :func:`plain_envelope`), with no JSON parse or encode.
+
 An imported record is stored in our chain as the :func:`import_envelope` object (record type
 :data:`IMPORT_RECORD_TYPE`): its ``origin`` (the source chain's genesis record hash, the file,
 seq, both HydraFlow hashes and the original ``recorded_at``) and the HydraFlow payload. Readers
@@ -29,6 +34,7 @@ export wrote (``{"rensei": {"record_hash", "seq"}, "value": ...}``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -244,6 +250,8 @@ _HASH_LEN: Final = len(SHA256_PREFIX) + 64
 _PREV_AT: Final = len(_AFTER_PAYLOAD) + _HASH_LEN + len('","prev_hash":"')
 _RECORD_AT: Final = _PREV_AT + _HASH_LEN + len('","record_hash":"')
 _STAMP_AT: Final = _RECORD_AT + _HASH_LEN + len('","recorded_at":"')
+#: :func:`is_timestamp`, remembered: a chain's records share few times (a batch, one).
+_is_stamp: Final = functools.lru_cache(maxsize=256)(is_timestamp)
 
 
 def plain_line(line: str, record: HfRecord) -> bool:
@@ -253,7 +261,7 @@ def plain_line(line: str, record: HfRecord) -> bool:
     the keys sorted, no whitespace, the newline optional. :func:`plain_fields` reads such a
     line back by position, without parsing it."""
     text, stamp = record.canonical, record.recorded_at
-    if text is None or type(stamp) is not str or not stamp.isascii() or not is_timestamp(stamp):
+    if text is None or type(stamp) is not str or not stamp.isascii() or not _is_stamp(stamp):
         return False
     tail = (
         f'{_AFTER_PAYLOAD}{record.payload_hash}","prev_hash":"{record.prev_hash}",'
