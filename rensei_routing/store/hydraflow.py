@@ -313,7 +313,7 @@ def _reread(lines: Iterable[str], found: _Verified) -> Iterator[_Item]:
         missing = mark + 1 - first
         for line in source:
             taken.append(line)
-            if line.strip():
+            if line and not line.isspace():  # a record's line (the walk skips blank ones)
                 missing -= 1
                 if not missing:
                     break
@@ -323,7 +323,7 @@ def _reread(lines: Iterable[str], found: _Verified) -> Iterator[_Item]:
             raise _changed(f"the lines after record {mark}")
         if plain:
             for line in taken:
-                if line.strip():
+                if line and not line.isspace():
                     yield first, line
                     first += 1
         else:

@@ -78,7 +78,7 @@ HfReason = Literal[
     "payload-hash-mismatch",
     "record-hash-mismatch",
 ]
-_FIELDS: Final = ("payload", "payload_hash", "prev_hash", "record_hash", "seq")
+_FIELDS: Final = frozenset(("payload", "payload_hash", "prev_hash", "record_hash", "seq"))
 _dumps = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
 ).encode
@@ -143,14 +143,14 @@ def walk(lines: Iterable[str], *, start: int = 0, prev: str = GENESIS_HASH) -> I
 
     decode = json.JSONDecoder(parse_float=number, parse_int=integer, parse_constant=number).decode
     for line in lines:
-        if not line.strip():
+        if not line or line.isspace():  # blank (what ``not line.strip()`` says, without a copy)
             continue
         inexact[0] = False
         try:
             doc = decode(line)
         except (ValueError, RecursionError) as e:
             raise _broken(expected, "unparseable-line", f"not JSON ({e})") from None
-        if not isinstance(doc, dict) or any(k not in doc for k in _FIELDS):
+        if not isinstance(doc, dict) or not doc.keys() >= _FIELDS:
             raise _broken(expected, "unparseable-line", "not a HydraFlow audit record")
         seq, p_hash, prev_hash, r_hash = (
             doc["seq"],
@@ -158,7 +158,12 @@ def walk(lines: Iterable[str], *, start: int = 0, prev: str = GENESIS_HASH) -> I
             doc["prev_hash"],
             doc["record_hash"],
         )
-        if type(seq) is not int or not all(type(h) is str for h in (p_hash, prev_hash, r_hash)):
+        if not (
+            type(seq) is int
+            and type(p_hash) is str
+            and type(prev_hash) is str
+            and type(r_hash) is str
+        ):
             raise _broken(expected, "unparseable-line", "a field has the wrong type")
         if seq != expected:
             raise _broken(expected, "seq-gap", f"found seq {seq}")
