@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 from .. import _parse as p
 from .context import RouteContext
-from .members import KeptTexts
+from .members import KeptTexts, LegacyRoute
 
 __all__ = ["ConsideredPolicy", "Explanation", "RejectedAccount"]
 
@@ -114,6 +114,49 @@ def compact_context_text(text: str) -> str:
     if "null," in text:
         for member in _LEGACY_NULLS:
             text = text.replace(member, "")
+    return text
+
+
+#: The same default members as a context's display text writes them (``to_dict``'s order: an
+#: account's ``configured`` and ``administrative_state`` are its last two members, after its
+#: ``account_id`` and ``provider_binding``). A quote after a comma opens a key, so these too
+#: can only be members, and only an account has members of these names.
+_DISPLAY_ACCOUNT_DEFAULTS: Final = (
+    (',"configured":true,', ","),
+    (',"administrative_state":"active"}', "}"),
+)
+
+
+def compact_legacy_display(legacy: LegacyRoute) -> str:
+    """Compact JSON text of a legacy route's ``to_dict`` without its null optional members, in
+    ``to_dict``'s order (what :func:`compact_context` keeps of it)."""
+    members = [] if legacy.account_id is None else [f'"account_id":{_e(legacy.account_id)}']
+    members.append(f'"provider_binding":{_e(legacy.provider_binding)}')
+    for name, value in (
+        ("model", legacy.model),
+        ("mechanism", legacy.mechanism),
+        ("mechanism_detail", legacy.mechanism_detail),
+    ):
+        if value is not None:
+            members.append(f'"{name}":{_e(value)}')
+    return f"{{{','.join(members)}}}"
+
+
+def compact_context_display(context: RouteContext) -> str:
+    """Compact JSON text (``json.dumps`` with ``separators=(",", ":")`` and
+    ``ensure_ascii=False``) of ``compact_context(context.to_dict())``, from the context's kept
+    display text (tested equal to the encoder)."""
+    text = context.display_text()
+    for member, rest in _DISPLAY_ACCOUNT_DEFAULTS:
+        text = text.replace(member, rest)
+    legacy = context.legacy_route
+    if legacy is not None:
+        # The first "legacy_route" key is the context's own: one inside a string is escaped.
+        text = text.replace(
+            f'"legacy_route":{legacy.display_json()},',
+            f'"legacy_route":{compact_legacy_display(legacy)},',
+            1,
+        )
     return text
 
 

@@ -14,12 +14,18 @@ line holds none (what the batch's printable check relies on).
 
 from __future__ import annotations
 
-import json
 from json.encoder import encode_basestring as _e
 from typing import Any, Final, Protocol
 
 from .decision import RouteDecision
-from .explanation import Explanation
+from .explanation import (
+    COMPACT,
+    OUTRANKED_COUNT,
+    UNMATCHED,
+    WINNERS,
+    Explanation,
+    compact_context_display,
+)
 
 __all__ = ["LINE_MEMO_LIMIT", "LineMemo", "Stamp", "decision_line"]
 
@@ -85,6 +91,36 @@ def _lists(ex: Explanation) -> str:
     )
 
 
+def _brief(d: RouteDecision, ex: Explanation) -> str:
+    """The compact JSON of a compact explanation's ``to_dict`` inside ``d``: stored by ids when
+    its winners allow, else in the earlier compact form (see :meth:`Explanation.to_dict`)."""
+    owner = d._owner()
+    winners = ex._winners(owner)
+    if winners is None:
+        conflicting = ex.conflicting_policy_ids
+        considered = ",".join([c._display or c.display_json() for c in ex.considered])
+        return (
+            f'{{"context":{ex.context.display_text()},"considered":[{considered}],'
+            f'"trace":"{COMPACT}","unlisted_outranked_count":{ex.unlisted_outranked_count},'
+            f'"unlisted_policy_count":{ex.unlisted_policy_count}'
+            + (
+                f',"conflicting_policy_ids":[{",".join([_e(i) for i in conflicting])}]}}'
+                if conflicting
+                else "}"
+            )
+        )
+    listed = (
+        ""
+        if winners == ([] if owner[0] is None else [owner[0]])
+        else f',"{WINNERS}":[{",".join([_e(i) for i in winners])}]'
+    )
+    return (
+        f'{{"context":{compact_context_display(ex.context)},'
+        f'"{OUTRANKED_COUNT}":{ex.unlisted_outranked_count},"trace":"{COMPACT}",'
+        f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed}}}'
+    )
+
+
 def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
     if len(memo) >= LINE_MEMO_LIMIT:
         memo.clear()
@@ -140,8 +176,7 @@ def decision_line(
         )
     outranked = ex.unlisted_outranked_count
     if ex.compact:  # as the record stores it (see Explanation.to_dict), in to_dict's order
-        brief = json.dumps(ex.to_dict(d._owner()), ensure_ascii=False, separators=(",", ":"))
-        return f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{brief}{end}'
+        return f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{_brief(d, ex)}{end}'
     return (
         f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{{"context":'
         f'{ex.context.display_text()},"considered":[{considered}],{lists}'
