@@ -14,7 +14,11 @@ from hypothesis import strategies as st
 from rensei_routing.core.routing._quick import Pieces, quick_line
 from rensei_routing.core.routing.context import RouteContext
 from rensei_routing.core.routing.decision import RouteDecision
-from rensei_routing.core.routing.explanation import compact_context, compact_context_display
+from rensei_routing.core.routing.explanation import (
+    MemberTexts,
+    compact_context,
+    compact_context_display,
+)
 from rensei_routing.core.routing.jsonl import LineMemo, decision_line
 from rensei_routing.core.routing.policy import PolicySnapshot, RoutingPolicy
 from rensei_routing.core.routing.resolver import explain_batch
@@ -82,8 +86,12 @@ def _both_readers(doc: dict[str, Any]) -> list[RouteContext]:
 @settings(max_examples=500, deadline=None)
 @given(_contexts())
 def test_the_compact_context_text_is_the_json_of_compact_context(doc: dict[str, Any]) -> None:
+    members: MemberTexts = {}
     for ctx in _both_readers(doc):
-        assert compact_context_display(ctx) == _dumps(compact_context(ctx.to_dict()))
+        want = _dumps(compact_context(ctx.to_dict()))
+        assert compact_context_display(ctx) == want
+        for _ in range(2):  # the second through the memo's kept texts
+            assert compact_context_display(ctx, members) == want
 
 
 _POLICY_SETS = st.lists(policy_dicts(ids=[f"p{i}" for i in range(8)]), min_size=1, max_size=10)
@@ -96,6 +104,7 @@ def test_a_compact_decision_line_is_the_json_of_to_dict(
 ) -> None:
     snapshot = PolicySnapshot.of(tuple(RoutingPolicy.from_dict(p) for p in policies), revision=2)
     memo: LineMemo = {}
+    members: MemberTexts = {}  # both shared by every decision, as a batch shares them
     contexts = [c for doc in docs for c in _both_readers(doc)]
     for decision in explain_batch(contexts, snapshot, trace="compact"):
         assert decision.explanation.compact
@@ -106,11 +115,13 @@ def test_a_compact_decision_line_is_the_json_of_to_dict(
             want = _dumps(value)
             assert decision_line(decision, stamp) == want
             assert decision_line(decision, stamp, memo) == want
+            assert decision_line(decision, stamp, memo, members) == want
 
 
 def _line_is_the_encoders(decision: RouteDecision) -> dict[str, Any]:
     stamp = Freshness.live()
-    line = decision_line(decision, stamp, {})
+    line = decision_line(decision, stamp, {}, {})
+    assert decision_line(decision, stamp) == line
     assert line == _dumps(StampedDecision(decision, stamp).to_dict())
     brief: dict[str, Any] = json.loads(line)["explanation"]
     return brief

@@ -24,6 +24,7 @@ from .explanation import (
     UNMATCHED,
     WINNERS,
     Explanation,
+    MemberTexts,
     compact_context_display,
 )
 
@@ -91,7 +92,7 @@ def _lists(ex: Explanation) -> str:
     )
 
 
-def _brief(d: RouteDecision, ex: Explanation) -> str:
+def _brief(d: RouteDecision, ex: Explanation, members: MemberTexts | None) -> str:
     """The compact JSON of a compact explanation's ``to_dict`` inside ``d``: stored by ids when
     its winners allow, else in the earlier compact form (see :meth:`Explanation.to_dict`)."""
     owner = d._owner()
@@ -115,7 +116,7 @@ def _brief(d: RouteDecision, ex: Explanation) -> str:
         else f',"{WINNERS}":[{",".join([_e(i) for i in winners])}]'
     )
     return (
-        f'{{"context":{compact_context_display(ex.context)},'
+        f'{{"context":{compact_context_display(ex.context, members)},'
         f'"{OUTRANKED_COUNT}":{ex.unlisted_outranked_count},"trace":"{COMPACT}",'
         f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed}}}'
     )
@@ -129,17 +130,21 @@ def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
 
 
 def decision_line(
-    decision: RouteDecision, stamp: Stamp | None = None, memo: LineMemo | None = None
+    decision: RouteDecision,
+    stamp: Stamp | None = None,
+    memo: LineMemo | None = None,
+    members: MemberTexts | None = None,
 ) -> str:
     """The compact JSON of ``decision.to_dict()``, or with ``stamp`` of
     ``StampedDecision(decision, stamp).to_dict()`` (the stamp's three members last).
 
-    ``memo`` (one per batch) keeps the text of the parts that repeat across decisions.
+    ``memo`` (one per batch) keeps the text of the parts that repeat across decisions, and
+    ``members`` (one per batch) that of the contexts' shared members under a compact trace.
     """
     d = decision
     ex = d.explanation
     if memo is None:
-        head, lists = _head(d), _lists(ex)
+        head = _head(d)
     else:
         key: tuple[Any, ...] = (
             d.outcome,
@@ -156,13 +161,6 @@ def decision_line(
             d.effective_model,
         )
         head = memo.get(key) or _remember(memo, key, _head(d))
-        key = (
-            ex.eligible_account_ids,
-            ex.conflicting_policy_ids,
-            *[(r.account_id, r.reason) for r in ex.rejected_accounts],
-        )
-        lists = memo.get(key) or _remember(memo, key, _lists(ex))
-    considered = ",".join([c._display or c.display_json() for c in ex.considered])
     if stamp is None:
         end = "}"
     elif stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:
@@ -174,9 +172,20 @@ def decision_line(
             f'"degraded":{"true" if stamp.degraded else "false"}'
             f"{f',{_SCOPE}{_s(scope)}' if isinstance(scope, str) else ''}}}"
         )
-    outranked = ex.unlisted_outranked_count
     if ex.compact:  # as the record stores it (see Explanation.to_dict), in to_dict's order
-        return f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{_brief(d, ex)}{end}'
+        brief = _brief(d, ex, members)
+        return f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{brief}{end}'
+    if memo is None:
+        lists = _lists(ex)
+    else:
+        key = (
+            ex.eligible_account_ids,
+            ex.conflicting_policy_ids,
+            *[(r.account_id, r.reason) for r in ex.rejected_accounts],
+        )
+        lists = memo.get(key) or _remember(memo, key, _lists(ex))
+    considered = ",".join([c._display or c.display_json() for c in ex.considered])
+    outranked = ex.unlisted_outranked_count
     return (
         f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{{"context":'
         f'{ex.context.display_text()},"considered":[{considered}],{lists}'
