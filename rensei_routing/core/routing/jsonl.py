@@ -6,7 +6,11 @@
 with the generic encoder cost more than resolving the decision. Pieces shared across a batch
 (trace entries, account entries, the context's text) keep their text, and a per-batch
 :data:`LineMemo` keeps that of the fields that repeat (outcome, policy, route, account lists).
-The tests check the text equals the generic encoder's on generated decisions.
+A compact explanation (the `auto` trace above 256 policies, and a record's) is written the same
+way: its context is the context's kept display text with the default members left out of its
+last two members, whose compact texts a per-batch
+:data:`~rensei_routing.core.routing.explanation.MemberTexts` keeps. The tests check the text
+equals the generic encoder's on generated decisions.
 
 Every string goes through the JSON encoder, which escapes each character below U+0020, so a
 line holds none (what the batch's printable check relies on).
