@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 from rensei_routing.core.routing._quick import Pieces, quick_line
 from rensei_routing.core.routing.context import RouteContext
 from rensei_routing.core.routing.decision import RouteDecision
-from rensei_routing.core.routing.explanation import (
+from rensei_routing.core.routing.explanation import compact_context
+from rensei_routing.core.routing.jsonl import (
+    LineMemo,
     MemberTexts,
-    compact_context,
     compact_context_display,
+    decision_line,
 )
-from rensei_routing.core.routing.jsonl import LineMemo, decision_line
 from rensei_routing.core.routing.policy import PolicySnapshot, RoutingPolicy
 from rensei_routing.core.routing.resolver import explain_batch
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY

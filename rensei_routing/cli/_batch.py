@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import IO, Final, cast
 
 from ..core.audit.chain import encode_payload
-from ..core.routing.explanation import MemberTexts
 from ..core.routing.ids import ScanMemo
-from ..core.routing.jsonl import LineMemo, decision_line
+from ..core.routing.jsonl import LineMemo, MemberTexts, decision_line
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import Trace, explain_batch, explain_iter
 from ..core.routing.vocabulary import Vocabulary

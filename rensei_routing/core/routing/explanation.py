@@ -9,14 +9,13 @@ string are those of SEMANTICS.md. Owns no decision field and must not import :mo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _e
 from typing import Any, Final, Protocol
 
 from .. import _parse as p
 from .context import RouteContext
-from .members import Account, KeptTexts, LegacyRoute
+from .members import KeptTexts
 
 __all__ = ["ConsideredPolicy", "Explanation", "RejectedAccount"]
 
@@ -116,98 +115,6 @@ def compact_context_text(text: str) -> str:
         for member in _LEGACY_NULLS:
             text = text.replace(member, "")
     return text
-
-
-def compact_account_display(account: Account) -> str:
-    """Compact JSON text of an account's ``to_dict`` without its default members, in
-    ``to_dict``'s order (what :func:`compact_context` keeps of it)."""
-    members = (
-        f'"account_id":{_e(account.account_id)},"provider_binding":{_e(account.provider_binding)}'
-    )
-    if not account.configured:
-        members += ',"configured":false'
-    if account.administrative_state != "active":
-        members += f',"administrative_state":{_e(account.administrative_state)}'
-    return f"{{{members}}}"
-
-
-def compact_legacy_display(legacy: LegacyRoute) -> str:
-    """Compact JSON text of a legacy route's ``to_dict`` without its null optional members, in
-    ``to_dict``'s order (what :func:`compact_context` keeps of it)."""
-    members = [] if legacy.account_id is None else [f'"account_id":{_e(legacy.account_id)}']
-    members.append(f'"provider_binding":{_e(legacy.provider_binding)}')
-    for name, value in (
-        ("model", legacy.model),
-        ("mechanism", legacy.mechanism),
-        ("mechanism_detail", legacy.mechanism_detail),
-    ):
-        if value is not None:
-            members.append(f'"{name}":{_e(value)}')
-    return f"{{{','.join(members)}}}"
-
-
-#: A writer's memo (one per batch) of the two texts of a context's last two members, which
-#: readers share across a batch (an account list, a legacy route): keyed by the member's
-#: ``id``, the value holding the member itself (so its id names no other while kept), its
-#: compact JSON text as the context's display text holds it, and its compact text as
-#: :func:`compact_context` leaves it.
-MemberTexts = dict[int, tuple[Any, str, str]]
-
-#: Entries a member-texts memo holds before it starts again.
-MEMBER_TEXTS_LIMIT: Final = 16_384
-
-_ACCOUNTS_KEY: Final = ',"accounts":'
-_LEGACY_KEY: Final = '"legacy_route":'
-
-
-def _accounts_texts(accounts: tuple[Account, ...]) -> tuple[str, str]:
-    return (
-        f"[{','.join([a.display_json() for a in accounts])}]",
-        f"[{','.join([compact_account_display(a) for a in accounts])}]",
-    )
-
-
-def _legacy_texts(legacy: LegacyRoute | None) -> tuple[str, str]:
-    if legacy is None:
-        return ("null", "null")
-    return (legacy.display_json(), compact_legacy_display(legacy))
-
-
-def compact_context_display(context: RouteContext, memo: MemberTexts | None = None) -> str:
-    """Compact JSON text (``json.dumps`` with ``separators=(",", ":")`` and
-    ``ensure_ascii=False``) of ``compact_context(context.to_dict())``: the context's kept
-    display text with its last two members (the legacy route, then the accounts) swapped for
-    their compact texts, which ``memo`` keeps for members shared across a batch (tested equal
-    to the encoder)."""
-    text = context.display_text()
-    accounts, legacy = context.accounts, context.legacy_route
-    if memo is None:
-        shown, brief = _accounts_texts(accounts)
-        legacy_shown, legacy_brief = _legacy_texts(legacy)
-    else:
-        if len(memo) >= MEMBER_TEXTS_LIMIT:
-            memo.clear()
-        kept = memo.get(id(accounts))
-        if kept is None or kept[0] is not accounts:
-            kept = memo[id(accounts)] = (accounts, *_accounts_texts(accounts))
-        _, shown, brief = kept
-        kept = memo.get(id(legacy))
-        if kept is None or kept[0] is not legacy:
-            kept = memo[id(legacy)] = (legacy, *_legacy_texts(legacy))
-        _, legacy_shown, legacy_brief = kept
-    # display_text ends ``"legacy_route":LEGACY,"accounts":ACCOUNTS}`` (context_display);
-    # checked, so a text of any other shape takes the encoder.
-    end = len(text) - 1 - len(shown)
-    start = end - len(_ACCOUNTS_KEY) - len(legacy_shown)
-    if (
-        text[-1:] == "}"
-        and text.startswith(shown, end)
-        and text.startswith(_ACCOUNTS_KEY, end - len(_ACCOUNTS_KEY))
-        and text.startswith(legacy_shown, start)
-        and text.startswith(_LEGACY_KEY, start - len(_LEGACY_KEY))
-    ):
-        return f"{text[:start]}{legacy_brief}{_ACCOUNTS_KEY}{brief}}}"
-    return json.dumps(compact_context(context.to_dict()), ensure_ascii=False, separators=(",", ":"))
 
 
 def compact_context(data: dict[str, Any]) -> dict[str, Any]:
