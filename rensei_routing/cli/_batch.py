@@ -30,7 +30,7 @@ from typing import IO, Final, cast
 
 from ..core.audit.chain import encode_payload
 from ..core.routing.ids import ScanMemo
-from ..core.routing.jsonl import LineMemo, decision_line
+from ..core.routing.jsonl import LineMemo, MemberTexts, decision_line
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import Trace, explain_batch, explain_iter
 from ..core.routing.vocabulary import Vocabulary
@@ -211,6 +211,7 @@ def run_batch(
         stack.enter_context(_collector_tuned())
         scan = ScanMemo(redactor)
         written: LineMemo = {}
+        members: MemberTexts = {}
         out = stack.enter_context(_OutputSpool())
         records = None if home is None else _spool()
         if records is not None:
@@ -226,7 +227,7 @@ def run_batch(
             redactor=redactor,
         )
         while decisions := list(islice(stream, CHUNK)):
-            out.write_lines([decision_line(d, stamp, written) for d in decisions])
+            out.write_lines([decision_line(d, stamp, written, members) for d in decisions])
             if records is not None:
                 rev = stamp.ruleset_rev
                 for d in decisions:

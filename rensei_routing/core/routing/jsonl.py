@@ -6,7 +6,10 @@
 with the generic encoder cost more than resolving the decision. Pieces shared across a batch
 (trace entries, account entries, the context's text) keep their text, and a per-batch
 :data:`LineMemo` keeps that of the fields that repeat (outcome, policy, route, account lists).
-The tests check the text equals the generic encoder's on generated decisions.
+A compact explanation (the ``auto`` trace above 256 policies, and a record's) is written the
+same way: its context is the context's kept display text with the default members left out of
+its last two members, whose compact texts a per-batch :data:`MemberTexts` keeps. The tests
+check the text equals the generic encoder's on generated decisions.
 
 Every string goes through the JSON encoder, which escapes each character below U+0020, so a
 line holds none (what the batch's printable check relies on).
@@ -18,10 +21,27 @@ import json
 from json.encoder import encode_basestring as _e
 from typing import Any, Final, Protocol
 
+from .context import RouteContext
 from .decision import RouteDecision
-from .explanation import Explanation
+from .explanation import (
+    COMPACT,
+    OUTRANKED_COUNT,
+    UNMATCHED,
+    WINNERS,
+    Explanation,
+    compact_context,
+)
+from .members import Account, LegacyRoute
 
-__all__ = ["LINE_MEMO_LIMIT", "LineMemo", "Stamp", "decision_line"]
+__all__ = [
+    "LINE_MEMO_LIMIT",
+    "MEMBER_TEXTS_LIMIT",
+    "LineMemo",
+    "MemberTexts",
+    "Stamp",
+    "compact_context_display",
+    "decision_line",
+]
 
 
 class Stamp(Protocol):
@@ -85,6 +105,128 @@ def _lists(ex: Explanation) -> str:
     )
 
 
+def compact_account_display(account: Account) -> str:
+    """Compact JSON text of an account's ``to_dict`` without its default members, in
+    ``to_dict``'s order (what :func:`compact_context` keeps of it)."""
+    members = (
+        f'"account_id":{_e(account.account_id)},"provider_binding":{_e(account.provider_binding)}'
+    )
+    if not account.configured:
+        members += ',"configured":false'
+    if account.administrative_state != "active":
+        members += f',"administrative_state":{_e(account.administrative_state)}'
+    return f"{{{members}}}"
+
+
+def compact_legacy_display(legacy: LegacyRoute) -> str:
+    """Compact JSON text of a legacy route's ``to_dict`` without its null optional members, in
+    ``to_dict``'s order (what :func:`compact_context` keeps of it)."""
+    members = [] if legacy.account_id is None else [f'"account_id":{_e(legacy.account_id)}']
+    members.append(f'"provider_binding":{_e(legacy.provider_binding)}')
+    for name, value in (
+        ("model", legacy.model),
+        ("mechanism", legacy.mechanism),
+        ("mechanism_detail", legacy.mechanism_detail),
+    ):
+        if value is not None:
+            members.append(f'"{name}":{_e(value)}')
+    return f"{{{','.join(members)}}}"
+
+
+#: A writer's memo (one per batch) of the two texts of a context's last two members, which
+#: readers share across a batch (an account list, a legacy route): keyed by the member's
+#: ``id``, the value holding the member itself (so its id names no other while kept), its
+#: compact JSON text as the context's display text holds it, and its compact text as
+#: :func:`compact_context` leaves it.
+MemberTexts = dict[int, tuple[Any, str, str]]
+
+#: Entries a member-texts memo holds before it starts again.
+MEMBER_TEXTS_LIMIT: Final = 16_384
+
+_ACCOUNTS_KEY: Final = ',"accounts":'
+_LEGACY_KEY: Final = '"legacy_route":'
+
+
+def _accounts_texts(accounts: tuple[Account, ...]) -> tuple[str, str]:
+    return (
+        f"[{','.join([a.display_json() for a in accounts])}]",
+        f"[{','.join([compact_account_display(a) for a in accounts])}]",
+    )
+
+
+def _legacy_texts(legacy: LegacyRoute | None) -> tuple[str, str]:
+    if legacy is None:
+        return ("null", "null")
+    return (legacy.display_json(), compact_legacy_display(legacy))
+
+
+def compact_context_display(context: RouteContext, memo: MemberTexts | None = None) -> str:
+    """Compact JSON text (``json.dumps`` with ``separators=(",", ":")`` and
+    ``ensure_ascii=False``) of ``compact_context(context.to_dict())``: the context's kept
+    display text with its last two members (the legacy route, then the accounts) swapped for
+    their compact texts, which ``memo`` keeps for members shared across a batch (tested equal
+    to the encoder)."""
+    text = context.display_text()
+    accounts, legacy = context.accounts, context.legacy_route
+    if memo is None:
+        shown, brief = _accounts_texts(accounts)
+        legacy_shown, legacy_brief = _legacy_texts(legacy)
+    else:
+        if len(memo) >= MEMBER_TEXTS_LIMIT:
+            memo.clear()
+        kept = memo.get(id(accounts))
+        if kept is None or kept[0] is not accounts:
+            kept = memo[id(accounts)] = (accounts, *_accounts_texts(accounts))
+        _, shown, brief = kept
+        kept = memo.get(id(legacy))
+        if kept is None or kept[0] is not legacy:
+            kept = memo[id(legacy)] = (legacy, *_legacy_texts(legacy))
+        _, legacy_shown, legacy_brief = kept
+    # display_text ends ``"legacy_route":LEGACY,"accounts":ACCOUNTS}`` (context_display);
+    # checked, so a text of any other shape takes the encoder.
+    end = len(text) - 1 - len(shown)
+    start = end - len(_ACCOUNTS_KEY) - len(legacy_shown)
+    if (
+        text[-1:] == "}"
+        and text.startswith(shown, end)
+        and text.startswith(_ACCOUNTS_KEY, end - len(_ACCOUNTS_KEY))
+        and text.startswith(legacy_shown, start)
+        and text.startswith(_LEGACY_KEY, start - len(_LEGACY_KEY))
+    ):
+        return f"{text[:start]}{legacy_brief}{_ACCOUNTS_KEY}{brief}}}"
+    return json.dumps(compact_context(context.to_dict()), ensure_ascii=False, separators=(",", ":"))
+
+
+def _brief(d: RouteDecision, ex: Explanation, members: MemberTexts | None) -> str:
+    """The compact JSON of a compact explanation's ``to_dict`` inside ``d``: stored by ids when
+    its winners allow, else in the earlier compact form (see :meth:`Explanation.to_dict`)."""
+    owner = d._owner()
+    winners = ex._winners(owner)
+    if winners is None:
+        conflicting = ex.conflicting_policy_ids
+        considered = ",".join([c._display or c.display_json() for c in ex.considered])
+        return (
+            f'{{"context":{ex.context.display_text()},"considered":[{considered}],'
+            f'"trace":"{COMPACT}","unlisted_outranked_count":{ex.unlisted_outranked_count},'
+            f'"unlisted_policy_count":{ex.unlisted_policy_count}'
+            + (
+                f',"conflicting_policy_ids":[{",".join([_e(i) for i in conflicting])}]}}'
+                if conflicting
+                else "}"
+            )
+        )
+    listed = (
+        ""
+        if winners == ([] if owner[0] is None else [owner[0]])
+        else f',"{WINNERS}":[{",".join([_e(i) for i in winners])}]'
+    )
+    return (
+        f'{{"context":{compact_context_display(ex.context, members)},'
+        f'"{OUTRANKED_COUNT}":{ex.unlisted_outranked_count},"trace":"{COMPACT}",'
+        f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed}}}'
+    )
+
+
 def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
     if len(memo) >= LINE_MEMO_LIMIT:
         memo.clear()
@@ -93,17 +235,21 @@ def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
 
 
 def decision_line(
-    decision: RouteDecision, stamp: Stamp | None = None, memo: LineMemo | None = None
+    decision: RouteDecision,
+    stamp: Stamp | None = None,
+    memo: LineMemo | None = None,
+    members: MemberTexts | None = None,
 ) -> str:
     """The compact JSON of ``decision.to_dict()``, or with ``stamp`` of
     ``StampedDecision(decision, stamp).to_dict()`` (the stamp's three members last).
 
-    ``memo`` (one per batch) keeps the text of the parts that repeat across decisions.
+    ``memo`` (one per batch) keeps the text of the parts that repeat across decisions, and
+    ``members`` (one per batch) that of the contexts' shared members under a compact trace.
     """
     d = decision
     ex = d.explanation
     if memo is None:
-        head, lists = _head(d), _lists(ex)
+        head = _head(d)
     else:
         key: tuple[Any, ...] = (
             d.outcome,
@@ -120,13 +266,6 @@ def decision_line(
             d.effective_model,
         )
         head = memo.get(key) or _remember(memo, key, _head(d))
-        key = (
-            ex.eligible_account_ids,
-            ex.conflicting_policy_ids,
-            *[(r.account_id, r.reason) for r in ex.rejected_accounts],
-        )
-        lists = memo.get(key) or _remember(memo, key, _lists(ex))
-    considered = ",".join([c._display or c.display_json() for c in ex.considered])
     if stamp is None:
         end = "}"
     elif stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:
@@ -138,10 +277,20 @@ def decision_line(
             f'"degraded":{"true" if stamp.degraded else "false"}'
             f"{f',{_SCOPE}{_s(scope)}' if isinstance(scope, str) else ''}}}"
         )
-    outranked = ex.unlisted_outranked_count
     if ex.compact:  # as the record stores it (see Explanation.to_dict), in to_dict's order
-        brief = json.dumps(ex.to_dict(d._owner()), ensure_ascii=False, separators=(",", ":"))
+        brief = _brief(d, ex, members)
         return f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{brief}{end}'
+    if memo is None:
+        lists = _lists(ex)
+    else:
+        key = (
+            ex.eligible_account_ids,
+            ex.conflicting_policy_ids,
+            *[(r.account_id, r.reason) for r in ex.rejected_accounts],
+        )
+        lists = memo.get(key) or _remember(memo, key, _lists(ex))
+    considered = ",".join([c._display or c.display_json() for c in ex.considered])
+    outranked = ex.unlisted_outranked_count
     return (
         f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{{"context":'
         f'{ex.context.display_text()},"considered":[{considered}],{lists}'
