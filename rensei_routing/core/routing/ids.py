@@ -118,19 +118,18 @@ class ScanMemo:
         self,
         context: RouteContext,
         fields: tuple[str | None, ...],
-        accounts: str | None = None,
+        accounts: tuple[str, ...] | None = None,
     ) -> bool:
         """Whether the redactor might change any string of ``context`` or of ``fields``.
 
-        ``accounts`` is the accounts' canonical texts joined with commas, when the caller has
-        it: one piece for the whole list (no trigger spans two entries: they meet at ``","``).
+        ``accounts`` is the account entries' canonical texts, when the caller has them.
         """
         legacy, repo, req = context.legacy_route, context.repo, context.model_requirement
         pieces = (
             *(
                 [account.canonical_json() for account in context.accounts]
                 if accounts is None
-                else (accounts,)
+                else accounts
             ),
             None if legacy is None else legacy.canonical_json(),
             context.principal_id,
@@ -259,18 +258,19 @@ def _decision_id(
     effective_model: str | None,
     redactor: Redactor,
     memo: ScanMemo | None,
-    accounts: str | None = None,
+    accounts: tuple[str, ...] | None = None,
     clean: bool = False,
 ) -> str:
     """:func:`decision_id` with positional arguments (the resolver calls it per decision);
-    ``accounts`` as :meth:`ScanMemo.preimage_may_redact` takes it; ``clean``: the caller has
-    seen every string of the preimage clean (with ``memo``), so there is nothing to check."""
+    ``accounts``: the account entries' canonical texts, when the caller has them; ``clean``:
+    the caller has seen every string of the preimage clean (with ``memo``), so there is
+    nothing to check."""
     if not 0 <= policy_revision <= _MAX_SAFE_INT:
         # Outside RFC 8785's integer domain: let the general encoder say so.
         canonical_bytes({"policy_revision": policy_revision})
     text = (
         f'{{"account_id":{_s(account_id)},"context":'
-        f"{context.canonical_text()},"
+        f"{context.canonical_text(None if accounts is None else ','.join(accounts))},"
         f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
         f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
         f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'

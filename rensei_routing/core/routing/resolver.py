@@ -9,8 +9,8 @@ exception.
 
 Candidate policies are found through a per-snapshot bitmask index (:mod:`.index`), so the cost
 of a decision grows with the policies that could match it, not with the snapshot. What repeats
-across one call (candidates, model steps, account judgements, redaction checks) is kept in the
-call's bounded memos (:class:`_Call`).
+across one call (whole answers by question, candidates, model steps, account judgements,
+redaction checks) is kept in the call's bounded memos (:class:`_Call`).
 """
 
 from __future__ import annotations
@@ -142,7 +142,6 @@ class _Call:
         "texts",
         "trace_source",
         "vocabulary",
-        "whole",
     )
 
     def __init__(
@@ -152,10 +151,7 @@ class _Call:
         full: bool,
         redactor: Redactor,
         compiled: Compiled,
-        whole: bool = False,
     ) -> None:
-        #: Whether answers are kept by question (a kept call's: single decisions, see ``_start``).
-        self.whole = whole
         self.state = state
         self.vocabulary = vocabulary
         self.full = full
@@ -175,7 +171,8 @@ class _Call:
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
         ] = {}
-        #: A kept call's answers by question (see :func:`_resolve`); a batch keeps none.
+        #: Answers by question (see :func:`_resolve`): a batch's repeat even when its contexts
+        #: are distinct (the accounts and the legacy route are not part of the question).
         self.questions: dict[tuple[str | None, ...], _Answer] = {}
         # One object per distinct account text and gate: memo keys compare them by identity.
         self.texts: dict[str, str] = {}
@@ -234,7 +231,8 @@ def _model_step(
 
 #: What a context's question (all but its accounts and legacy route) decides on one call's
 #: snapshot: ``(trace, level, priority, policy_id, conflicting, action, model, failed, gate,
-#: clean)``, ``trace`` the explanation's ``(keys, listed, unlisted, beyond, last)``, the rest
+#: clean)``, ``trace`` the explanation's ``(keys, listed, unlisted, beyond, last)`` (``keys``
+#: empty for a compact one, which never reads them: its decisions keep no copy), the rest
 #: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
 #: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor.
 _Answer = tuple[Any, ...]
@@ -242,9 +240,12 @@ _Answer = tuple[Any, ...]
 _UNANSWERED = (((), (), 0, 0, -1), None, None, None, (), None, None, None, None, False)
 
 
-def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
+def _ask(
+    ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
+) -> _Answer:
     """Steps 1 to 4 of SEMANTICS ``explain`` for ``ctx``, and the model half of step 5 for the
-    winning policy: the :data:`_Answer`, its ``clean`` left ``False``."""
+    winning policy: the :data:`_Answer`, remembered by ``question`` (``ctx``'s members it
+    depends on, as given)."""
     keys = context_keys(ctx)
     levels = compiled.levels
     full_trace = call.full
@@ -296,16 +297,9 @@ def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
                 model, failed, lane = step
             gate = (action.provider_lock, action.account_pool, lane)
             gate = call.gates.setdefault(gate, gate)
-    trace = (keys, listed, unlisted, beyond, last)
-    return (trace, level, priority, policy_id, conflicting, action, model, failed, gate, False)
-
-
-def _ask_kept(
-    ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
-) -> _Answer:
-    """:func:`_ask` for a kept call, its ``clean`` worked out, remembered by ``question``."""
-    answer = _ask(ctx, compiled, call)
-    answer = (*answer[:-1], not call.memo.may_redact((*question, answer[3], answer[6], call.state)))
+    trace = (keys if full_trace else (), listed, unlisted, beyond, last)
+    clean = not call.memo.may_redact((*question, policy_id, model, call.state))
+    answer = (trace, level, priority, policy_id, conflicting, action, model, failed, gate, clean)
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
@@ -379,8 +373,8 @@ def _resolve(
     trace_source: TraceSource | None = call.trace_source
     if state == STATE_CORRUPT:
         answer = _UNANSWERED
-    elif call.whole:
-        # A kept call's question: the members its answer depends on, as given.
+    else:
+        # The question: the members the answer depends on, as given.
         repo, requirement = ctx.repo, ctx.model_requirement
         question = (
             ctx.principal_id,
@@ -392,9 +386,7 @@ def _resolve(
             None if requirement is None else requirement.kind,
             None if requirement is None else requirement.value,
         )
-        answer = call.questions.get(question) or _ask_kept(ctx, compiled, call, question)
-    else:
-        answer = _ask(ctx, compiled, call)
+        answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
     trace, level, priority, policy_id, conflicting, action, model, failed, gate, clean = answer
     keys, listed, unlisted, beyond, last = trace
     if state == STATE_CORRUPT:
@@ -458,7 +450,7 @@ def _resolve(
         model,
         call.redactor,
         call.memo,
-        None,
+        accounts,
         clean,
     )
     return decision_of(
@@ -520,7 +512,7 @@ def _start(
     if call is None or call.vocabulary is not vocabulary or call.redactor is not redactor:
         if len(calls) >= _CALLS_KEPT:
             calls.clear()
-        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled, whole=True)
+        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled)
     assert isinstance(call, _Call)
     compiled.kept = (snapshot_state, trace, vocabulary, redactor, call)
     return compiled, call
