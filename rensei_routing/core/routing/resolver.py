@@ -160,9 +160,9 @@ class _Call:
         self.trace_source = TraceSource(compiled, full)
         self.open_matches: dict[tuple[Any, ...], tuple[Sequence[int], int]] = {}
         self.model_steps: dict[
-            tuple[int, str, str], tuple[str | None, tuple[str, str] | None, frozenset[str] | None]
+            tuple[int, str, str], tuple[str | None, tuple[str, str] | None, tuple[str, ...] | None]
         ] = {}
-        self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
+        self.lanes: dict[tuple[str, str, str | None], tuple[str, ...] | None] = {}
         # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
         # value each, and whole judgements of a list of accounts are shared too: a decision
         # carries no objects of its own for them.
@@ -189,7 +189,8 @@ class _Call:
 
     def lane(
         self, requirement: ModelRequirement | None, mapped: str | None
-    ) -> frozenset[str] | None:
+    ) -> tuple[str, ...] | None:
+        """:func:`_lane` as a sorted tuple (a plain value: see :data:`_Answer`)."""
         if requirement is None:
             return None
         key = (requirement.kind, requirement.value, mapped)
@@ -198,13 +199,14 @@ class _Call:
         except KeyError:
             if len(self.lanes) >= MEMO_LIMIT:
                 self.lanes.clear()
-            lane = self.lanes[key] = _lane(requirement, mapped, self.vocabulary)
-            return lane
+            lane = _lane(requirement, mapped, self.vocabulary)
+            kept = self.lanes[key] = None if lane is None else tuple(sorted(lane))
+            return kept
 
 
 def _model_step(
     action: RoutingAction, requirement: ModelRequirement, call: _Call
-) -> tuple[str | None, tuple[str, str] | None, frozenset[str] | None]:
+) -> tuple[str | None, tuple[str, str] | None, tuple[str, ...] | None]:
     """The model half of SEMANTICS step 5 for one winning action: ``(model, failure, lane)``,
     the failure an ``(outcome, reason)`` pair, the lane the bindings that alone may serve."""
     model: str | None = None
@@ -230,14 +232,17 @@ def _model_step(
 
 
 #: What a context's question (all but its accounts and legacy route) decides on one call's
-#: snapshot: ``(trace, level, priority, policy_id, conflicting, action, model, failed, gate,
-#: clean)``, ``trace`` the explanation's ``(keys, listed, unlisted, beyond, last)`` (``keys``
+#: snapshot: ``(keys, listed, unlisted, beyond, last, level, priority, policy_id, conflicting,
+#: winner, model, failed, gate, clean)``, the first five the explanation's trace (``keys``
 #: empty for a compact one, which never reads them: its decisions keep no copy), the rest
 #: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
-#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor.
+#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor,
+#: ``winner`` its rank position. Flat, and only strings, numbers and tuples of them: the
+#: collector stops tracking an answer in the young generations, so a batch's kept answers
+#: never reach the old one (whose full collections walk every context and decision).
 _Answer = tuple[Any, ...]
 #: A corrupt snapshot's: nothing asked.
-_UNANSWERED = (((), (), 0, 0, -1), None, None, None, (), None, None, None, None, False)
+_UNANSWERED = ((), (), 0, 0, -1, None, None, None, (), None, None, None, None, False)
 
 
 def _ask(
@@ -274,7 +279,7 @@ def _ask(
         matched = matched[: winners + COMPACT_RIVALS]
     listed = tuple(matched)
     last = matched[winners - 1] if winners else -1
-    level = priority = policy_id = action = model = failed = gate = None
+    level = priority = policy_id = winner = model = failed = gate = None
     conflicting: tuple[str, ...] = ()
     if winners:
         policies = compiled.policies
@@ -282,7 +287,8 @@ def _ask(
         if winners > 1 and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1:
             conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
         else:
-            first = policies[matched[0]]
+            winner = matched[0]
+            first = policies[winner]
             policy_id, action = first.id, first.action
             requirement = ctx.model_requirement
             lane = None
@@ -297,9 +303,9 @@ def _ask(
                 model, failed, lane = step
             gate = (action.provider_lock, action.account_pool, lane)
             gate = call.gates.setdefault(gate, gate)
-    trace = (keys if full_trace else (), listed, unlisted, beyond, last)
     clean = not call.memo.may_redact((*question, policy_id, model, call.state))
-    answer = (trace, level, priority, policy_id, conflicting, action, model, failed, gate, clean)
+    answer: _Answer = (keys if full_trace else (), listed, unlisted, beyond, last, level, priority)
+    answer += (policy_id, conflicting, winner, model, failed, gate, clean)
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
@@ -308,7 +314,7 @@ def _ask(
 
 
 def _judge_accounts(
-    accounts: tuple[Account, ...], action: RoutingAction, lane: frozenset[str] | None, call: _Call
+    accounts: tuple[Account, ...], action: RoutingAction, lane: tuple[str, ...] | None, call: _Call
 ) -> tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool]:
     """The accounts half of step 5: ``(eligible ids, rejected entries, chosen id, chosen
     binding, whether the lane excluded any)``, the chosen entry ``None`` when none is
@@ -387,8 +393,8 @@ def _resolve(
             None if requirement is None else requirement.value,
         )
         answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
-    trace, level, priority, policy_id, conflicting, action, model, failed, gate, clean = answer
-    keys, listed, unlisted, beyond, last = trace
+    keys, listed, unlisted, beyond, last, level, priority = answer[:7]
+    policy_id, conflicting, winner, model, failed, gate, clean = answer[7:]
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
@@ -408,6 +414,7 @@ def _resolve(
         # canonical text is their whole value), which repeat. They are judged even when the
         # model step failed, so the explanation says whether any account could have served.
         source = SOURCE_MANAGED
+        action = compiled.policies[winner].action
         judged_key = (gate, accounts)
         judged = call.judged.get(judged_key)
         if judged is None:
