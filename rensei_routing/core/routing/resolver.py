@@ -589,7 +589,7 @@ def explain_iter(
 ) -> Iterator[RouteDecision]:
     """:func:`explain_batch` one decision at a time, as ``contexts`` yields them: a stream of
     any length in constant memory (the call's memos are bounded), with what repeats across it
-    (candidate lookups, model steps, redaction checks) worked out once for the whole stream.
+    (answers by question, model steps, redaction checks) worked out once for the whole stream.
     """
     compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
     for ctx in contexts:
