@@ -134,17 +134,21 @@ class RouteContext:
         """RFC 8785 bytes of :meth:`to_dict` (the UTF-8 of :meth:`canonical_text`)."""
         return self.canonical_text().encode("utf-8")
 
-    def canonical_text(self) -> str:
+    def canonical_text(self, accounts: str | None = None) -> str:
         """RFC 8785 text of :meth:`to_dict`, written directly and computed once per value.
 
-        The resolver hashes every context it decides; this skips building the dict. The test
-        suite checks it equals ``canonical_bytes(self.to_dict())`` on generated contexts.
+        The resolver hashes every context it decides; this skips building the dict, and passes
+        ``accounts`` (its entries' canonical texts joined with commas) when it holds them
+        already. The test suite checks it equals ``canonical_bytes(self.to_dict())`` on
+        generated contexts.
         """
         cached = self._canonical
         if cached is None:
             legacy = self.legacy_route
+            if accounts is None:
+                accounts = ",".join([a.canonical_json() for a in self.accounts])
             cached = context_canonical(
-                f"[{','.join([a.canonical_json() for a in self.accounts])}]",
+                f"[{accounts}]",
                 "null" if legacy is None else legacy.canonical_json(),
                 requirement_json(self.model_requirement),
                 _s(self.principal_id),

@@ -40,6 +40,7 @@ __all__ = [
     "RECORD_KEYS",
     "ScanMemo",
     "decision_id",
+    "id_tail",
     "record_decision_id",
 ]
 
@@ -68,7 +69,8 @@ def _digest(preimage: Mapping[str, Any], redactor: Redactor) -> str:
 class ScanMemo:
     """The redactor's pre-check (:meth:`Redactor.might_match`), remembered per distinct string
     for one batch of decisions: account entries, repos, principals, models and policy ids
-    repeat across a batch, so most pieces of a preimage are looked up, not scanned.
+    repeat across a batch, so most pieces of a preimage are looked up, not scanned (and so is
+    the text of a preimage's fields after its context, :meth:`id_tail`).
 
     Checking the pieces one by one answers what one scan of the preimage's canonical text
     would: a trigger holds no quote (``RedactionPattern`` refuses one), so no trigger match can
@@ -76,7 +78,7 @@ class ScanMemo:
     redacted. Bounded: the memo is cleared when it reaches :data:`MEMO_LIMIT` strings.
     """
 
-    __slots__ = ("_clean", "_keys_suspect", "_redactor", "_seen")
+    __slots__ = ("_clean", "_keys_suspect", "_redactor", "_seen", "_tails")
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
@@ -85,6 +87,18 @@ class ScanMemo:
         # them is answered by one C-level subset test.
         self._clean: set[str | None] = {None}
         self._keys_suspect: bool | None = None
+        self._tails: dict[tuple[Any, ...], str] = {}
+
+    def id_tail(self, *fields: Any) -> str:
+        """:func:`id_tail` of ``fields``, written once per distinct fields (a batch's outcomes,
+        reasons, policies and models repeat; its snapshot is one)."""
+        tails = self._tails
+        tail = tails.get(fields)
+        if tail is None:
+            if len(tails) >= MEMO_LIMIT:
+                tails.clear()
+            tail = tails[fields] = id_tail(*fields)
+        return tail
 
     def seen_clean(self, texts: tuple[str | None, ...]) -> bool:
         """Whether every one of ``texts`` was found clean before (``False``: not known)."""
@@ -118,19 +132,18 @@ class ScanMemo:
         self,
         context: RouteContext,
         fields: tuple[str | None, ...],
-        accounts: str | None = None,
+        accounts: tuple[str, ...] | None = None,
     ) -> bool:
         """Whether the redactor might change any string of ``context`` or of ``fields``.
 
-        ``accounts`` is the accounts' canonical texts joined with commas, when the caller has
-        it: one piece for the whole list (no trigger spans two entries: they meet at ``","``).
+        ``accounts`` is the account entries' canonical texts, when the caller has them.
         """
         legacy, repo, req = context.legacy_route, context.repo, context.model_requirement
         pieces = (
             *(
                 [account.canonical_json() for account in context.accounts]
                 if accounts is None
-                else (accounts,)
+                else accounts
             ),
             None if legacy is None else legacy.canonical_json(),
             context.principal_id,
@@ -259,22 +272,22 @@ def _decision_id(
     effective_model: str | None,
     redactor: Redactor,
     memo: ScanMemo | None,
-    accounts: str | None = None,
+    accounts: tuple[str, ...] | None = None,
     clean: bool = False,
 ) -> str:
     """:func:`decision_id` with positional arguments (the resolver calls it per decision);
-    ``accounts`` as :meth:`ScanMemo.preimage_may_redact` takes it; ``clean``: the caller has
-    seen every string of the preimage clean (with ``memo``), so there is nothing to check."""
+    ``accounts``: the account entries' canonical texts, when the caller has them; ``clean``:
+    the caller has seen every string of the preimage clean (with ``memo``), so there is
+    nothing to check."""
     if not 0 <= policy_revision <= _MAX_SAFE_INT:
         # Outside RFC 8785's integer domain: let the general encoder say so.
         canonical_bytes({"policy_revision": policy_revision})
+    tail = (id_tail if memo is None else memo.id_tail)(
+        effective_model, outcome, policy_id, policy_revision, reason, snapshot_hash, snapshot_state
+    )
     text = (
         f'{{"account_id":{_s(account_id)},"context":'
-        f"{context.canonical_text()},"
-        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
-        f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
-        f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
-        f'"snapshot_state":{_e(snapshot_state)}}}'
+        f"{context.canonical_text(None if accounts is None else ','.join(accounts))},{tail}"
     )
     if clean:
         suspect = False
@@ -304,6 +317,24 @@ def _decision_id(
             redactor,
         )
     return SHA256_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def id_tail(
+    effective_model: str | None,
+    outcome: str,
+    policy_id: str | None,
+    policy_revision: int,
+    reason: str,
+    snapshot_hash: str,
+    snapshot_state: str,
+) -> str:
+    """The RFC 8785 text of an id preimage after its context, closing brace included."""
+    return (
+        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
+        f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
+        f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
+        f'"snapshot_state":{_e(snapshot_state)}}}'
+    )
 
 
 def record_decision_id(record: Any, *, redactor: Redactor = DEFAULT_REDACTOR) -> str:

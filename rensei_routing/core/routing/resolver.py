@@ -9,8 +9,8 @@ exception.
 
 Candidate policies are found through a per-snapshot bitmask index (:mod:`.index`), so the cost
 of a decision grows with the policies that could match it, not with the snapshot. What repeats
-across one call (candidates, model steps, account judgements, redaction checks) is kept in the
-call's bounded memos (:class:`_Call`).
+across one call (whole answers by question, candidates, model steps, account judgements,
+redaction checks) is kept in the call's bounded memos (:class:`_Call`).
 """
 
 from __future__ import annotations
@@ -142,7 +142,6 @@ class _Call:
         "texts",
         "trace_source",
         "vocabulary",
-        "whole",
     )
 
     def __init__(
@@ -152,10 +151,7 @@ class _Call:
         full: bool,
         redactor: Redactor,
         compiled: Compiled,
-        whole: bool = False,
     ) -> None:
-        #: Whether answers are kept by question (a kept call's: single decisions, see ``_start``).
-        self.whole = whole
         self.state = state
         self.vocabulary = vocabulary
         self.full = full
@@ -164,9 +160,9 @@ class _Call:
         self.trace_source = TraceSource(compiled, full)
         self.open_matches: dict[tuple[Any, ...], tuple[Sequence[int], int]] = {}
         self.model_steps: dict[
-            tuple[int, str, str], tuple[str | None, tuple[str, str] | None, frozenset[str] | None]
+            tuple[int, str, str], tuple[str | None, tuple[str, str] | None, tuple[str, ...] | None]
         ] = {}
-        self.lanes: dict[tuple[str, str, str | None], frozenset[str] | None] = {}
+        self.lanes: dict[tuple[str, str, str | None], tuple[str, ...] | None] = {}
         # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
         # value each, and whole judgements of a list of accounts are shared too: a decision
         # carries no objects of its own for them.
@@ -175,7 +171,8 @@ class _Call:
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
         ] = {}
-        #: A kept call's answers by question (see :func:`_resolve`); a batch keeps none.
+        #: Answers by question (see :func:`_resolve`): a batch's repeat even when its contexts
+        #: are distinct (the accounts and the legacy route are not part of the question).
         self.questions: dict[tuple[str | None, ...], _Answer] = {}
         # One object per distinct account text and gate: memo keys compare them by identity.
         self.texts: dict[str, str] = {}
@@ -192,7 +189,8 @@ class _Call:
 
     def lane(
         self, requirement: ModelRequirement | None, mapped: str | None
-    ) -> frozenset[str] | None:
+    ) -> tuple[str, ...] | None:
+        """:func:`_lane` as a sorted tuple (a plain value: see :data:`_Answer`)."""
         if requirement is None:
             return None
         key = (requirement.kind, requirement.value, mapped)
@@ -201,13 +199,14 @@ class _Call:
         except KeyError:
             if len(self.lanes) >= MEMO_LIMIT:
                 self.lanes.clear()
-            lane = self.lanes[key] = _lane(requirement, mapped, self.vocabulary)
-            return lane
+            lane = _lane(requirement, mapped, self.vocabulary)
+            kept = self.lanes[key] = None if lane is None else tuple(sorted(lane))
+            return kept
 
 
 def _model_step(
     action: RoutingAction, requirement: ModelRequirement, call: _Call
-) -> tuple[str | None, tuple[str, str] | None, frozenset[str] | None]:
+) -> tuple[str | None, tuple[str, str] | None, tuple[str, ...] | None]:
     """The model half of SEMANTICS step 5 for one winning action: ``(model, failure, lane)``,
     the failure an ``(outcome, reason)`` pair, the lane the bindings that alone may serve."""
     model: str | None = None
@@ -233,18 +232,25 @@ def _model_step(
 
 
 #: What a context's question (all but its accounts and legacy route) decides on one call's
-#: snapshot: ``(trace, level, priority, policy_id, conflicting, action, model, failed, gate,
-#: clean)``, ``trace`` the explanation's ``(keys, listed, unlisted, beyond, last)``, the rest
+#: snapshot: ``(keys, listed, unlisted, beyond, last, level, priority, policy_id, conflicting,
+#: winner, model, failed, gate, clean)``, the first five the explanation's trace (``keys``
+#: empty for a compact one, which never reads them: its decisions keep no copy), the rest
 #: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
-#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor.
+#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor,
+#: ``winner`` its rank position. Flat, and only strings, numbers and tuples of them: the
+#: collector stops tracking an answer in the young generations, so a batch's kept answers
+#: never reach the old one (whose full collections walk every context and decision).
 _Answer = tuple[Any, ...]
 #: A corrupt snapshot's: nothing asked.
-_UNANSWERED = (((), (), 0, 0, -1), None, None, None, (), None, None, None, None, False)
+_UNANSWERED = ((), (), 0, 0, -1, None, None, None, (), None, None, None, None, False)
 
 
-def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
+def _ask(
+    ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
+) -> _Answer:
     """Steps 1 to 4 of SEMANTICS ``explain`` for ``ctx``, and the model half of step 5 for the
-    winning policy: the :data:`_Answer`, its ``clean`` left ``False``."""
+    winning policy: the :data:`_Answer`, remembered by ``question`` (``ctx``'s members it
+    depends on, as given)."""
     keys = context_keys(ctx)
     levels = compiled.levels
     full_trace = call.full
@@ -273,7 +279,7 @@ def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
         matched = matched[: winners + COMPACT_RIVALS]
     listed = tuple(matched)
     last = matched[winners - 1] if winners else -1
-    level = priority = policy_id = action = model = failed = gate = None
+    level = priority = policy_id = winner = model = failed = gate = None
     conflicting: tuple[str, ...] = ()
     if winners:
         policies = compiled.policies
@@ -281,7 +287,8 @@ def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
         if winners > 1 and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1:
             conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
         else:
-            first = policies[matched[0]]
+            winner = matched[0]
+            first = policies[winner]
             policy_id, action = first.id, first.action
             requirement = ctx.model_requirement
             lane = None
@@ -296,16 +303,9 @@ def _ask(ctx: RouteContext, compiled: Compiled, call: _Call) -> _Answer:
                 model, failed, lane = step
             gate = (action.provider_lock, action.account_pool, lane)
             gate = call.gates.setdefault(gate, gate)
-    trace = (keys, listed, unlisted, beyond, last)
-    return (trace, level, priority, policy_id, conflicting, action, model, failed, gate, False)
-
-
-def _ask_kept(
-    ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
-) -> _Answer:
-    """:func:`_ask` for a kept call, its ``clean`` worked out, remembered by ``question``."""
-    answer = _ask(ctx, compiled, call)
-    answer = (*answer[:-1], not call.memo.may_redact((*question, answer[3], answer[6], call.state)))
+    clean = not call.memo.may_redact((*question, policy_id, model, call.state))
+    answer: _Answer = (keys if full_trace else (), listed, unlisted, beyond, last, level, priority)
+    answer += (policy_id, conflicting, winner, model, failed, gate, clean)
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
@@ -314,7 +314,7 @@ def _ask_kept(
 
 
 def _judge_accounts(
-    accounts: tuple[Account, ...], action: RoutingAction, lane: frozenset[str] | None, call: _Call
+    accounts: tuple[Account, ...], action: RoutingAction, lane: tuple[str, ...] | None, call: _Call
 ) -> tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool]:
     """The accounts half of step 5: ``(eligible ids, rejected entries, chosen id, chosen
     binding, whether the lane excluded any)``, the chosen entry ``None`` when none is
@@ -379,8 +379,8 @@ def _resolve(
     trace_source: TraceSource | None = call.trace_source
     if state == STATE_CORRUPT:
         answer = _UNANSWERED
-    elif call.whole:
-        # A kept call's question: the members its answer depends on, as given.
+    else:
+        # The question: the members the answer depends on, as given.
         repo, requirement = ctx.repo, ctx.model_requirement
         question = (
             ctx.principal_id,
@@ -392,11 +392,9 @@ def _resolve(
             None if requirement is None else requirement.kind,
             None if requirement is None else requirement.value,
         )
-        answer = call.questions.get(question) or _ask_kept(ctx, compiled, call, question)
-    else:
-        answer = _ask(ctx, compiled, call)
-    trace, level, priority, policy_id, conflicting, action, model, failed, gate, clean = answer
-    keys, listed, unlisted, beyond, last = trace
+        answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
+    keys, listed, unlisted, beyond, last, level, priority = answer[:7]
+    policy_id, conflicting, winner, model, failed, gate, clean = answer[7:]
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
@@ -416,6 +414,7 @@ def _resolve(
         # canonical text is their whole value), which repeat. They are judged even when the
         # model step failed, so the explanation says whether any account could have served.
         source = SOURCE_MANAGED
+        action = compiled.policies[winner].action
         judged_key = (gate, accounts)
         judged = call.judged.get(judged_key)
         if judged is None:
@@ -458,7 +457,7 @@ def _resolve(
         model,
         call.redactor,
         call.memo,
-        None,
+        accounts,
         clean,
     )
     return decision_of(
@@ -520,7 +519,7 @@ def _start(
     if call is None or call.vocabulary is not vocabulary or call.redactor is not redactor:
         if len(calls) >= _CALLS_KEPT:
             calls.clear()
-        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled, whole=True)
+        call = calls[key] = _Call(state, vocabulary, full, redactor, compiled)
     assert isinstance(call, _Call)
     compiled.kept = (snapshot_state, trace, vocabulary, redactor, call)
     return compiled, call
@@ -590,7 +589,7 @@ def explain_iter(
 ) -> Iterator[RouteDecision]:
     """:func:`explain_batch` one decision at a time, as ``contexts`` yields them: a stream of
     any length in constant memory (the call's memos are bounded), with what repeats across it
-    (candidate lookups, model steps, redaction checks) worked out once for the whole stream.
+    (answers by question, model steps, redaction checks) worked out once for the whole stream.
     """
     compiled, call = _start(snapshot, snapshot_state, vocabulary, trace, redactor)
     for ctx in contexts:
