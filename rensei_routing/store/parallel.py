@@ -90,8 +90,7 @@ PARSE_WEIGHT: Final = 2.5
 _IN_FLIGHT: Final = 2
 #: How often (seconds) the parent reports the workers' progress while it waits.
 _POLL: Final = 0.2
-#: Rows read, inflated and handed to the tree at a time by :func:`_inflated`.
-_ROWS_AT_ONCE: Final = 256
+_ROWS_AT_ONCE: Final = 256  # rows read, inflated and handed to the tree at a time
 #: The stored rows, payloads as stored: :func:`_inflated` gives them their canonical bytes in
 #: this process (the codec's own ``inflate``, as the ``rensei_payload()`` SQL function would:
 #: ~0.5 us a record less than SQLite calling back into Python and copying the result twice).
@@ -185,12 +184,10 @@ def _inflated(
     tree: RangeCheck | None = None,
 ) -> Iterator[tuple[Any, ...]]:
     """The rows with their stored payloads inflated (see :data:`_SELECT_ALL`), each record hash
-    handed to ``tree`` on the way (so the tree is checked from the rows the chain reads).
-
-    The rows are taken :data:`_ROWS_AT_ONCE` at a time, split into columns, the payloads of
-    each batch inflated together (:meth:`.Codec.inflate_many`) and the record hashes handed to
-    ``tree`` together; the rows are put back together as they are asked for. No Python code
-    runs per row here: :func:`_inflated_plain` is the row-by-row reference."""
+    handed to ``tree`` on the way (so the tree is checked from the rows the chain reads): taken
+    :data:`_ROWS_AT_ONCE` at a time, split into columns, payloads inflated and record hashes
+    handed on together, rows put back as asked for; no Python code runs per row here
+    (:func:`_inflated_plain` is the row-by-row reference)."""
     it = iter(rows)
     batches = iter(lambda: list(itertools.islice(it, _ROWS_AT_ONCE)), [])
 
