@@ -34,6 +34,7 @@ __all__ = [
     "HINT_FILE",
     "HINT_SIZE",
     "armed",
+    "armed_seq",
     "canaries",
     "canary",
     "clear_hint_if_idle",
@@ -101,6 +102,14 @@ def canary(conn: apsw.Connection, repo: str) -> Canary | None:
     return None if row is None else _canary(row)
 
 
+def armed_seq(conn: apsw.Connection, repo: str) -> int | None:
+    """The arm seq of ``repo``'s canary when it is armed, else ``None``."""
+    row = conn.execute(
+        "SELECT arm_seq FROM enforce_canaries WHERE repo = ? AND armed = 1", (repo,)
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
 def put_armed(conn: apsw.Connection, c: Canary) -> None:
     """Store ``c`` as its repository's armed canary (replacing any earlier row), and start its
     trip window afresh. Inside the caller's write transaction."""
@@ -141,14 +150,21 @@ def end(
 
 
 def note_decision(
-    conn: apsw.Connection, repo: str, seq: int, at_us: int, refused: bool, keep_since_us: int
+    conn: apsw.Connection,
+    repo: str,
+    seq: int,
+    at_us: int,
+    refused: bool,
+    keep_since_us: int | None,
 ) -> None:
-    """Count one enforced decision of ``repo`` (the record at ``seq``) and forget the ones
-    before ``keep_since_us`` (outside any window still asked about). Inside the append's write
-    transaction."""
-    conn.execute(
-        "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, keep_since_us)
-    )
+    """Count one enforced decision of ``repo`` (the record at ``seq``) and, unless
+    ``keep_since_us`` is ``None``, forget the ones before it (outside any window still asked
+    about; rows left there are never counted, :func:`window_counts` reads only a window).
+    Inside the append's write transaction."""
+    if keep_since_us is not None:
+        conn.execute(
+            "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, keep_since_us)
+        )
     conn.execute(
         "INSERT INTO enforce_decisions(seq, repo, at_us, refused) VALUES (?, ?, ?, ?)",
         (seq, repo, at_us, int(refused)),

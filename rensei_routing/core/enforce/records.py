@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ..audit.chain import encode_payload as encode_payload_plain
+from ..canonical import canonical_bytes
+from ..redact import Redactor
 from ..routing.decision import RouteDecision
+from ..routing.ids import ScanMemo
 from .bound import GOVERNED_TRANSPORT
 from .gate import GateBar, GateFigures, GateVerdict
 from .route import ENFORCED as ENFORCED_ANSWER
@@ -26,6 +30,7 @@ __all__ = [
     "arm_record",
     "decision_record",
     "disarm_record",
+    "encode_decision_record",
     "enforced_view",
     "gate_record",
     "lineage_of",
@@ -40,6 +45,24 @@ TRIP_RECORD: Final = "enforce-trip"
 ENFORCE_RECORDS: Final = (DECISION_RECORD, ARM_RECORD, DISARM_RECORD, GATE_RECORD, TRIP_RECORD)
 SCHEMA_VERSION: Final = 1
 _REFUSED: Final = ("held", "rejected")
+#: Every object key an enforced decision record holds outside its decision.
+ENVELOPE_KEYS: Final = (
+    "record_type",
+    "schema_version",
+    "recorded_at",
+    "seam",
+    "answer",
+    "decision",
+    "principal_id",
+    "repo",
+    "route",
+    "provider",
+    "account_id",
+    "model",
+    "lineage",
+    "revision",
+    "policy_hash",
+)
 #: The provider a route names when it stores none: the gateway provider, whose transport is the
 #: governed one (a governed spawn's provider is nearly always it).
 _DEFAULT_PROVIDER: Final = "gateway"
@@ -75,7 +98,6 @@ def decision_record(
     are the ones the answer implies (the decision's for ``enforced``, the legacy route's for
     ``legacy-compatible``)), and the lineage's revision and hash when they are the decision's
     (:func:`lineage_of` adds its policy id and decision id)."""
-    context = decision.explanation.context
     record: dict[str, Any] = {
         "record_type": DECISION_RECORD,
         "schema_version": SCHEMA_VERSION,
@@ -84,6 +106,112 @@ def decision_record(
         "answer": answer,
         "decision": decision.to_dict(),
     }
+    implied = _implied_route(answer, record["decision"])
+    _envelope(record, decision, principal_id, repo, answer, provider, account_id, model, implied)
+    _lineage(record, decision, revision, policy_hash)
+    return record
+
+
+def encode_decision_record(
+    redactor: Redactor,
+    scan: ScanMemo | None = None,
+    *,
+    recorded_at: str,
+    seam: str,
+    principal_id: str | None,
+    repo: str,
+    answer: str,
+    provider: str,
+    account_id: str | None,
+    model: str | None,
+    revision: int,
+    policy_hash: str,
+    decision: RouteDecision,
+) -> bytes:
+    """The stored bytes of :func:`decision_record`'s record, byte for byte what
+    ``encode_payload(decision_record(...), redactor)`` gives, written from the texts the
+    decision already keeps: the decision's own canonical bytes (:meth:`RouteDecision.canonical`,
+    no dict of it built or walked) spliced into the envelope's. A record the redactor might
+    change takes the plain path (a dict redacted and encoded again).
+
+    ``scan`` (a memo of ``redactor``'s, kept across calls) answers the redaction pre-check from
+    the strings the record holds, each scanned once per memo (see :class:`ScanMemo`); without
+    it the record's whole text is scanned, as :func:`encode_payload_plain` does."""
+    envelope: dict[str, Any] = {
+        "record_type": DECISION_RECORD,
+        "schema_version": SCHEMA_VERSION,
+        "recorded_at": recorded_at,
+        "seam": seam,
+    }
+    _envelope(
+        envelope,
+        decision,
+        principal_id,
+        repo,
+        answer,
+        provider,
+        account_id,
+        model,
+        _implied_of(answer, decision),
+    )
+    _lineage(envelope, decision, revision, policy_hash)
+    # RFC 8785 orders members by key: "answer" is the first of the envelope's, "decision" the
+    # second, so the record is the envelope's text with the decision's put after the answer.
+    rest = canonical_bytes(envelope)
+    data = (
+        b"".join(
+            (b'{"answer":', canonical_bytes(answer), b',"decision":', decision.canonical(), b",")
+        )
+        + rest[1:]
+    )
+    if scan is None:
+        suspect = redactor.might_match(data.decode("utf-8"))
+    else:
+        # Every string of the record: the decision's, then the envelope's keys and values (a
+        # value that varies per call, the time, is scanned without being remembered).
+        suspect = (
+            scan.record_may_redact(decision, None)
+            or scan.may_redact(ENVELOPE_KEYS)
+            or scan.may_redact(
+                (DECISION_RECORD, seam, answer, principal_id, repo, provider, account_id, model)
+            )
+            or scan.may_redact((policy_hash,))
+            or redactor.might_match(recorded_at)
+        )
+    if suspect or min(envelope) <= "decision":
+        return encode_payload_plain(
+            decision_record(
+                recorded_at=recorded_at,
+                seam=seam,
+                principal_id=principal_id,
+                repo=repo,
+                answer=answer,
+                provider=provider,
+                account_id=account_id,
+                model=model,
+                revision=revision,
+                policy_hash=policy_hash,
+                decision=decision,
+            ),
+            redactor,
+        )
+    return data
+
+
+def _envelope(
+    record: dict[str, Any],
+    decision: RouteDecision,
+    principal_id: str | None,
+    repo: str,
+    answer: str,
+    provider: str,
+    account_id: str | None,
+    model: str | None,
+    implied: tuple[Any, Any],
+) -> None:
+    """Add to ``record`` the principal, repository and route members the decision does not
+    already imply (``implied``: the answer's implied account and model)."""
+    context = decision.explanation.context
     if principal_id != context.principal_id:
         record["principal_id"] = principal_id
     if context.repo is None or repo != context.repo.value:
@@ -92,13 +220,18 @@ def decision_record(
         route: dict[str, Any] = {}
         if provider != _DEFAULT_PROVIDER:
             route["provider"] = provider
-        implied = _implied_route(answer, record["decision"])
         if account_id != implied[0]:
             route["account_id"] = account_id
         if model != implied[1]:
             route["model"] = model
         if route:
             record["route"] = route
+
+
+def _lineage(
+    record: dict[str, Any], decision: RouteDecision, revision: int, policy_hash: str
+) -> None:
+    """Add the lineage members that differ from the decision's own revision and hash."""
     lineage: dict[str, Any] = {}
     if revision != decision.policy_revision:
         lineage["revision"] = revision
@@ -106,7 +239,16 @@ def decision_record(
         lineage["policy_hash"] = policy_hash
     if lineage:
         record["lineage"] = lineage
-    return record
+
+
+def _implied_of(answer: str, decision: RouteDecision) -> tuple[Any, Any]:
+    """:func:`_implied_route` of the decision object itself (no dict of it built)."""
+    legacy = decision.explanation.context.legacy_route
+    legacy_account = None if legacy is None else legacy.account_id
+    legacy_model = None if legacy is None else legacy.model
+    if answer == ENFORCED_ANSWER:
+        return decision.account_id, decision.effective_model or legacy_model
+    return legacy_account, legacy_model
 
 
 def _implied_route(answer: Any, decision: Any) -> tuple[Any, Any]:
