@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ..audit.chain import encode_payload as encode_payload_plain
-from ..canonical import canonical_bytes
+from ..canonical import json_string
 from ..redact import Redactor
 from ..routing.decision import RouteDecision
 from ..routing.ids import ScanMemo
@@ -45,6 +45,9 @@ TRIP_RECORD: Final = "enforce-trip"
 ENFORCE_RECORDS: Final = (DECISION_RECORD, ARM_RECORD, DISARM_RECORD, GATE_RECORD, TRIP_RECORD)
 SCHEMA_VERSION: Final = 1
 _REFUSED: Final = ("held", "rejected")
+_MAX_SAFE_INT: Final = 2**53 - 1
+#: The optional envelope members :func:`_direct` writes.
+_DIRECT_KEYS: Final = frozenset(("lineage", "principal_id", "repo", "route"))
 #: Every object key an enforced decision record holds outside its decision.
 ENVELOPE_KEYS: Final = (
     "record_type",
@@ -137,12 +140,7 @@ def encode_decision_record(
     ``scan`` (a memo of ``redactor``'s, kept across calls) answers the redaction pre-check from
     the strings the record holds, each scanned once per memo (see :class:`ScanMemo`); without
     it the record's whole text is scanned, as :func:`encode_payload_plain` does."""
-    envelope: dict[str, Any] = {
-        "record_type": DECISION_RECORD,
-        "schema_version": SCHEMA_VERSION,
-        "recorded_at": recorded_at,
-        "seam": seam,
-    }
+    envelope: dict[str, Any] = {}
     _envelope(
         envelope,
         decision,
@@ -155,17 +153,8 @@ def encode_decision_record(
         _implied_of(answer, decision),
     )
     _lineage(envelope, decision, revision, policy_hash)
-    # RFC 8785 orders members by key: "answer" is the first of the envelope's, "decision" the
-    # second, so the record is the envelope's text with the decision's put after the answer.
-    rest = canonical_bytes(envelope)
-    data = (
-        b"".join(
-            (b'{"answer":', canonical_bytes(answer), b',"decision":', decision.canonical(), b",")
-        )
-        + rest[1:]
-    )
     if scan is None:
-        suspect = redactor.might_match(data.decode("utf-8"))
+        suspect = False  # the whole text is scanned below
     else:
         # Every string of the record: the decision's, then the envelope's keys and values (a
         # value that varies per call, the time, is scanned without being remembered).
@@ -178,24 +167,62 @@ def encode_decision_record(
             or scan.may_redact((policy_hash,))
             or redactor.might_match(recorded_at)
         )
-    if suspect or min(envelope) <= "decision":
-        return encode_payload_plain(
-            decision_record(
-                recorded_at=recorded_at,
-                seam=seam,
-                principal_id=principal_id,
-                repo=repo,
-                answer=answer,
-                provider=provider,
-                account_id=account_id,
-                model=model,
-                revision=revision,
-                policy_hash=policy_hash,
-                decision=decision,
-            ),
-            redactor,
-        )
-    return data
+    data = None if suspect else _direct(envelope, recorded_at, seam, answer, decision)
+    if data is not None and (scan is not None or not redactor.might_match(data.decode("utf-8"))):
+        return data
+    return encode_payload_plain(
+        decision_record(
+            recorded_at=recorded_at,
+            seam=seam,
+            principal_id=principal_id,
+            repo=repo,
+            answer=answer,
+            provider=provider,
+            account_id=account_id,
+            model=model,
+            revision=revision,
+            policy_hash=policy_hash,
+            decision=decision,
+        ),
+        redactor,
+    )
+
+
+def _direct(
+    envelope: dict[str, Any], recorded_at: str, seam: str, answer: str, decision: RouteDecision
+) -> bytes | None:
+    """The record's RFC 8785 bytes, written in its members' order (``answer``, ``decision``,
+    ``lineage``, ``principal_id``, ``record_type``, ``recorded_at``, ``repo``, ``route``,
+    ``schema_version``, ``seam``; the optional ones as ``envelope`` holds them), or ``None``
+    for a value outside what this writes (it is left to the plain encoder)."""
+    if not envelope.keys() <= _DIRECT_KEYS:
+        return None
+    lineage = envelope.get("lineage")
+    parts = ['{"answer":', json_string(answer), ',"decision":', decision.canonical().decode()]
+    if lineage is not None:
+        revision = lineage.get("revision")
+        if revision is not None and (type(revision) is not int or abs(revision) > _MAX_SAFE_INT):
+            return None
+        members = []
+        if "policy_hash" in lineage:
+            members.append('"policy_hash":' + json_string(lineage["policy_hash"]))
+        if revision is not None:
+            members.append(f'"revision":{revision}')
+        parts += (',"lineage":{', ",".join(members), "}")
+    if "principal_id" in envelope:
+        parts += (',"principal_id":', json_string(envelope["principal_id"]))
+    parts += (',"record_type":"', DECISION_RECORD, '","recorded_at":', json_string(recorded_at))
+    if "repo" in envelope:
+        parts += (',"repo":', json_string(envelope["repo"]))
+    route = envelope.get("route")
+    if route is not None:
+        members = [f'"{k}":{json_string(route[k])}' for k in sorted(route)]
+        parts += (',"route":{', ",".join(members), "}")
+    parts += (f',"schema_version":{SCHEMA_VERSION},"seam":', json_string(seam), "}")
+    try:
+        return "".join(parts).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the plain encoder's fallback decides
+        return None
 
 
 def _envelope(
