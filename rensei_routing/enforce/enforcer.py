@@ -213,7 +213,7 @@ class Enforcer(SeamService):
         build = self._writer(
             canary, recorded_at, encoded, outcome, refused=refused, corrupt=snapshot is None
         )
-        result = self._audit().append_stamped(build)
+        result = self._audit().append_stamped(build, own=True)  # its encode_payload, byte for byte
         if outcome.stale:
             return None
         seq = result.first_seq
