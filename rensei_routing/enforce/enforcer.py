@@ -266,19 +266,21 @@ class Enforcer(SeamService):
         self._noted += 1
 
         def build(conn: apsw.Connection, first: int, head: str) -> Iterable[tuple[str, bytes]]:
-            if state.armed_seq(conn, canary.repo) != canary.arm_seq:
-                outcome.stale = True
-                return iter(())
             window_s = canary.trip_window_s or DEFAULT_TRIP_WINDOW_S
             since_us = at_us - window_s * 1_000_000  # the rows start at the arm (put_armed)
-            state.note_decision(
+            # One statement checks the canary is still the one decided under and counts the
+            # decision (each statement of the shared write transaction is a GIL hand-off).
+            if not state.note_decision(
                 conn,
                 canary.repo,
                 first,
                 at_us,
                 refused or corrupt,
                 since_us if forget else None,
-            )
+                arm_seq=canary.arm_seq,
+            ):
+                outcome.stale = True
+                return iter(())
             # Only a refusal can newly trip the rate (an answer that is not one adds a decision
             # and no refusal), so the window is counted only then, or for a trip's record.
             decisions = refusals = 0

@@ -34,7 +34,6 @@ __all__ = [
     "HINT_FILE",
     "HINT_SIZE",
     "armed",
-    "armed_seq",
     "canaries",
     "canary",
     "clear_hint_if_idle",
@@ -102,14 +101,6 @@ def canary(conn: apsw.Connection, repo: str) -> Canary | None:
     return None if row is None else _canary(row)
 
 
-def armed_seq(conn: apsw.Connection, repo: str) -> int | None:
-    """The arm seq of ``repo``'s canary when it is armed, else ``None``."""
-    row = conn.execute(
-        "SELECT arm_seq FROM enforce_canaries WHERE repo = ? AND armed = 1", (repo,)
-    ).fetchone()
-    return None if row is None else int(row[0])
-
-
 def put_armed(conn: apsw.Connection, c: Canary) -> None:
     """Store ``c`` as its repository's armed canary (replacing any earlier row), and start its
     trip window afresh. Inside the caller's write transaction."""
@@ -156,19 +147,27 @@ def note_decision(
     at_us: int,
     refused: bool,
     keep_since_us: int | None,
-) -> None:
-    """Count one enforced decision of ``repo`` (the record at ``seq``) and, unless
-    ``keep_since_us`` is ``None``, forget the ones before it (outside any window still asked
-    about; rows left there are never counted, :func:`window_counts` reads only a window).
-    Inside the append's write transaction."""
+    *,
+    arm_seq: int,
+) -> bool:
+    """Count one enforced decision of ``repo`` (the record at ``seq``) if its canary is still
+    armed by the arm at ``arm_seq``, and then, unless ``keep_since_us`` is ``None``, forget the
+    ones before it (outside any window still asked about; rows left there are never counted:
+    :func:`window_counts` reads only a window). Returns whether it was counted (``False``: the
+    canary was disarmed or re-armed, nothing written). Inside the append's write transaction."""
+    conn.execute(
+        "INSERT INTO enforce_decisions(seq, repo, at_us, refused) SELECT ?, ?, ?, ? "
+        "WHERE EXISTS (SELECT 1 FROM enforce_canaries WHERE repo = ? AND armed = 1 "
+        "AND arm_seq = ?)",
+        (seq, repo, at_us, int(refused), repo, arm_seq),
+    )
+    if not conn.changes():
+        return False
     if keep_since_us is not None:
         conn.execute(
             "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, keep_since_us)
         )
-    conn.execute(
-        "INSERT INTO enforce_decisions(seq, repo, at_us, refused) VALUES (?, ?, ?, ?)",
-        (seq, repo, at_us, int(refused)),
-    )
+    return True
 
 
 def window_counts(conn: apsw.Connection, repo: str, since_us: int) -> tuple[int, int]:
