@@ -4,6 +4,7 @@ rate and by a corrupt store), live arming by another process, and disarmed == ne
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -436,3 +437,58 @@ def test_an_enforced_decision_replays_and_rederives_its_full_trace(tmp_path: Pat
     with AuditLog.open(home) as log:
         summary = replay_chain(log, sources)
     assert summary.ok and summary.by_kind.get("enforced") == 1
+
+
+# -- what an Enforcer keeps between calls ---------------------------------------------------------
+
+
+def test_a_canary_changed_by_another_connection_is_seen_while_another_stays_armed(
+    tmp_path: Path,
+) -> None:
+    """The armed canaries an Enforcer last read are only a first guess: with the hint kept set
+    by a second canary, a disarm, a re-arm and an arm elsewhere still apply from the next call."""
+    home = make_home(tmp_path)
+    _arm(home)
+    arm(home, "acme/gadgets", now=NOW, actor="alice", override=True, reason="a second canary")
+    with _enforcer(home) as e:
+        first = e.enforce(gateway_spawn())
+        assert isinstance(first, EnforcedRoute)
+        disarm(home, REPO, now=NOW, actor="bob")
+        before = chain(home)
+        assert hint(home)[0] == 1  # acme/gadgets is still armed
+        assert e.enforce(gateway_spawn()) == NotGoverned("repo-not-armed")
+        assert chain(home) == before  # nothing recorded under the disarmed canary
+        _arm(home)  # armed again: a new arm, read at the next call
+        again = e.enforce(gateway_spawn())
+        assert isinstance(again, EnforcedRoute) and again.seq > first.seq
+        (*_, latest) = payloads(home, "enforce-arm")
+        assert [p["repo"] for p in payloads(home, "enforce-arm")].count(REPO) == 2
+        assert latest["repo"] == REPO
+    with _enforcer(home) as e:
+        assert e.enforce(gateway_spawn(repo="acme/other")) == NotGoverned("repo-not-armed")
+        arm(home, "acme/other", now=NOW, actor="alice", override=True, reason="armed later")
+        assert isinstance(e.enforce(gateway_spawn(repo="acme/other")), EnforcedRoute)
+
+
+def test_the_trip_window_forgets_old_rows_without_changing_a_count(tmp_path: Path) -> None:
+    """Decisions older than the window are deleted at the first of every FORGET_EVERY
+    decisions and at each refusal; until then they stay but are never counted."""
+    from rensei_routing.enforce import enforcer as module
+
+    home = make_home(tmp_path)
+    _arm(home, override=True, reason="window", trip_rate=0.5, trip_window_s=60)
+    clock = iter(f"2026-02-03T04:{m:02d}:06.000007Z" for m in range(5, 60))
+    with Enforcer(home, registry(), clock=lambda: next(clock)) as e:
+        for _ in range(3):  # one a minute: each older than the next one's window
+            assert isinstance(e.enforce(gateway_spawn()), EnforcedRoute)
+        # the first call deleted (nothing); the next two kept what came before them
+        assert [r[2] for r in rows(home)[1]] == [
+            module.micros_of(f"2026-02-03T04:{m:02d}:06.000007Z") for m in (5, 6, 7)
+        ]
+        (canary,) = status(home, now=dt.datetime(2026, 2, 3, 4, 7, 30, tzinfo=dt.UTC))["canaries"]
+        assert (canary["window"]["decisions"], canary["window"]["refusals"]) == (1, 0)
+        e._noted = module.FORGET_EVERY  # the next call is one that forgets
+        assert isinstance(e.enforce(gateway_spawn()), EnforcedRoute)
+        assert [r[2] for r in rows(home)[1]] == [  # those inside its window
+            module.micros_of(f"2026-02-03T04:{m:02d}:06.000007Z") for m in (7, 8)
+        ]

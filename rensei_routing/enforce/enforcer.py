@@ -31,7 +31,7 @@ from ..core.enforce.bound import (
     bound_of,
     transport_bound,
 )
-from ..core.enforce.records import decision_record, trip_record
+from ..core.enforce.records import encode_decision_record, trip_record
 from ..core.enforce.route import ENFORCED, LEGACY_COMPATIBLE, EnforcedRoute
 from ..core.enforce.trip import (
     DEFAULT_TRIP_WINDOW_S,
@@ -48,6 +48,7 @@ from ..core.routing.decision import (
     STATE_OK,
     RouteDecision,
 )
+from ..core.routing.ids import ScanMemo
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import RECORD_TRACE, explain
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
@@ -72,6 +73,10 @@ _NOTHING_ARMED: Final = NotGoverned(NOTHING_ARMED)
 _CLOSED: Final = b"\x01"
 #: A canary re-armed or disarmed between the read and the write: read again, this many times.
 _RETRIES: Final = 3
+#: The trip window's rows older than any window still asked about are deleted at one decision
+#: in this many of an Enforcer's (its first included), and at every refusal (before the window
+#: is counted); the count only reads rows inside the window, so the ones left are never counted.
+FORGET_EVERY: Final = 64
 
 
 class _Outcome:
@@ -96,7 +101,7 @@ class Enforcer(SeamService):
         OSError: the hint file cannot be created or mapped.
     """
 
-    __slots__ = ("_hint", "_loaded")
+    __slots__ = ("_armed", "_hint", "_loaded", "_noted", "_scan")
 
     def __init__(
         self,
@@ -109,6 +114,12 @@ class Enforcer(SeamService):
     ) -> None:
         super().__init__(home, registry, vocabulary, redactor, clock)
         self._loaded: dict[tuple[int, str], PolicySnapshot | None] = {}
+        #: The armed canaries as last read (``None``: read them): a governed answer decided
+        #: under one is written only if its write transaction finds that canary still armed
+        #: (the same arm), so only an answer of "not governed" needs them read afresh.
+        self._armed: dict[str, Canary] | None = None
+        self._noted = 0  # the decisions this Enforcer has recorded
+        self._scan = ScanMemo(redactor)  # the redaction pre-check of its records' strings
         home.info()
         armed_now = False
         if not (home.path / state.HINT_FILE).exists():
@@ -137,19 +148,32 @@ class Enforcer(SeamService):
         if self._hint is _CLOSED:
             raise StoreError("this Enforcer is closed")
         routed: tuple[RouteContext, ActualRoute] | None = None
-        for _ in range(_RETRIES):
-            bound = bound_of(spawn.repo, _read_armed(self._reader(), self._home))
+        reads = 0
+        while True:
+            armed = self._armed
+            if armed is None:
+                if reads == _RETRIES:  # armed and disarmed under us, again and again
+                    return NotGoverned(REPO_NOT_ARMED)
+                armed = self._armed = _read_armed(self._reader(), self._home)
+                reads += 1
+            bound = bound_of(spawn.repo, armed)
             if isinstance(bound, NotGoverned):
+                if not reads:  # the canaries as last read: one may have been armed since
+                    self._armed = None
+                    continue
                 return bound
             if routed is None:
                 routed = self.route(spawn)
-                outside = transport_bound(routed[1].transport)
-                if outside is not None:
-                    return outside
+            outside = transport_bound(routed[1].transport)
+            if outside is not None:
+                if not reads:  # answered only from canaries read for this call
+                    self._armed = None
+                    continue
+                return outside
             answer = self._decide(spawn, bound, *routed)
             if answer is not None:
                 return answer
-        return NotGoverned(REPO_NOT_ARMED)  # armed and disarmed under us, again and again
+            self._armed = None  # the canary changed before the write: read them again
 
     def _decide(
         self, spawn: Spawn, canary: Canary, context: RouteContext, actual: ActualRoute
@@ -167,7 +191,11 @@ class Enforcer(SeamService):
         )
         answer, account, model = _answer(decision, actual)
         recorded_at = self._clock()
-        record = decision_record(
+        # Encoded here, not in the append's builder: the builder runs in the write transaction,
+        # which the appends of every thread share (a commit's leader runs them one after another).
+        encoded = encode_decision_record(
+            self._redactor,
+            self._scan,
             recorded_at=recorded_at,
             seam=spawn.seam,
             principal_id=spawn.principal_id,
@@ -181,12 +209,16 @@ class Enforcer(SeamService):
             decision=decision,
         )
         outcome = _Outcome()
-        build = self._writer(canary, recorded_at, record, outcome, corrupt=snapshot is None)
-        result = self._audit().append_stamped(build)
+        refused = answer in (HELD, REJECTED)
+        build = self._writer(
+            canary, recorded_at, encoded, outcome, refused=refused, corrupt=snapshot is None
+        )
+        result = self._audit().append_stamped(build, own=True)  # its encode_payload, byte for byte
         if outcome.stale:
             return None
         seq = result.first_seq
         if outcome.trip is not None:
+            self._armed = None  # this canary is disarmed
             self._clear_hint()
             raise EnforcementRefused(
                 TRIPPED,
@@ -195,7 +227,7 @@ class Enforcer(SeamService):
                 decision_id=decision.decision_id,
                 seq=seq,
             )
-        if answer in (HELD, REJECTED):
+        if refused:
             raise EnforcementRefused(
                 answer,
                 f"{decision.reason}: revision {canary.revision} {answer} this spawn of "
@@ -219,28 +251,36 @@ class Enforcer(SeamService):
         self,
         canary: Canary,
         recorded_at: str,
-        record: dict[str, object],
+        encoded: bytes,
         outcome: _Outcome,
         *,
+        refused: bool,
         corrupt: bool,
     ) -> Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]:
         """The append's builder: checks the canary is still the one decided under, counts the
         decision in the trip's window, applies the trip rule, and yields the records."""
         redactor = self._redactor
-        refused = record["answer"] in (HELD, REJECTED)
         at_us = micros_of(recorded_at)
-        # Encoded here, not in the build: the build runs in the write transaction, which the
-        # appends of every thread share (a commit's leader runs them one after another).
-        encoded = encode_payload(record, redactor)
+        counted = refused or corrupt  # the window is counted, so it is trimmed first
+        forget = counted or self._noted % FORGET_EVERY == 0
+        self._noted += 1
 
         def build(conn: apsw.Connection, first: int, head: str) -> Iterable[tuple[str, bytes]]:
-            now = state.canary(conn, canary.repo)
-            if now is None or not now.armed or now.arm_seq != canary.arm_seq:
-                outcome.stale = True
-                return iter(())
             window_s = canary.trip_window_s or DEFAULT_TRIP_WINDOW_S
             since_us = at_us - window_s * 1_000_000  # the rows start at the arm (put_armed)
-            state.note_decision(conn, canary.repo, first, at_us, refused or corrupt, since_us)
+            # One statement checks the canary is still the one decided under and counts the
+            # decision (each statement of the shared write transaction is a GIL hand-off).
+            if not state.note_decision(
+                conn,
+                canary.repo,
+                first,
+                at_us,
+                refused or corrupt,
+                since_us if forget else None,
+                arm_seq=canary.arm_seq,
+            ):
+                outcome.stale = True
+                return iter(())
             # Only a refusal can newly trip the rate (an answer that is not one adds a decision
             # and no refusal), so the window is counted only then, or for a trip's record.
             decisions = refusals = 0
@@ -309,6 +349,7 @@ class Enforcer(SeamService):
             self._hint.close()
         self._hint = _CLOSED
         self._loaded.clear()
+        self._armed = None
 
 
 def _read_armed(conn: apsw.Connection, home: Home) -> dict[str, Canary]:

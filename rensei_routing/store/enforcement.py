@@ -141,18 +141,33 @@ def end(
 
 
 def note_decision(
-    conn: apsw.Connection, repo: str, seq: int, at_us: int, refused: bool, keep_since_us: int
-) -> None:
-    """Count one enforced decision of ``repo`` (the record at ``seq``) and forget the ones
-    before ``keep_since_us`` (outside any window still asked about). Inside the append's write
-    transaction."""
+    conn: apsw.Connection,
+    repo: str,
+    seq: int,
+    at_us: int,
+    refused: bool,
+    keep_since_us: int | None,
+    *,
+    arm_seq: int,
+) -> bool:
+    """Count one enforced decision of ``repo`` (the record at ``seq``) if its canary is still
+    armed by the arm at ``arm_seq``, and then, unless ``keep_since_us`` is ``None``, forget the
+    ones before it (outside any window still asked about; rows left there are never counted:
+    :func:`window_counts` reads only a window). Returns whether it was counted (``False``: the
+    canary was disarmed or re-armed, nothing written). Inside the append's write transaction."""
     conn.execute(
-        "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, keep_since_us)
+        "INSERT INTO enforce_decisions(seq, repo, at_us, refused) SELECT ?, ?, ?, ? "
+        "WHERE EXISTS (SELECT 1 FROM enforce_canaries WHERE repo = ? AND armed = 1 "
+        "AND arm_seq = ?)",
+        (seq, repo, at_us, int(refused), repo, arm_seq),
     )
-    conn.execute(
-        "INSERT INTO enforce_decisions(seq, repo, at_us, refused) VALUES (?, ?, ?, ?)",
-        (seq, repo, at_us, int(refused)),
-    )
+    if not conn.changes():
+        return False
+    if keep_since_us is not None:
+        conn.execute(
+            "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, keep_since_us)
+        )
+    return True
 
 
 def window_counts(conn: apsw.Connection, repo: str, since_us: int) -> tuple[int, int]:

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ..audit.chain import encode_payload as encode_payload_plain
+from ..canonical import json_string
+from ..redact import Redactor
 from ..routing.decision import RouteDecision
+from ..routing.ids import ScanMemo
 from .bound import GOVERNED_TRANSPORT
 from .gate import GateBar, GateFigures, GateVerdict
 from .route import ENFORCED as ENFORCED_ANSWER
@@ -26,6 +30,7 @@ __all__ = [
     "arm_record",
     "decision_record",
     "disarm_record",
+    "encode_decision_record",
     "enforced_view",
     "gate_record",
     "lineage_of",
@@ -40,6 +45,27 @@ TRIP_RECORD: Final = "enforce-trip"
 ENFORCE_RECORDS: Final = (DECISION_RECORD, ARM_RECORD, DISARM_RECORD, GATE_RECORD, TRIP_RECORD)
 SCHEMA_VERSION: Final = 1
 _REFUSED: Final = ("held", "rejected")
+_MAX_SAFE_INT: Final = 2**53 - 1
+#: The optional envelope members :func:`_direct` writes.
+_DIRECT_KEYS: Final = frozenset(("lineage", "principal_id", "repo", "route"))
+#: Every object key an enforced decision record holds outside its decision.
+ENVELOPE_KEYS: Final = (
+    "record_type",
+    "schema_version",
+    "recorded_at",
+    "seam",
+    "answer",
+    "decision",
+    "principal_id",
+    "repo",
+    "route",
+    "provider",
+    "account_id",
+    "model",
+    "lineage",
+    "revision",
+    "policy_hash",
+)
 #: The provider a route names when it stores none: the gateway provider, whose transport is the
 #: governed one (a governed spawn's provider is nearly always it).
 _DEFAULT_PROVIDER: Final = "gateway"
@@ -75,7 +101,6 @@ def decision_record(
     are the ones the answer implies (the decision's for ``enforced``, the legacy route's for
     ``legacy-compatible``)), and the lineage's revision and hash when they are the decision's
     (:func:`lineage_of` adds its policy id and decision id)."""
-    context = decision.explanation.context
     record: dict[str, Any] = {
         "record_type": DECISION_RECORD,
         "schema_version": SCHEMA_VERSION,
@@ -84,6 +109,136 @@ def decision_record(
         "answer": answer,
         "decision": decision.to_dict(),
     }
+    implied = _implied_route(answer, record["decision"])
+    _envelope(record, decision, principal_id, repo, answer, provider, account_id, model, implied)
+    _lineage(record, decision, revision, policy_hash)
+    return record
+
+
+def encode_decision_record(
+    redactor: Redactor,
+    scan: ScanMemo | None = None,
+    *,
+    recorded_at: str,
+    seam: str,
+    principal_id: str | None,
+    repo: str,
+    answer: str,
+    provider: str,
+    account_id: str | None,
+    model: str | None,
+    revision: int,
+    policy_hash: str,
+    decision: RouteDecision,
+) -> bytes:
+    """The stored bytes of :func:`decision_record`'s record, byte for byte what
+    ``encode_payload(decision_record(...), redactor)`` gives, written from the texts the
+    decision already keeps: the decision's own canonical bytes (:meth:`RouteDecision.canonical`,
+    no dict of it built or walked) spliced into the envelope's. A record the redactor might
+    change takes the plain path (a dict redacted and encoded again).
+
+    ``scan`` (a memo of ``redactor``'s, kept across calls) answers the redaction pre-check from
+    the strings the record holds, each scanned once per memo (see :class:`ScanMemo`); without
+    it the record's whole text is scanned, as :func:`encode_payload_plain` does."""
+    envelope: dict[str, Any] = {}
+    _envelope(
+        envelope,
+        decision,
+        principal_id,
+        repo,
+        answer,
+        provider,
+        account_id,
+        model,
+        _implied_of(answer, decision),
+    )
+    _lineage(envelope, decision, revision, policy_hash)
+    if scan is None:
+        suspect = False  # the whole text is scanned below
+    else:
+        # Every string of the record: the decision's, then the envelope's keys and values (a
+        # value that varies per call, the time, is scanned without being remembered).
+        suspect = (
+            scan.record_may_redact(decision, None)
+            or scan.may_redact(ENVELOPE_KEYS)
+            or scan.may_redact(
+                (DECISION_RECORD, seam, answer, principal_id, repo, provider, account_id, model)
+            )
+            or scan.may_redact((policy_hash,))
+            or redactor.might_match(recorded_at)
+        )
+    data = None if suspect else _direct(envelope, recorded_at, seam, answer, decision)
+    if data is not None and (scan is not None or not redactor.might_match(data.decode("utf-8"))):
+        return data
+    return encode_payload_plain(
+        decision_record(
+            recorded_at=recorded_at,
+            seam=seam,
+            principal_id=principal_id,
+            repo=repo,
+            answer=answer,
+            provider=provider,
+            account_id=account_id,
+            model=model,
+            revision=revision,
+            policy_hash=policy_hash,
+            decision=decision,
+        ),
+        redactor,
+    )
+
+
+def _direct(
+    envelope: dict[str, Any], recorded_at: str, seam: str, answer: str, decision: RouteDecision
+) -> bytes | None:
+    """The record's RFC 8785 bytes, written in its members' order (``answer``, ``decision``,
+    ``lineage``, ``principal_id``, ``record_type``, ``recorded_at``, ``repo``, ``route``,
+    ``schema_version``, ``seam``; the optional ones as ``envelope`` holds them), or ``None``
+    for a value outside what this writes (it is left to the plain encoder)."""
+    if not envelope.keys() <= _DIRECT_KEYS:
+        return None
+    lineage = envelope.get("lineage")
+    parts = ['{"answer":', json_string(answer), ',"decision":', decision.canonical().decode()]
+    if lineage is not None:
+        revision = lineage.get("revision")
+        if revision is not None and (type(revision) is not int or abs(revision) > _MAX_SAFE_INT):
+            return None
+        members = []
+        if "policy_hash" in lineage:
+            members.append('"policy_hash":' + json_string(lineage["policy_hash"]))
+        if revision is not None:
+            members.append(f'"revision":{revision}')
+        parts += (',"lineage":{', ",".join(members), "}")
+    if "principal_id" in envelope:
+        parts += (',"principal_id":', json_string(envelope["principal_id"]))
+    parts += (',"record_type":"', DECISION_RECORD, '","recorded_at":', json_string(recorded_at))
+    if "repo" in envelope:
+        parts += (',"repo":', json_string(envelope["repo"]))
+    route = envelope.get("route")
+    if route is not None:
+        members = [f'"{k}":{json_string(route[k])}' for k in sorted(route)]
+        parts += (',"route":{', ",".join(members), "}")
+    parts += (f',"schema_version":{SCHEMA_VERSION},"seam":', json_string(seam), "}")
+    try:
+        return "".join(parts).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the plain encoder's fallback decides
+        return None
+
+
+def _envelope(
+    record: dict[str, Any],
+    decision: RouteDecision,
+    principal_id: str | None,
+    repo: str,
+    answer: str,
+    provider: str,
+    account_id: str | None,
+    model: str | None,
+    implied: tuple[Any, Any],
+) -> None:
+    """Add to ``record`` the principal, repository and route members the decision does not
+    already imply (``implied``: the answer's implied account and model)."""
+    context = decision.explanation.context
     if principal_id != context.principal_id:
         record["principal_id"] = principal_id
     if context.repo is None or repo != context.repo.value:
@@ -92,13 +247,18 @@ def decision_record(
         route: dict[str, Any] = {}
         if provider != _DEFAULT_PROVIDER:
             route["provider"] = provider
-        implied = _implied_route(answer, record["decision"])
         if account_id != implied[0]:
             route["account_id"] = account_id
         if model != implied[1]:
             route["model"] = model
         if route:
             record["route"] = route
+
+
+def _lineage(
+    record: dict[str, Any], decision: RouteDecision, revision: int, policy_hash: str
+) -> None:
+    """Add the lineage members that differ from the decision's own revision and hash."""
     lineage: dict[str, Any] = {}
     if revision != decision.policy_revision:
         lineage["revision"] = revision
@@ -106,7 +266,16 @@ def decision_record(
         lineage["policy_hash"] = policy_hash
     if lineage:
         record["lineage"] = lineage
-    return record
+
+
+def _implied_of(answer: str, decision: RouteDecision) -> tuple[Any, Any]:
+    """:func:`_implied_route` of the decision object itself (no dict of it built)."""
+    legacy = decision.explanation.context.legacy_route
+    legacy_account = None if legacy is None else legacy.account_id
+    legacy_model = None if legacy is None else legacy.model
+    if answer == ENFORCED_ANSWER:
+        return decision.account_id, decision.effective_model or legacy_model
+    return legacy_account, legacy_model
 
 
 def _implied_route(answer: Any, decision: Any) -> tuple[Any, Any]:
