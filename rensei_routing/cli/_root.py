@@ -103,10 +103,20 @@ def builtin_command_names() -> frozenset[str]:
     return frozenset(BUILTIN)
 
 
+_LOADED: set[str] = set()
+
+
 def load_builtin(name: str) -> None:
-    """Import the module(s) defining the built-in command ``name`` (they attach it to ``cli``)."""
+    """Import the module(s) defining the built-in command ``name`` (they attach it to ``cli``).
+
+    A command counts as loaded only once every one of its modules is imported: a group that is
+    already attached (one of its modules was imported on its own) may still lack subcommands.
+    """
+    if name in _LOADED:
+        return
     for module in BUILTIN[name][0]:
         importlib.import_module(f"{__package__}.{module}")
+    _LOADED.add(name)
 
 
 def load_all_builtins() -> None:
@@ -198,7 +208,7 @@ class _Root(_Group):
     # Plugin commands: looked up only when a name is not built in (so a built-in command never
     # waits for entry points), listed for --help with a warning if a plugin is broken.
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in BUILTIN and cmd_name not in self.commands:
+        if cmd_name in BUILTIN:
             load_builtin(cmd_name)
         found = super().get_command(ctx, cmd_name)
         if found is not None:
