@@ -107,6 +107,14 @@ _LEGACY_NULLS: Final = (
 _LEGACY_OPTIONAL: Final = ("account_id", "mechanism", "mechanism_detail", "model")
 
 
+def listed_winners(winners: list[str], owner: Owner) -> str:
+    """A compact explanation's ``winners`` member (with its leading comma), or nothing when
+    the winners are exactly the decision's own policy (the reader puts them back)."""
+    if winners == ([] if owner[0] is None else [owner[0]]):
+        return ""
+    return f',"{WINNERS}":[{",".join([_e(i) for i in winners])}]'
+
+
 def compact_context_text(text: str) -> str:
     """A context's canonical text without its default members (see :func:`full_context`)."""
     for member in _ACCOUNT_DEFAULTS:
@@ -384,15 +392,11 @@ class Explanation(_ExplanationFields):
             winners = self._winners(owner)
             if winners is not None:
                 assert owner is not None
-                listed = (
-                    ""
-                    if winners == ([] if owner[0] is None else [owner[0]])
-                    else f',"{WINNERS}":[{",".join(_e(i) for i in winners)}]'
-                )
                 return (
                     f'{{"context":{compact_context_text(self.context.canonical_text())},'
                     f'"{OUTRANKED_COUNT}":{self.unlisted_outranked_count},"trace":"{COMPACT}",'
-                    f'"{UNMATCHED}":{self.unlisted_policy_count}{listed}}}'
+                    f'"{UNMATCHED}":{self.unlisted_policy_count}'
+                    f"{listed_winners(winners, owner)}}}"
                 )
         conflicting = ",".join(_e(i) for i in self.conflicting_policy_ids)
         considered = ",".join(c.canonical_json() for c in self.considered)

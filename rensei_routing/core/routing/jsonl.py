@@ -27,9 +27,9 @@ from .explanation import (
     COMPACT,
     OUTRANKED_COUNT,
     UNMATCHED,
-    WINNERS,
     Explanation,
     compact_context,
+    listed_winners,
 )
 from .members import Account, LegacyRoute
 
@@ -215,15 +215,10 @@ def _brief(d: RouteDecision, ex: Explanation, members: MemberTexts | None) -> st
                 else "}"
             )
         )
-    listed = (
-        ""
-        if winners == ([] if owner[0] is None else [owner[0]])
-        else f',"{WINNERS}":[{",".join([_e(i) for i in winners])}]'
-    )
     return (
         f'{{"context":{compact_context_display(ex.context, members)},'
         f'"{OUTRANKED_COUNT}":{ex.unlisted_outranked_count},"trace":"{COMPACT}",'
-        f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed}}}'
+        f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed_winners(winners, owner)}}}'
     )
 
 
