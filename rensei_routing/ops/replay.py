@@ -17,7 +17,8 @@ changes nothing: such a record matches or mismatches like any other.
 
 Never writes. Memory stays flat: records stream in pages, each policy set has one resolver
 stream (its memos warm for the whole replay), and bounded caches keep what repeats (a repeated
-context is resolved once; a repeated decision's fields are parsed once).
+payload is counted as it was the first time, unread; a repeated context is resolved once; a
+repeated decision's fields are parsed once).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..core._parse import STRICT_DECODER
-from ..core.audit.chain import AuditRecord
 from ..core.audit.replay import (
     CLAIM,
     CLAIM_FIELDS,
@@ -219,53 +219,113 @@ def replay_chain(
     vocabulary: Vocabulary = DEFAULT_VOCABULARY,
     redactor: Redactor = DEFAULT_REDACTOR,
     progress: Callable[[int], None] | None = None,
+    repeats: bool = True,
 ) -> ReplaySummary:
     """Replay every record with ``since <= seq < stop`` (to the end by default), across the
     log's segments; ``progress(seq)`` every 1,000 records.
+
+    A record's outcome is a function of its payload bytes alone (the policy sets and snapshots
+    are looked up once, a context resolves to one decision), so a payload seen before is
+    counted as it was then without being read again; ``repeats=False`` reads every one (the
+    plain path, which tests compare this against).
 
     Raises:
         StoreError: the log cannot be read.
     """
     summary = ReplaySummary()
-    # Per context text: the replayed fields, and whether the stored context lost an input
-    # that decision read to redaction.
-    replayed: OrderedDict[tuple[int, str], tuple[dict[str, Any], bool]] = OrderedDict()
-    resolvers: dict[int, _Resolver] = {}
-    memo: Memo = {}
-    texts = _Texts()
+    replay = _Replay(sources, vocabulary, redactor)
+    # Per distinct payload bytes: its outcome (bounded, oldest dropped first).
+    outcomes: OrderedDict[bytes, _Outcome] = OrderedDict()
+    match = summary.match
     for record in log.records(start=since, stop=stop):
-        if progress is not None and record.seq % 1_000 == 0:
-            progress(record.seq)
-        text = _text(record)
-        recorded = _recorded(record.seq, text, texts, sources, summary)
-        if recorded is None:
-            continue
+        seq = record.seq
+        if progress is not None and seq % 1_000 == 0:
+            progress(seq)
+        data = record.payload_bytes
+        outcome = outcomes.get(data) if repeats else None
+        if outcome is None:
+            outcome = replay.outcome(seq, data)
+            if repeats:
+                outcomes[data] = outcome
+                if len(outcomes) > CACHE_SIZE:
+                    outcomes.popitem(last=False)
+        if outcome[0] is _MATCH:
+            match(outcome[1])
+        else:
+            _tally(summary, seq, outcome)
+    return summary
+
+
+#: A payload's outcome: ``(_MATCH, kind)``, ``(_MISMATCH, kind, field)``, ``(_CANNOT, reason)``
+#: or ``(_SKIP,)``; counted against a record by :func:`_tally`.
+_Outcome = tuple[str, ...]
+_MATCH: Final = "match"
+_MISMATCH: Final = "mismatch"
+_CANNOT: Final = "cannot"
+_SKIP: Final = ("skip",)
+
+
+def _tally(summary: ReplaySummary, seq: int, outcome: _Outcome) -> None:
+    verb = outcome[0]
+    if verb is _MATCH:
+        summary.match(outcome[1])
+    elif verb is _MISMATCH:
+        summary.mismatch(seq, outcome[1], outcome[2])
+    elif verb is _CANNOT:
+        summary.cannot(seq, outcome[1])
+    else:
+        summary.skipped += 1
+
+
+class _Replay:
+    """What one replay keeps across its records: one resolver stream per policy set, the
+    decisions replayed per stored context, parsed decision texts."""
+
+    def __init__(self, sources: Sources, vocabulary: Vocabulary, redactor: Redactor) -> None:
+        self._sources = sources
+        self._vocabulary = vocabulary
+        self._redactor = redactor
+        # Per context text: the replayed fields, and whether the stored context lost an input
+        # that decision read to redaction.
+        self._replayed: OrderedDict[tuple[int, str], tuple[dict[str, Any], bool]] = OrderedDict()
+        self._resolvers: dict[int, _Resolver] = {}
+        self._memo: Memo = {}
+        self._texts = _Texts()
+
+    def outcome(self, seq: int, data: bytes) -> _Outcome:
+        """The outcome of the record ``seq`` whose payload bytes are ``data`` (``seq`` only
+        names the record in an error path; the outcome never depends on it)."""
+        text = _text(data)
+        recorded = _recorded(text, self._texts, self._sources)
+        if not isinstance(recorded, _Decision):
+            return recorded
         assert text is not None
-        kind, fields, found = recorded
+        kind, fields, found = recorded.kind, recorded.fields, recorded.found
         # The context's stored text keys the cache, found without parsing it (a repeated
         # context is neither parsed nor resolved again); a payload whose text does not show it
         # (not canonical) is keyed by the parsed context's own canonical text.
         context_text = stored_context_text(text)
         marked = MARKER_PREFIX in (text if context_text is None else context_text)
         key = (id(found), context_text or "")
+        replayed = self._replayed
         cached = replayed.get(key) if context_text is not None else None
         if cached is None:
             context_doc = _context_doc(fields, context_text)
             marked = marked and isinstance(context_doc, Mapping)
+            vocabulary = self._vocabulary
             try:
-                context = None if marked else quick_context(context_doc, vocabulary, memo)
+                context = None if marked else quick_context(context_doc, vocabulary, self._memo)
                 context = context or RouteContext.from_dict(
                     context_doc,
-                    path=f"audit[{record.seq}].context",
+                    path=f"audit[{seq}].context",
                     vocabulary=vocabulary,
                     redacted=marked,
                 )
             except InputError:
-                summary.cannot(record.seq, "unreadable context")
-                continue
-            resolver = resolvers.get(id(found))
+                return (_CANNOT, "unreadable context")
+            resolver = self._resolvers.get(id(found))
             if resolver is None:
-                resolver = resolvers[id(found)] = _Resolver(found, vocabulary, redactor)
+                resolver = self._resolvers[id(found)] = _Resolver(found, vocabulary, self._redactor)
             decided, source, applied = resolver.decide(context)
             lost = marked and decisive_redaction(context_doc, policy_source=source, applied=applied)
             cached = (decided, lost)
@@ -276,51 +336,51 @@ def replay_chain(
         decided, redacted = cached
         field_name = first_difference(fields, decided, DECISION_FIELDS)
         if field_name is None:
-            summary.match(kind)
-        elif redacted:
-            summary.cannot(record.seq, "redacted input")
-        else:
-            summary.mismatch(record.seq, kind, field_name)
-    return summary
+            return (_MATCH, kind)
+        if redacted:
+            return (_CANNOT, "redacted input")
+        return (_MISMATCH, kind, field_name)
 
 
-def _recorded(
-    seq: int, text: str | None, texts: _Texts, sources: Sources, summary: ReplaySummary
-) -> tuple[str, Mapping[str, Any], _Found] | None:
-    """The record's decision (kind, its fields, the policy set it cites), or ``None`` when the
-    record was counted otherwise (a claim replayed, skipped, unreadable, unreplayable)."""
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """A record's decision to replay: its kind, its recorded fields, the policy set it cites."""
+
+    kind: str
+    fields: Mapping[str, Any]
+    found: _Found
+
+
+def _recorded(text: str | None, texts: _Texts, sources: Sources) -> _Decision | _Outcome:
+    """The record's decision (kind, its fields, the policy set it cites), or the record's
+    outcome when it is counted otherwise (a claim replayed, skipped, unreadable,
+    unreplayable)."""
     if text is None:
-        summary.cannot(seq, "unreadable payload")
-        return None
+        return (_CANNOT, "unreadable payload")
     quick = quick_decision(text)
     fields: Mapping[str, Any]
     if quick is not None:
         kind, head, tail = quick
         first, last = texts(head), texts(tail)
         if not (isinstance(first, dict) and isinstance(last, dict)):
-            summary.cannot(seq, "unreadable payload")
-            return None
+            return (_CANNOT, "unreadable payload")
         fields = {**first, **last}
         ruleset_rev = fields.get("rulesetRev") if kind == DECISION else None
     else:
         payload = _loads(text)
         if payload is _ABSENT:
-            summary.cannot(seq, "unreadable payload")
-            return None
+            return (_CANNOT, "unreadable payload")
         claim = claim_of(payload)
         if claim is not None:
-            _replay_claim(seq, claim, sources, summary)
-            return None
+            return _replay_claim(claim, sources)
         found_decision = decision_of(payload)
         if found_decision is None:
-            summary.skipped += 1
-            return None
+            return _SKIP
         kind, fields = found_decision
         ruleset_rev = payload.get("rulesetRev") if kind == DECISION else None
     revision, content_hash = fields.get("policy_revision"), fields.get("snapshot_hash")
     if not (isinstance(revision, int) and isinstance(content_hash, str)):
-        summary.cannot(seq, "no policy revision")
-        return None
+        return (_CANNOT, "no policy revision")
     found = sources.policies(
         revision,
         content_hash,
@@ -328,12 +388,10 @@ def _recorded(
         fields.get("snapshot_state", STATE_OK),
     )
     if found.unreplayable is not None:
-        summary.cannot(seq, found.unreplayable)
-        return None
+        return (_CANNOT, found.unreplayable)
     if found.mismatch is not None:
-        summary.mismatch(seq, kind, found.mismatch)
-        return None
-    return kind, fields, found
+        return (_MISMATCH, kind, found.mismatch)
+    return _Decision(kind, fields, found)
 
 
 def _context_doc(recorded: Mapping[str, Any], context_text: str | None) -> Any:
@@ -350,9 +408,9 @@ def _context_doc(recorded: Mapping[str, Any], context_text: str | None) -> Any:
         return None
 
 
-def _text(record: AuditRecord) -> str | None:
+def _text(data: bytes) -> str | None:
     try:
-        return record.payload_bytes.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
 
@@ -368,20 +426,15 @@ def _loads(text: str) -> Any:
 
 
 def _replay_claim(
-    seq: int,
-    claim: tuple[str, str | None, str, Mapping[str, Any]],
-    sources: Sources,
-    summary: ReplaySummary,
-) -> None:
+    claim: tuple[str, str | None, str, Mapping[str, Any]], sources: Sources
+) -> _Outcome:
     pool, project, ruleset_rev, recorded = claim
     snap = sources.snapshot(ruleset_rev)
     if snap is None:
-        summary.cannot(seq, f"snapshot {ruleset_rev} absent")
-        return
+        return (_CANNOT, f"snapshot {ruleset_rev} absent")
     result = ClaimGate(snap.sections).check(pool, project)
     replayed = {"allowed": result.admitted, "reason": result.reason}
     field_name = first_difference(recorded, replayed, CLAIM_FIELDS)
     if field_name is None:
-        summary.match(CLAIM)
-    else:
-        summary.mismatch(seq, CLAIM, field_name)
+        return (_MATCH, CLAIM)
+    return (_MISMATCH, CLAIM, field_name)
