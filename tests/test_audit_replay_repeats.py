@@ -8,18 +8,21 @@ order, and with caches small enough to drop entries mid-replay."""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import orjson
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rensei_routing.cli import cli
+from rensei_routing.core._parse import STRICT_DECODER
 from rensei_routing.ops import replay as replay_module
 from rensei_routing.ops.replay import Sources, replay_chain
 from rensei_routing.store.audit import AuditLog
@@ -198,3 +201,72 @@ def test_every_kind_of_record_is_told_apart_when_it_repeats(
     } <= set(fast.unreplayable)
     assert all(count % 2 == 0 for count in fast.unreplayable.values())
     assert fast.by_kind.get("shadow", 0) > 0
+
+
+def _plain_loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return replay_module._ABSENT
+
+
+def _strict_loads(text: str) -> Any:
+    try:
+        return STRICT_DECODER.decode(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _texts_of(value: Any) -> list[str]:
+    """The ways a writer (or a forger) may spell ``value``."""
+    out = [
+        orjson.dumps(value).decode("utf-8") if _orjson_writes(value) else "null",
+        json.dumps(value, separators=(",", ":"), ensure_ascii=False),
+        json.dumps(value),
+        json.dumps(value, sort_keys=True, separators=(",", ":")),
+    ]
+    compact = out[1]
+    if compact.startswith("{") and len(compact) > 2:
+        out.append(compact[:-1] + "," + compact[1:])  # every key twice
+    return out
+
+
+def _orjson_writes(value: Any) -> bool:
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=_JSON,
+    extra=st.sampled_from(
+        ["", " ", "NaN", '{"a":NaN}', '{"a":1,"a":2}', "[1]]", '"\\ud800"', "1" * 30]
+    ),
+)
+def test_the_quick_read_is_the_plain_and_the_strict_read(value: Any, extra: str) -> None:
+    """``_loads`` reads any text to ``json.loads``'s value, and the stored context's reader to the
+    strict decoder's, whether orjson's round trip proves the text or not."""
+    for text in [*_texts_of(value), extra, _texts_of(value)[1] + extra]:
+        assert _same(replay_module._loads(text), _plain_loads(text))
+        assert _same(replay_module._context_doc({}, text), _strict_loads(text))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same types (``NaN`` equal to itself, ``1`` not to ``1.0``)."""
+    return a is b or repr(a) == repr(b)

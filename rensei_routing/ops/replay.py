@@ -17,20 +17,22 @@ changes nothing: such a record matches or mismatches like any other.
 
 Never writes. Memory stays flat: records stream in pages, each policy set has one resolver
 stream (its memos warm for the whole replay), and bounded caches keep what repeats (a repeated
-payload is counted as it was the first time, unread; a repeated context is resolved once; a
-repeated decision's fields are parsed once).
+payload is counted as it was the first time, unread; a repeated context is resolved once).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..core._parse import STRICT_DECODER
+import orjson
+
+from ..core._parse import QUICK_MIN_RECURSION_LIMIT, STRICT_DECODER
 from ..core.audit.replay import (
     CLAIM,
     CLAIM_FIELDS,
@@ -194,22 +196,6 @@ class _Resolver:
         return fields, decision.policy_source, decision.policy_id is not None
 
 
-class _Texts:
-    """Parsed JSON texts, each distinct one parsed once (bounded)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, Any] = {}
-
-    def __call__(self, text: str) -> Any:
-        found = self._seen.get(text, _ABSENT)
-        if found is _ABSENT:
-            found = _loads(text)
-            if len(self._seen) >= CACHE_SIZE:
-                self._seen.clear()
-            self._seen[text] = found
-        return found
-
-
 def replay_chain(
     log: AuditLog,
     sources: Sources,
@@ -290,13 +276,12 @@ class _Replay:
         self._replayed: OrderedDict[tuple[int, str], tuple[dict[str, Any], bool]] = OrderedDict()
         self._resolvers: dict[int, _Resolver] = {}
         self._memo: Memo = {}
-        self._texts = _Texts()
 
     def outcome(self, seq: int, data: bytes) -> _Outcome:
         """The outcome of the record ``seq`` whose payload bytes are ``data`` (``seq`` only
         names the record in an error path; the outcome never depends on it)."""
         text = _text(data)
-        recorded = _recorded(text, self._texts, self._sources)
+        recorded = _recorded(text, self._sources)
         if not isinstance(recorded, _Decision):
             return recorded
         assert text is not None
@@ -351,7 +336,7 @@ class _Decision:
     found: _Found
 
 
-def _recorded(text: str | None, texts: _Texts, sources: Sources) -> _Decision | _Outcome:
+def _recorded(text: str | None, sources: Sources) -> _Decision | _Outcome:
     """The record's decision (kind, its fields, the policy set it cites), or the record's
     outcome when it is counted otherwise (a claim replayed, skipped, unreadable,
     unreplayable)."""
@@ -361,7 +346,7 @@ def _recorded(text: str | None, texts: _Texts, sources: Sources) -> _Decision | 
     fields: Mapping[str, Any]
     if quick is not None:
         kind, head, tail = quick
-        first, last = texts(head), texts(tail)
+        first, last = _loads(head), _loads(tail)
         if not (isinstance(first, dict) and isinstance(last, dict)):
             return (_CANNOT, "unreadable payload")
         fields = {**first, **last}
@@ -402,6 +387,9 @@ def _context_doc(recorded: Mapping[str, Any], context_text: str | None) -> Any:
         return explanation.get("context")
     if context_text is None:
         return None
+    found = _proven(context_text)
+    if found is not _ABSENT:
+        return found
     try:
         return STRICT_DECODER.decode(context_text)
     except (ValueError, RecursionError):
@@ -416,13 +404,36 @@ def _text(data: bytes) -> str | None:
 
 
 def _loads(text: str) -> Any:
-    """The stored payload as JSON. Stored payloads are canonical JSON and ``verify`` holds each
-    to the strict reading (no duplicate keys, no constants), so replay reads them with the fast
-    decoder: replay proves decisions, verify proves bytes."""
+    """The stored payload (or a decision's own fields) as JSON. Stored payloads are canonical
+    JSON and ``verify`` holds each to the strict reading (no duplicate keys, no constants), so
+    replay reads them with the fast decoder: replay proves decisions, verify proves bytes."""
+    found = _proven(text)
+    if found is not _ABSENT:
+        return found
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
         return _ABSENT
+
+
+def _proven(text: str) -> Any:
+    """The value of ``text`` read by orjson, when orjson writes that value back as ``text``
+    byte for byte; else ``_ABSENT`` (the caller reads it its own way).
+
+    Such a text is a JSON writer's output (the quick proof of
+    :func:`~rensei_routing.core._parse.is_strict_json`): no duplicate key, no constant, 64-bit
+    integers, nested at most 254 deep, so both the strict decoder and ``json.loads`` read it,
+    to this same value. A stored canonical payload's pieces are such texts."""
+    if sys.getrecursionlimit() < QUICK_MIN_RECURSION_LIMIT:
+        return _ABSENT
+    try:
+        data = text.encode("utf-8")
+        value = orjson.loads(data)
+        if orjson.dumps(value) == data:
+            return value
+    except (ValueError, TypeError):  # a lone surrogate; orjson.JSONDecodeError, JSONEncodeError
+        pass
+    return _ABSENT
 
 
 def _replay_claim(
