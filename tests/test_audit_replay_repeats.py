@@ -148,8 +148,12 @@ def _fresh(template: Path, into: Path) -> Home:
     return home
 
 
-def _summaries(home: Home, since: int, cache: int) -> Iterator[Any]:
-    with AuditLog.open(home) as log, mock.patch.object(replay_module, "CACHE_SIZE", cache):
+def _summaries(home: Home, since: int, cache: int, cache_bytes: int = 2**26) -> Iterator[Any]:
+    with (
+        AuditLog.open(home) as log,
+        mock.patch.object(replay_module, "CACHE_SIZE", cache),
+        mock.patch.object(replay_module, "CACHE_BYTES", cache_bytes),
+    ):
         for repeats in (True, False):
             yield replay_chain(log, Sources(home), since=since, repeats=repeats)
 
@@ -163,9 +167,15 @@ def _summaries(home: Home, since: int, cache: int) -> Iterator[Any]:
     picks=st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=40),
     since=st.integers(min_value=0, max_value=5),
     cache=st.sampled_from([1, 2, 3, 20_000]),
+    cache_bytes=st.sampled_from([0, 1_500, 4_000, 2**26]),
 )
 def test_a_replay_that_counts_repeats_unread_gives_the_plain_replays_summary(
-    template: tuple[Path, list[Any]], tmp_path: Path, picks: list[int], since: int, cache: int
+    template: tuple[Path, list[Any]],
+    tmp_path: Path,
+    picks: list[int],
+    since: int,
+    cache: int,
+    cache_bytes: int,
 ) -> None:
     path, decisions = template
     variants = _variants(decisions)
@@ -173,7 +183,7 @@ def test_a_replay_that_counts_repeats_unread_gives_the_plain_replays_summary(
     with AuditLog.open(home) as log:
         first = log.head()[0]
         log.append_many([variants[i % len(variants)] for i in picks], recorded_at=STAMP)
-    fast, plain = _summaries(home, first + since, cache)
+    fast, plain = _summaries(home, first + since, cache, cache_bytes)
     assert fast == plain
     assert fast.replayed + fast.unreplayable_count + fast.skipped == max(0, len(picks) - since)
 

@@ -61,10 +61,12 @@ from ..store.audit import AuditLog
 from ..store.backends import open_control_store
 from ..store.home import Home
 
-__all__ = ["CACHE_SIZE", "Sources", "replay_chain"]
+__all__ = ["CACHE_BYTES", "CACHE_SIZE", "Sources", "replay_chain"]
 
-#: Replayed decisions kept for repeated contexts.
+#: Replayed decisions kept for repeated contexts, and outcomes for repeated payloads.
 CACHE_SIZE: Final = 20_000
+#: The payload bytes the outcomes of repeated payloads may hold at most.
+CACHE_BYTES: Final = 64 * 1024 * 1024
 
 _ABSENT: Final = object()
 
@@ -220,8 +222,9 @@ def replay_chain(
     """
     summary = ReplaySummary()
     replay = _Replay(sources, vocabulary, redactor)
-    # Per distinct payload bytes: its outcome (bounded, oldest dropped first).
+    # Per distinct payload bytes: its outcome (bounded in count and bytes, oldest dropped first).
     outcomes: OrderedDict[bytes, _Outcome] = OrderedDict()
+    held = 0
     match = summary.match
     for record in log.records(start=since, stop=stop):
         seq = record.seq
@@ -233,8 +236,9 @@ def replay_chain(
             outcome = replay.outcome(seq, data)
             if repeats:
                 outcomes[data] = outcome
-                if len(outcomes) > CACHE_SIZE:
-                    outcomes.popitem(last=False)
+                held += len(data)
+                while len(outcomes) > CACHE_SIZE or held > CACHE_BYTES:
+                    held -= len(outcomes.popitem(last=False)[0])
         if outcome[0] is _MATCH:
             match(outcome[1])
         else:
