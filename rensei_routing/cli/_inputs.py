@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
@@ -210,74 +210,32 @@ def iter_context_lines(
         f = sys.stdin.buffer if source == "-" else open(source, "rb")  # noqa: SIM115
     except OSError as e:
         raise InputError(f"cannot read {label}: {e.strerror or e}") from e
+    offset = 0
     memo: Memo = {}
     pieces = Pieces()
-    number = 0
     try:
-        for text, bad in _text_blocks(f, label):
-            for line in text.split("\n")[:-1]:  # each piece ended at "\n" (_text_blocks)
-                number += 1
-                # A line as to_dict writes it is read without its dicts; any other (or anything
-                # that reader is unsure of) is parsed, then read by the quick reader, sharing
-                # repeated pieces across the batch, or by the general one, which names the
-                # field.
-                ctx = quick_line(line, vocabulary, memo, pieces)
-                if ctx is None and line.strip(_JSON_WHITESPACE):
-                    where = f"{label}:{number}"
-                    doc = parse_json(line, where)
-                    ctx = quick_context(doc, vocabulary, memo) or _named(where, build, doc)
-                if ctx is not None:
-                    yield ctx
-            if bad is not None:  # the lines before the first byte that is not UTF-8 come first
-                raise bad
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad = f"byte 0x{raw[e.start]:02x} at offset {offset + e.start}"
+                raise InputError(f"cannot read {label}: not UTF-8 ({bad})") from e
+            offset += len(raw)
+            # A line as to_dict writes it is read without its dicts; any other (or anything
+            # that reader is unsure of) is parsed, then read by the quick reader, sharing
+            # repeated pieces across the batch, or by the general one, which names the field.
+            ctx = quick_line(line, vocabulary, memo, pieces)
+            if ctx is None and line.strip(_JSON_WHITESPACE):
+                where = f"{label}:{number}"
+                doc = parse_json(line, where)
+                ctx = quick_context(doc, vocabulary, memo) or _named(where, build, doc)
+            if ctx is not None:
+                yield ctx
     except OSError as e:
         raise InputError(f"cannot read {label}: {e.strerror or e}") from e
     finally:
         if f is not sys.stdin.buffer:
             f.close()
-
-
-#: Bytes read at a time by :func:`_text_blocks`.
-_BLOCK: Final = 1 << 20
-
-
-def _text_blocks(f: IO[bytes], label: str) -> Iterator[tuple[str, InputError | None]]:
-    """The text of ``f`` in blocks of whole lines, each block's text ending at ``\n`` (the
-    last line of a file without one is given one), decoded a block at a time. A block holding a
-    byte that is not UTF-8 is given up to the line holding it, with the error to raise after
-    its lines (naming the byte and its offset in the file, as a line-by-line read does).
-
-    Raises:
-        OSError: ``f`` cannot be read.
-    """
-    offset = 0  # of the block in the file
-    rest = b""
-    while True:
-        block = f.read(_BLOCK)
-        if block:
-            data = rest + block if rest else block
-            cut = data.rfind(b"\n") + 1
-            if not cut:  # no line ends in it yet
-                rest = data
-                continue
-            data, rest = data[:cut], data[cut:]
-        elif rest:
-            data, rest = rest + b"\n", b""
-        else:
-            return
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            # "\n" is never part of a multi-byte sequence: the first bad byte of the block is
-            # that of its first line holding one, whole lines before it decode.
-            good = data.rfind(b"\n", 0, e.start) + 1
-            where = f"byte 0x{data[e.start]:02x} at offset {offset + e.start}"
-            bad = InputError(f"cannot read {label}: not UTF-8 ({where})")
-            bad.__cause__ = e
-            yield data[:good].decode("utf-8"), bad
-            return
-        yield text, None
-        offset += len(data)
 
 
 _RELATIVE = re.compile(r"(\d{1,9})([smhd])")
