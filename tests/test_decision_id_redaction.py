@@ -261,3 +261,82 @@ def test_record_keys_hold_every_key_a_stamped_record_can_have(
     stamp = Freshness(ruleset_rev="r2", age_ms=90_000, degraded=True) if stale else Freshness.live()
     keys = _keys(StampedDecision(decision, stamp).to_dict())
     assert keys <= set(RECORD_KEYS), keys - set(RECORD_KEYS)
+
+
+# -- A record's decision id is checked apart from the memo, by the triggers an id can hold ----
+
+
+def _every_piece_may_redact(scan: ScanMemo, decision: Any, rev: str | None) -> bool:
+    """The record pre-check with the id as one more memoised piece (the plain path)."""
+    from rensei_routing.core.routing.ids import RECORD_KEYS
+
+    if scan.may_redact((" ".join(RECORD_KEYS),)):
+        return True
+    ex = decision.explanation
+    fields = (
+        decision.decision_id,
+        decision.outcome,
+        decision.reason,
+        decision.policy_source,
+        decision.policy_id,
+        decision.snapshot_hash,
+        decision.snapshot_state,
+        decision.account_id,
+        decision.provider_binding,
+        decision.effective_model,
+        rev,
+    )
+    return scan.preimage_may_redact(ex.context, fields) or scan.may_redact(
+        (
+            *(c.policy_id for c in ex.considered),
+            *(c.reason for c in ex.considered),
+            *ex.eligible_account_ids,
+            *(r.account_id for r in ex.rejected_accounts),
+            *(r.reason for r in ex.rejected_accounts),
+            *ex.conflicting_policy_ids,
+        )
+    )
+
+
+_HEX = "0123456789abcdef"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(context_dicts(), min_size=1, max_size=6),
+    st.lists(st.text(alphabet=_HEX + "sha:x", min_size=1, max_size=3), max_size=3),
+    st.booleans(),
+    st.sampled_from(["full", "compact"]),
+)
+def test_the_record_pre_check_answers_as_every_piece_scanned(
+    docs: list[dict[str, Any]], triggers: list[str], untriggered: bool, trace: Any
+) -> None:
+    # Triggers made of the characters of an id ("acca" is a default one) must still be found
+    # in it; a pattern without triggers makes every text suspect.
+    extra = tuple(
+        RedactionPattern(f"hex-{i}", re.compile(re.escape(t)), (t,)) for i, t in enumerate(triggers)
+    )
+    if untriggered:
+        extra += (RedactionPattern("any", re.compile("ACME-[0-9]{6}")),)
+    redactor = Redactor(patterns=DEFAULT_PATTERNS + extra)
+    fast, plain = ScanMemo(redactor), ScanMemo(redactor)
+    for doc in docs:
+        decision = explain(RouteContext.from_dict(doc), POLICIES, trace=trace)
+        for rev in (None, "bench@1"):
+            assert fast.record_may_redact(decision, rev) == _every_piece_may_redact(
+                plain, decision, rev
+            ), (decision.decision_id, triggers)
+
+
+def test_an_id_holding_a_hex_trigger_is_suspect() -> None:
+    decision = explain(RouteContext.from_dict(_ctx("", "none")), POLICIES)
+    hexes = decision.decision_id.removeprefix("sha256:")
+    text = str(decision.to_dict())  # the snapshot hash is hex too
+    inside = hexes[10:14]
+    outside = next(
+        t for t in (a + b + c for a in _HEX for b in _HEX for c in _HEX) if t not in text
+    )
+    for trigger, suspect in ((inside, True), (outside, False)):
+        pattern = RedactionPattern("hex", re.compile(re.escape(trigger)), (trigger,))
+        redactor = Redactor(patterns=(*DEFAULT_PATTERNS, pattern))
+        assert ScanMemo(redactor).record_may_redact(decision, None) is suspect

@@ -24,10 +24,10 @@ from ..core.routing._quick import Memo, Pieces, quick_context, quick_line
 from ..core.routing.context import RouteContext
 from ..core.routing.policy import PolicySnapshot, hash_policies
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from ..core.shadow.spawn import Spawn, check_spawn
 from ..errors import InputError, MalformedError, UnknownSeamError
 
 if TYPE_CHECKING:
+    from ..core.shadow.spawn import Spawn
     from ..plugins.manager import SeamRegistry
 
     # click's parameter types are generic from 8.2 on; 8.1 (the oldest click setup.cfg allows)
@@ -313,6 +313,8 @@ def read_spawn_lines(source: str, registry: SeamRegistry, seam: str | None) -> l
     Raises:
         InputError: naming the line (and field) of the first bad one.
     """
+    from ..core.shadow.spawn import Spawn, check_spawn  # the shadow commands' only
+
     label = _label(source)
     spawns = []
     for number, line in enumerate(_read_text(source).splitlines(), start=1):

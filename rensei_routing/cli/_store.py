@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,21 +19,22 @@ from ..core.redact import DEFAULT_REDACTOR
 from ..core.routing.decision import STATE_ABSENT, RouteDecision
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import Trace
-from ..core.shadow.report import ShadowReport
-from ..core.shadow.spawn import Spawn
 from ..core.snapshot.freshness import StampedDecision
 from ..errors import HomeError, InputError, PartialRecordError
 from ..files import PendingWrite, missing_output_dir
 from ..plugins.manager import SeamRegistry, has_observers, notify_recorded
-from ..shadow.batch import DEFAULT_BATCH, Recorded
-from ..shadow.batch import record_spawns as batch_record
-from ..store.audit import AuditLog
 from ..store.backends import open_control_store
 from ..store.control import ControlStore
 from ..store.home import Home
 from ._output import next_step, note
 from ._root import CommandError
 from ._session import session
+
+if TYPE_CHECKING:  # the shadow recorder and the audit log are imported by the commands using them
+    from ..core.shadow.report import ShadowReport
+    from ..core.shadow.spawn import Spawn
+    from ..shadow.batch import Recorded
+    from ..store.audit import AuditLog
 
 _HOMES = "rensei_routing.homes"
 
@@ -121,6 +123,8 @@ def open_audit_log(home: Path) -> AuditLog:
         HomeError: the home is not initialised.
         PluginError: a plugin's redaction pattern is unusable.
     """
+    from ..store.audit import AuditLog
+
     return AuditLog.open(home_of(home), redactor=session().redactor())
 
 
@@ -210,18 +214,24 @@ def record_spawns(
     registry: SeamRegistry,
     items: list[Spawn],
     *,
-    batch: int = DEFAULT_BATCH,
+    batch: int | None = None,
     report: ShadowReport,
     label: str = "recording",
     trace: Trace = "auto",
 ) -> Recorded:
     """:func:`rensei_routing.shadow.batch.record_spawns` with a progress bar on a terminal's
     stderr (for more than one batch), then the observers told (``shadow record``, quickstart).
+    ``batch`` defaults to the recorder's own (:data:`~rensei_routing.shadow.batch.DEFAULT_BATCH`).
 
     Raises:
         RenseiRoutingError: nothing was recorded; CommandError: a later batch failed (the
             message says what was recorded).
     """
+    from ..shadow.batch import DEFAULT_BATCH
+    from ..shadow.batch import record_spawns as batch_record
+
+    if batch is None:
+        batch = DEFAULT_BATCH
     show = sys.stderr.isatty() and len(items) > batch
     bar = (
         click.progressbar(length=len(items), label=label, file=sys.stderr)
@@ -252,6 +262,8 @@ def _notify(home: Home, seqs: range) -> None:
     """Tell ``decision_recorded`` observers about the committed shadow records, in batches."""
     if not seqs or not has_observers(session().pm):
         return
+    from ..store.audit import AuditLog
+
     with AuditLog.open(home) as log:
         for start in range(seqs.start, seqs.stop, 1_000):
             notify_observers([log.get(q) for q in range(start, min(start + 1_000, seqs.stop))])

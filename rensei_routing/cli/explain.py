@@ -12,9 +12,6 @@ from ..core.routing.resolver import explain, record_trace
 from ..core.routing.validation import validate_policies
 from ..core.snapshot.freshness import Freshness, StampedDecision, format_age
 from ..errors import InputError, SnapshotError
-from ..host.cache import host_cache
-from ..host.status import cached_snapshot
-from ._batch import run_batch
 from ._clock import now
 from ._inputs import SOURCE, read_context, read_policy_file
 from ._output import emit, held_notes, note, release_notes
@@ -53,6 +50,10 @@ def _snapshot(
     if cached:
         if policies is not None:
             raise click.UsageError("--snapshot and --policies are exclusive")
+        # the host cache (and its signature checks) only where it is read
+        from ..host.cache import host_cache
+        from ..host.status import cached_snapshot
+
         snap, fresh = cached_snapshot(host_cache(home), now=now())
         bundle = snap.sections.get("policyBundle")
         try:
@@ -189,6 +190,8 @@ def explain_batch_cmd(
     streams through temporary files and is published (recorded, then printed) only once the
     last line has been resolved, in constant memory at any size.
     """
+    from ._batch import run_batch  # the streaming machinery, only where a batch runs
+
     _refuse_unsaved_record(policies, record)
     if record:
         home_of(home).info()

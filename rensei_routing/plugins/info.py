@@ -7,7 +7,6 @@ hook (that is :mod:`.manager`'s).
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -46,6 +45,8 @@ class PluginInfo:
 
 
 def _own_version() -> str | None:
+    import importlib.metadata  # only to list plugins: a command that merely uses them skips it
+
     try:
         return importlib.metadata.version("rensei-routing")
     except importlib.metadata.PackageNotFoundError:

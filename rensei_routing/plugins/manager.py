@@ -33,7 +33,6 @@ from ..core.routing.vocabulary import (
     VocabularyExtension,
 )
 from ..core.shadow.compare import Seam, Stage
-from ..core.snapshot.authz import Authorizer
 from ..core.snapshot.validators import SnapshotValidator
 from ..errors import InputError, PluginError, UnknownSeamError
 from .info import plugin_infos
@@ -49,6 +48,8 @@ from .loading import (
 
 if TYPE_CHECKING:
     import click
+
+    from ..core.snapshot.authz import Authorizer  # imported where authorizers are read
 
 #: ``plugin_infos`` is :mod:`.info`'s, re-exported for the modules that still import it here.
 __all__ = [
@@ -83,7 +84,7 @@ _SEAM_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 T = TypeVar("T")
 #: A contribution known by its unique name, with the plugin that registered it.
-Named = TypeVar("Named", SnapshotValidator, Authorizer)
+Named = TypeVar("Named", SnapshotValidator, "Authorizer")
 
 
 # -- calling hooks ------------------------------------------------------------------------------
@@ -395,6 +396,8 @@ def authorizers(pm: pluggy.PluginManager) -> tuple[Authorizer, ...]:
 
 
 def _checked_authorizers(pm: pluggy.PluginManager) -> Iterator[tuple[str, Authorizer]]:
+    from ..core.snapshot.authz import Authorizer  # the authorization commands' only
+
     for plugin, a in _contributions(pm, "register_authorizers", Authorizer):
         if not isinstance(a.name, str) or not a.name or not callable(a.prepare):
             raise PluginError(

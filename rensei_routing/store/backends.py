@@ -9,12 +9,16 @@ still imported only when a PostgreSQL store is opened.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..core.redact import DEFAULT_REDACTOR, Redactor
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import HomeError
-from .audit import AuditLog
 from .control import ControlStore, SqliteControlStore
 from .home import Home
+
+if TYPE_CHECKING:
+    from .audit import AuditLog
 
 __all__ = ["attach_postgres", "is_postgres_url", "open_control_store", "open_postgres"]
 
@@ -47,8 +51,15 @@ def open_control_store(
         home.connect(write=write),
         org_id=info.org,
         vocabulary=vocabulary,
-        audit=lambda: AuditLog.open(home, redactor=redactor),
+        audit=lambda: _audit_log(home, redactor),
     )
+
+
+def _audit_log(home: Home, redactor: Redactor) -> AuditLog:
+    """The home's audit log (imported on a store's first write: reading policies needs none)."""
+    from .audit import AuditLog
+
+    return AuditLog.open(home, redactor=redactor)
 
 
 def open_postgres(

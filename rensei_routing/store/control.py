@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import apsw
 
@@ -37,7 +37,6 @@ from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
 from ..core.snapshot.org import OrgData
 from ..core.snapshot.validators import SnapshotValidator
 from ..errors import MalformedError
-from .audit import AuditLog
 from .db import close_quietly, store_error
 from .policies import PolicyStore, PreparedWrite, RevisionInfo, SnapshotLoad
 from .snapshots import (
@@ -49,6 +48,9 @@ from .snapshots import (
     seal_next,
     validated_sections,
 )
+
+if TYPE_CHECKING:  # the audit log is imported when a write first needs it, not to read
+    from .audit import AuditLog
 
 __all__ = [
     "EVENT_COMPILE",
@@ -376,6 +378,8 @@ class SqliteControlStore(ControlStore):
 
     def _audit_log(self) -> AuditLog:
         if self._audit is None:
+            from .audit import AuditLog
+
             factory = self._audit_factory
             self._audit = (
                 AuditLog(Path(self.where), origin=checkpoint_origin(self.org_id))

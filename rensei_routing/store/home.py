@@ -30,14 +30,16 @@ import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import apsw
 
-from .. import signing
 from ..errors import HomeError, KeyFormatError, MalformedError, SignatureError
 from ..files import make_private_dir
 from .db import CONFIG_FILE, DEFAULT_BUSY_TIMEOUT_MS, close_quietly, connect, store_error
+
+if TYPE_CHECKING:  # signing (nacl) is imported where a key is read or made, not to open a home
+    from .. import signing
 
 __all__ = ["DEFAULT_ORG", "ConnectOptions", "Home", "HomeInfo"]
 
@@ -285,6 +287,8 @@ class Home:
 
     def _ensure_key(self, recorded_id: str | None) -> signing.PublicKey:
         """Load the host key, creating it when the home has none yet; keep the .pub file in step."""
+        from .. import signing
+
         if not self.private_key_path.exists():
             if recorded_id is not None:
                 raise HomeError(
@@ -349,6 +353,8 @@ class Home:
         Raises:
             HomeError: the key file is missing or malformed (the message never shows its text).
         """
+        from .. import signing
+
         try:
             return signing.load_private_key(self.private_key_path)
         except KeyFormatError as e:
@@ -360,6 +366,8 @@ class Home:
         Raises:
             HomeError: neither key file is usable.
         """
+        from .. import signing
+
         try:
             return signing.load_public_key(self.public_key_path)
         except KeyFormatError:
@@ -387,6 +395,8 @@ class Home:
         Raises:
             HomeError, StoreError: the home is unusable.
         """
+        from .. import signing
+
         public = self.public_key()
         return signing.key_lookup_by_id({public.key_id: public, self.snapshot_key_id(): public})
 

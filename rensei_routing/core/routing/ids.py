@@ -22,6 +22,7 @@ whether anything else in the record trips a trigger, so no id could follow it.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring as _e
 from typing import Any, Final
@@ -59,11 +60,19 @@ ID_FIELDS: Final = (
 _REQUIRED: Final = ("outcome", "policy_revision", "reason", "snapshot_hash", "snapshot_state")
 _OPTIONAL: Final = ("account_id", "effective_model", "policy_id")
 _MAX_SAFE_INT: Final = 2**53 - 1
+#: A decision id as :func:`decision_id` writes it, and every character one can hold.
+_ID_SHAPE: Final = re.compile(r"sha256:[0-9a-f]{64}")
+_ID_CHARS: Final = frozenset("sha256:0123456789abcdef")
 
 
 def _digest(preimage: Mapping[str, Any], redactor: Redactor) -> str:
     """The id of a preimage given as a JSON value (the general, slower path)."""
     return SHA256_PREFIX + hashlib.sha256(canonical_bytes(redactor.redact(preimage))).hexdigest()
+
+
+def _id_gate(triggers: list[str]) -> re.Pattern[str] | None:
+    """One alternation of ``triggers`` (literal), or ``None`` when there is none."""
+    return re.compile("|".join(re.escape(t) for t in triggers)) if triggers else None
 
 
 class ScanMemo:
@@ -78,7 +87,15 @@ class ScanMemo:
     redacted. Bounded: the memo is cleared when it reaches :data:`MEMO_LIMIT` strings.
     """
 
-    __slots__ = ("_clean", "_keys_suspect", "_redactor", "_seen", "_tails")
+    __slots__ = (
+        "_clean",
+        "_id_gate",
+        "_ids_scanned",
+        "_keys_suspect",
+        "_redactor",
+        "_seen",
+        "_tails",
+    )
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
@@ -88,6 +105,14 @@ class ScanMemo:
         self._clean: set[str | None] = {None}
         self._keys_suspect: bool | None = None
         self._tails: dict[tuple[Any, ...], str] = {}
+        # The pre-check looks for a trigger in the text, and a trigger holding a character no
+        # decision id holds never occurs in one: an id of that shape is searched for the few
+        # others only (none: no search). Without triggers every id takes the pre-check itself.
+        triggers = getattr(redactor, "triggers", None)
+        self._id_gate = _id_gate(
+            [] if triggers is None else [t for t in triggers if set(t) <= _ID_CHARS]
+        )
+        self._ids_scanned = triggers is None
 
     def id_tail(self, *fields: Any) -> str:
         """:func:`id_tail` of ``fields``, written once per distinct fields (a batch's outcomes,
@@ -169,10 +194,17 @@ class ScanMemo:
         if self._keys_suspect:
             return True
         ex = decision.explanation
+        # The id is new with every decision: checked on its own, never remembered (a memo of
+        # ids would only fill up and be cleared, losing the strings that do repeat).
+        did, gate = decision.decision_id, self._id_gate
+        if self._ids_scanned or _ID_SHAPE.fullmatch(did) is None:
+            if self._redactor.might_match(did):
+                return True
+        elif gate is not None and gate.search(did) is not None:
+            return True
         return self.preimage_may_redact(
             ex.context,
             (
-                decision.decision_id,
                 decision.outcome,
                 decision.reason,
                 decision.policy_source,
