@@ -30,7 +30,8 @@ from .. import _parse as p
 from ..canonical import SHA256_PREFIX, canonical_bytes
 from ..canonical import json_string as _s
 from ..redact import DEFAULT_REDACTOR, Redactor
-from .context import CONTEXT_FIELDS, RouteContext
+from .context import CONTEXT_FIELDS, RouteContext, context_canonical
+from .members import repo_json, requirement_json
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
 from .explanation import COMPACT, EXPLANATION_MEMBERS, UNMATCHED, full_context
 
@@ -40,6 +41,8 @@ __all__ = [
     "RECORD_KEYS",
     "ScanMemo",
     "decision_id",
+    "id_head",
+    "id_question",
     "id_tail",
     "record_decision_id",
 ]
@@ -317,6 +320,43 @@ def _decision_id(
             redactor,
         )
     return SHA256_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def id_head(account_id: str | None, accounts: str, legacy: str) -> str:
+    """The RFC 8785 text of an id preimage up to its context's ``model_requirement`` member:
+    its account id, then the context's ``accounts`` (its entries' canonical texts joined with
+    commas) and ``legacy_route`` (its canonical text, or ``null``), trailing comma included.
+
+    ``id_head + id_question + id_tail`` is the preimage :func:`decision_id` hashes when there
+    is nothing to redact; a batch hashes each distinct head once and carries on from a copy of
+    the hash's state (the resolver's fast path; the tests check the three make the preimage).
+    """
+    return (
+        f'{{"account_id":{_s(account_id)},"context":{{"accounts":[{accounts}],'
+        f'"legacy_route":{legacy},'
+    )
+
+
+#: What :func:`context_canonical` writes before a context's ``model_requirement`` member when
+#: it has no accounts and no legacy route (:func:`id_question` cuts it off).
+_EMPTY_HEAD: Final = '{"accounts":[],"legacy_route":null,'
+
+
+def id_question(context: RouteContext) -> str:
+    """The RFC 8785 text of an id preimage from its context's ``model_requirement`` member to
+    the context's end, closing brace and comma included: the members a context's question
+    (all but its accounts and legacy route) fixes, written by :func:`context_canonical`."""
+    text = context_canonical(
+        "[]",
+        "null",
+        requirement_json(context.model_requirement),
+        _s(context.principal_id),
+        repo_json(context.repo),
+        _s(context.repo_class),
+        _e(context.request_face),
+        _s(context.role),
+    )
+    return text[len(_EMPTY_HEAD) :] + ","
 
 
 def id_tail(
