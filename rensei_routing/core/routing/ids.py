@@ -31,9 +31,9 @@ from ..canonical import SHA256_PREFIX, canonical_bytes
 from ..canonical import json_string as _s
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext, context_canonical
-from .members import repo_json, requirement_json
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
 from .explanation import COMPACT, EXPLANATION_MEMBERS, UNMATCHED, full_context
+from .members import repo_json, requirement_json
 
 __all__ = [
     "ID_FIELDS",

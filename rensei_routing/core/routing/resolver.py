@@ -566,7 +566,8 @@ def _resolve(
     # The id, when no string of its preimage might be redacted (the question's, the head's
     # and the tail's, each checked once per distinct piece): the head's hash state, copied,
     # goes on over the question's piece and the tail. Otherwise the general writer.
-    head = tail = False
+    head: Any = False
+    tail: Any = False
     if clean:
         if legacy is None:
             legacy_text = "null"
