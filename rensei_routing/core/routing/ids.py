@@ -30,7 +30,7 @@ from .. import _parse as p
 from ..canonical import SHA256_PREFIX, canonical_bytes
 from ..canonical import json_string as _s
 from ..redact import DEFAULT_REDACTOR, Redactor
-from .context import CONTEXT_FIELDS, RouteContext, context_canonical
+from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
 from .explanation import COMPACT, EXPLANATION_MEMBERS, UNMATCHED, full_context
 from .members import repo_json, requirement_json
@@ -337,26 +337,20 @@ def id_head(account_id: str | None, accounts: str, legacy: str) -> str:
     )
 
 
-#: What :func:`context_canonical` writes before a context's ``model_requirement`` member when
-#: it has no accounts and no legacy route (:func:`id_question` cuts it off).
-_EMPTY_HEAD: Final = '{"accounts":[],"legacy_route":null,'
-
-
 def id_question(context: RouteContext) -> str:
     """The RFC 8785 text of an id preimage from its context's ``model_requirement`` member to
     the context's end, closing brace and comma included: the members a context's question
-    (all but its accounts and legacy route) fixes, written by :func:`context_canonical`."""
-    text = context_canonical(
-        "[]",
-        "null",
-        requirement_json(context.model_requirement),
-        _s(context.principal_id),
-        repo_json(context.repo),
-        _s(context.repo_class),
-        _e(context.request_face),
-        _s(context.role),
+    (all but its accounts and legacy route) fixes, as :func:`.context.context_canonical`
+    writes them (the tests check the pieces make the preimage)."""
+    principal, repo_class, role = context.principal_id, context.repo_class, context.role
+    return (
+        f'"model_requirement":{requirement_json(context.model_requirement)},'
+        f'"principal_id":{"null" if principal is None else _e(principal)},'
+        f'"repo":{repo_json(context.repo)},'
+        f'"repo_class":{"null" if repo_class is None else _e(repo_class)},'
+        f'"request_face":{_e(context.request_face)},'
+        f'"role":{"null" if role is None else _e(role)}}},'
     )
-    return text[len(_EMPTY_HEAD) :] + ","
 
 
 def id_tail(
