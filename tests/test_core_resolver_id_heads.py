@@ -50,7 +50,7 @@ def _snapshot(docs: list[dict[str, Any]]) -> PolicySnapshot:
     return PolicySnapshot.of([RoutingPolicy.from_dict(d) for d in docs], revision=3)
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(policy_dicts(), max_size=6),
     st.lists(context_dicts(), min_size=1, max_size=6),
@@ -78,6 +78,7 @@ def test_batch_ids_equal_the_general_writer_under_any_redactor(docs, ctx_docs, r
         )
 
 
+@settings(deadline=None)
 @given(
     context_dicts(),
     st.sampled_from([None, "anthropic-a", "zai-b"]),
