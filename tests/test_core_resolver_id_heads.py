@@ -130,7 +130,7 @@ def test_a_batch_hashes_each_head_once_and_redacts_what_a_piece_holds() -> None:
     decisions = [
         resolver._resolve(RouteContext.from_dict(doc), snapshot, compiled, call) for doc in docs
     ]
-    heads = {key[0]: head for key, head in call.heads.items()}
+    heads = {key[0]: head for key, head in call.ids.heads.items()}
     assert set(heads) == {"zai-a", "zai-b"}
     assert heads["zai-a"] is not False and heads["zai-b"] is False
     assert decisions[0].decision_id == decisions[2].decision_id

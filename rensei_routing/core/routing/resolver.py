@@ -15,12 +15,9 @@ redaction checks) is kept in the call's bounded memos (:class:`_Call`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Sequence
-from operator import attrgetter
 from typing import Any, Final, Literal
 
-from ..canonical import SHA256_PREFIX
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import RouteContext
 from .decision import (
@@ -55,17 +52,9 @@ from .explanation import (
     PROVIDER_LOCK_MISMATCH,
     RejectedAccount,
 )
-from .ids import (
-    MEMO_LIMIT,
-    ScanMemo,
-    _decision_id,
-    decision_id,
-    id_head,
-    id_question,
-    id_tail,
-)
+from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id, id_question
 from .index import ALL, Compiled, TraceSource, compile_index, context_keys
-from .members import Account, LegacyRoute, ModelRequirement
+from .members import Account, ModelRequirement
 from .policy import PolicySnapshot, RoutingAction, account_key
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 
@@ -100,18 +89,6 @@ def record_trace(trace: Trace) -> Trace:
 #: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
 #: the first look.
 _FIRST_LOOK: Final = COMPACT_RIVALS + 4
-
-_ACCOUNT_TEXT: Final = Account.canonical_json
-#: An account entry's whole value (its canonical text is a function of these) and a legacy
-#: route's: the keys of a call's texts by value, which repeat across a batch though its
-#: contexts are built from fresh objects.
-_ACCOUNT_VALUE: Final = attrgetter(
-    "account_id", "provider_binding", "configured", "administrative_state"
-)
-_LEGACY_VALUE: Final = attrgetter(
-    "provider_binding", "account_id", "model", "mechanism", "mechanism_detail"
-)
-_MAX_SAFE_INT: Final = 2**53 - 1
 
 #: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
 _CALLS_KEPT: Final = 8
@@ -149,14 +126,11 @@ class _Call:
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
     __slots__ = (
-        "account_lists",
-        "account_texts",
         "full",
         "gates",
-        "heads",
+        "ids",
         "judged",
         "lanes",
-        "legacy_texts",
         "memo",
         "model_steps",
         "open_matches",
@@ -164,8 +138,6 @@ class _Call:
         "redactor",
         "rejections",
         "state",
-        "tails",
-        "texts",
         "trace_source",
         "vocabulary",
     )
@@ -200,81 +172,10 @@ class _Call:
         #: Answers by question (see :func:`_resolve`): a batch's repeat even when its contexts
         #: are distinct (the accounts and the legacy route are not part of the question).
         self.questions: dict[tuple[str | None, ...], _Answer] = {}
-        # One object per distinct account text and gate: memo keys compare them by identity.
-        self.texts: dict[str, str] = {}
+        # One object per distinct gate: memo keys compare them by identity.
         self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        # The id's fast path (see :meth:`head`): texts by value, and the id preimage's pieces
-        # that repeat, each with whether the redactor might change it (``False`` then).
-        self.account_texts: dict[tuple[Any, ...], str] = {}
-        self.account_lists: dict[tuple[Any, ...], tuple[str, ...]] = {}
-        self.legacy_texts: dict[tuple[Any, ...], str] = {}
-        self.heads: dict[tuple[Any, ...], Any] = {}
-        self.tails: dict[tuple[Any, ...], bytes | bool] = {}
-
-    def account_text(self, account: Account) -> str:
-        """``account``'s canonical text, one object per distinct text (kept by its value)."""
-        key = _ACCOUNT_VALUE(account)
-        text = self.account_texts.get(key)
-        if text is None:
-            if len(self.account_texts) >= MEMO_LIMIT:
-                self.account_texts.clear()
-            texts = self.texts
-            if len(texts) >= MEMO_LIMIT:
-                texts.clear()
-            written = _ACCOUNT_TEXT(account)
-            text = self.account_texts[key] = texts.setdefault(written, written)
-        return text
-
-    def account_list(self, key: tuple[Any, ...], accounts: tuple[Account, ...]) -> tuple[str, ...]:
-        """The texts of ``accounts`` (whose values are ``key``), one tuple per distinct list."""
-        if len(self.account_lists) >= MEMO_LIMIT:
-            self.account_lists.clear()
-        texts = self.account_lists[key] = tuple([self.account_text(a) for a in accounts])
-        return texts
-
-    def legacy_text(self, legacy: LegacyRoute | None) -> str:
-        """``legacy``'s canonical text (``null``: none), kept by its value."""
-        if legacy is None:
-            return "null"
-        key = _LEGACY_VALUE(legacy)
-        text = self.legacy_texts.get(key)
-        if text is None:
-            if len(self.legacy_texts) >= MEMO_LIMIT:
-                self.legacy_texts.clear()
-            text = self.legacy_texts[key] = legacy.canonical_json()
-        return text
-
-    def head(self, key: tuple[Any, ...]) -> Any:
-        """The SHA-256 state after :func:`~.ids.id_head` of ``key`` (account id, account
-        texts, legacy text), or ``False`` when the redactor might change one of its strings:
-        a decision's id goes on from a copy of it (the same digest as hashing the whole
-        preimage), so what a batch's preimages share is hashed once."""
-        account_id, accounts, legacy = key
-        if self.memo.may_redact((account_id, *accounts, legacy)):
-            head: Any = False
-        else:
-            head = hashlib.sha256(id_head(account_id, ",".join(accounts), legacy).encode("utf-8"))
-        if len(self.heads) >= MEMO_LIMIT:
-            self.heads.clear()
-        self.heads[key] = head
-        return head
-
-    def tail(self, key: tuple[Any, ...]) -> bytes | bool:
-        """The UTF-8 of :func:`~.ids.id_tail` of ``key`` (model, outcome, policy id, reason,
-        revision, snapshot hash), or ``False`` when the redactor might change one of its
-        strings (or the revision has no RFC 8785 form: the general writer says so)."""
-        model, outcome, policy_id, reason, revision, snapshot_hash = key
-        state = self.state
-        tail: bytes | bool = False
-        if 0 <= revision <= _MAX_SAFE_INT and not self.memo.may_redact(
-            (model, outcome, policy_id, reason, snapshot_hash, state)
-        ):
-            text = id_tail(model, outcome, policy_id, revision, reason, snapshot_hash, state)
-            tail = text.encode("utf-8")
-        if len(self.tails) >= MEMO_LIMIT:
-            self.tails.clear()
-        self.tails[key] = tail
-        return tail
+        #: The id's fast path: the preimage's pieces that repeat (:class:`~.ids.IdPieces`).
+        self.ids = IdPieces(self.memo, state)
 
     def rejected(self, account_id: str, reason: str) -> RejectedAccount:
         key = (account_id, reason)
@@ -403,23 +304,9 @@ def _ask(
             gate = (action.provider_lock, action.account_pool, lane)
             gate = call.gates.setdefault(gate, gate)
     clean = not call.memo.may_redact((*question, policy_id, model, call.state))
-    answer: _Answer = (
-        keys if full_trace else (),
-        listed,
-        unlisted,
-        beyond,
-        last,
-        level,
-        priority,
-        policy_id,
-        conflicting,
-        winner,
-        model,
-        failed,
-        gate,
-        clean,
-        id_question(ctx).encode("utf-8"),
-    )
+    answer: _Answer = (keys if full_trace else (), listed, unlisted, beyond, last, level, priority)
+    answer += (policy_id, conflicting, winner, model, failed, gate, clean)
+    answer += (id_question(ctx).encode("utf-8"),)
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
@@ -482,10 +369,11 @@ def _resolve(
     # The account entries' texts, once (one object per distinct text, kept by value): the
     # judged memo's key and the id's pieces.
     entries = ctx.accounts
-    listed_key = tuple(map(_ACCOUNT_VALUE, entries))
-    accounts = call.account_lists.get(listed_key)
+    pieces = call.ids
+    listed_key = pieces.list_key(entries)
+    accounts = pieces.account_lists.get(listed_key)
     if accounts is None:
-        accounts = call.account_list(listed_key, entries)
+        accounts = pieces.account_list(listed_key, entries)
     legacy = ctx.legacy_route
     account_id = binding = None
     eligible: tuple[str, ...] = ()
@@ -508,23 +396,8 @@ def _resolve(
             None if requirement is None else requirement.value,
         )
         answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
-    (
-        keys,
-        listed,
-        unlisted,
-        beyond,
-        last,
-        level,
-        priority,
-        policy_id,
-        conflicting,
-        winner,
-        model,
-        failed,
-        gate,
-        clean,
-        piece,
-    ) = answer
+    keys, listed, unlisted, beyond, last, level, priority = answer[:7]
+    policy_id, conflicting, winner, model, failed, gate, clean, piece = answer[7:]
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
@@ -563,44 +436,19 @@ def _resolve(
             outcome, reason = SELECTED, MATCHED_POLICY
             account_id, binding = chosen, chosen_binding
     revision, snapshot_hash = snapshot.revision, snapshot.content_hash
-    # The id, when no string of its preimage might be redacted (the question's, the head's
-    # and the tail's, each checked once per distinct piece): the head's hash state, copied,
-    # goes on over the question's piece and the tail. Otherwise the general writer.
-    head: Any = False
-    tail: Any = False
-    if clean:
-        if legacy is None:
-            legacy_text = "null"
-        else:
-            legacy_text = call.legacy_texts.get(_LEGACY_VALUE(legacy)) or call.legacy_text(legacy)
-        head_key = (account_id, accounts, legacy_text)
-        head = call.heads.get(head_key)
-        if head is None:
-            head = call.head(head_key)
-        tail_key = (model, outcome, policy_id, reason, revision, snapshot_hash)
-        tail = call.tails.get(tail_key)
-        if tail is None:
-            tail = call.tail(tail_key)
-    if head and tail:
-        digest = head.copy()
-        digest.update(piece)
-        digest.update(tail)
-        did = SHA256_PREFIX + digest.hexdigest()
-    else:
-        did = _decision_id(
-            ctx,
-            snapshot_hash,
-            state,
-            revision,
-            outcome,
-            reason,
-            policy_id,
-            account_id,
-            model,
-            call.redactor,
-            call.memo,
-            accounts,
-        )
+    did = pieces.decision_id(
+        ctx,
+        accounts,
+        piece if clean else None,
+        account_id,
+        model,
+        outcome,
+        policy_id,
+        reason,
+        revision,
+        snapshot_hash,
+        call.redactor,
+    )
     return decision_of(
         did,
         outcome,
