@@ -25,6 +25,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring as _e
+from operator import attrgetter
 from typing import Any, Final
 
 from .. import _parse as p
@@ -34,13 +35,18 @@ from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
 from .explanation import COMPACT, EXPLANATION_MEMBERS, UNMATCHED, full_context
+from .members import Account, LegacyRoute, repo_json, requirement_json
 
 __all__ = [
     "ID_FIELDS",
+    "LEGACY_VALUE",
     "MEMO_LIMIT",
     "RECORD_KEYS",
+    "IdPieces",
     "ScanMemo",
     "decision_id",
+    "id_head",
+    "id_question",
     "id_tail",
     "record_decision_id",
 ]
@@ -254,6 +260,168 @@ RECORD_KEYS: Final = (
 MEMO_LIMIT: Final = 65_536
 
 
+#: An account entry's whole value (its canonical text is a function of it) and a legacy
+#: route's: :class:`IdPieces` keeps their texts by value, so a batch of contexts built from
+#: fresh objects writes each distinct one once.
+ACCOUNT_VALUE: Final = attrgetter(
+    "account_id", "provider_binding", "configured", "administrative_state"
+)
+LEGACY_VALUE: Final = attrgetter(
+    "provider_binding", "account_id", "model", "mechanism", "mechanism_detail"
+)
+
+
+class IdPieces:
+    """What one batch's id preimages share, kept for its fast path: the account entries' and
+    legacy routes' texts by value, and the SHA-256 state after each distinct :func:`id_head`
+    and the bytes of each distinct :func:`id_tail`, each ``False`` when the redactor might
+    change one of its strings (checked once, with the batch's :class:`ScanMemo`). A decision
+    whose pieces are all clean gets ``sha256:`` + the digest of a copy of its head's state
+    updated with its question's piece (:func:`id_question`) and its tail: the digest of the
+    whole preimage, which is what :func:`decision_id` hashes when nothing is to be redacted.
+    Bounded: each memo is cleared when it reaches :data:`MEMO_LIMIT` entries."""
+
+    __slots__ = (
+        "account_lists",
+        "account_texts",
+        "heads",
+        "legacy_texts",
+        "memo",
+        "state",
+        "tails",
+        "texts",
+    )
+
+    def __init__(self, memo: ScanMemo, state: str) -> None:
+        self.memo = memo
+        self.state = state
+        # One object per distinct account text: memo keys compare them by identity.
+        self.texts: dict[str, str] = {}
+        self.account_texts: dict[tuple[Any, ...], str] = {}
+        self.account_lists: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        self.legacy_texts: dict[tuple[Any, ...], str] = {}
+        self.heads: dict[tuple[Any, ...], Any] = {}
+        self.tails: dict[tuple[Any, ...], bytes | bool] = {}
+
+    @staticmethod
+    def list_key(accounts: tuple[Account, ...]) -> tuple[Any, ...]:
+        """The key :attr:`account_lists` keeps ``accounts``' texts by."""
+        return tuple(map(ACCOUNT_VALUE, accounts))
+
+    def account_list(self, key: tuple[Any, ...], accounts: tuple[Account, ...]) -> tuple[str, ...]:
+        """The texts of ``accounts`` (whose key is ``key``), one tuple per distinct list."""
+        if len(self.account_lists) >= MEMO_LIMIT:
+            self.account_lists.clear()
+        texts = self.account_lists[key] = tuple([self._account(a) for a in accounts])
+        return texts
+
+    def _account(self, account: Account) -> str:
+        key = ACCOUNT_VALUE(account)
+        text = self.account_texts.get(key)
+        if text is None:
+            if len(self.account_texts) >= MEMO_LIMIT:
+                self.account_texts.clear()
+            texts = self.texts
+            if len(texts) >= MEMO_LIMIT:
+                texts.clear()
+            written = account.canonical_json()
+            text = self.account_texts[key] = texts.setdefault(written, written)
+        return text
+
+    def legacy(self, legacy: LegacyRoute) -> str:
+        """``legacy``'s canonical text, kept by its value."""
+        if len(self.legacy_texts) >= MEMO_LIMIT:
+            self.legacy_texts.clear()
+        text = self.legacy_texts[LEGACY_VALUE(legacy)] = legacy.canonical_json()
+        return text
+
+    def head(self, key: tuple[Any, ...]) -> Any:
+        """The SHA-256 state after :func:`id_head` of ``key`` (account id, account texts,
+        legacy text), or ``False`` when the redactor might change one of its strings."""
+        account_id, accounts, legacy = key
+        if self.memo.may_redact((account_id, *accounts, legacy)):
+            head: Any = False
+        else:
+            head = hashlib.sha256(id_head(account_id, ",".join(accounts), legacy).encode("utf-8"))
+        if len(self.heads) >= MEMO_LIMIT:
+            self.heads.clear()
+        self.heads[key] = head
+        return head
+
+    def decision_id(
+        self,
+        context: RouteContext,
+        accounts: tuple[str, ...],
+        piece: bytes | None,
+        account_id: str | None,
+        model: str | None,
+        outcome: str,
+        policy_id: str | None,
+        reason: str,
+        revision: int,
+        snapshot_hash: str,
+        redactor: Redactor,
+    ) -> str:
+        """The id of a decision on ``context`` (its account entries' texts ``accounts``, its
+        question's :func:`id_question` bytes ``piece``, ``None`` when the redactor might change
+        one of the question's strings): from the kept head and tail when both are clean, else
+        by the general writer."""
+        head: Any = False
+        tail: Any = False
+        if piece is not None:
+            legacy = context.legacy_route
+            if legacy is None:
+                legacy_text = "null"
+            else:
+                legacy_text = self.legacy_texts.get(LEGACY_VALUE(legacy)) or self.legacy(legacy)
+            head_key = (account_id, accounts, legacy_text)
+            head = self.heads.get(head_key)
+            if head is None:
+                head = self.head(head_key)
+            tail_key = (model, outcome, policy_id, reason, revision, snapshot_hash)
+            tail = self.tails.get(tail_key)
+            if tail is None:
+                tail = self.tail(tail_key)
+        if head and tail:
+            digest = head.copy()
+            digest.update(piece)
+            digest.update(tail)
+            hexdigest: str = digest.hexdigest()
+            return SHA256_PREFIX + hexdigest
+        state = self.state
+        return _decision_id(
+            context,
+            snapshot_hash,
+            state,
+            revision,
+            outcome,
+            reason,
+            policy_id,
+            account_id,
+            model,
+            redactor,
+            self.memo,
+            accounts,
+        )
+
+    def tail(self, key: tuple[Any, ...]) -> bytes | bool:
+        """The UTF-8 of :func:`id_tail` of ``key`` (model, outcome, policy id, reason,
+        revision, snapshot hash), or ``False`` when the redactor might change one of its
+        strings (or the revision has no RFC 8785 form: the general writer says so)."""
+        model, outcome, policy_id, reason, revision, snapshot_hash = key
+        state = self.state
+        tail: bytes | bool = False
+        if 0 <= revision <= _MAX_SAFE_INT and not self.memo.may_redact(
+            (model, outcome, policy_id, reason, snapshot_hash, state)
+        ):
+            text = id_tail(model, outcome, policy_id, revision, reason, snapshot_hash, state)
+            tail = text.encode("utf-8")
+        if len(self.tails) >= MEMO_LIMIT:
+            self.tails.clear()
+        self.tails[key] = tail
+        return tail
+
+
 def decision_id(
     context: RouteContext,
     *,
@@ -349,6 +517,37 @@ def _decision_id(
             redactor,
         )
     return SHA256_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def id_head(account_id: str | None, accounts: str, legacy: str) -> str:
+    """The RFC 8785 text of an id preimage up to its context's ``model_requirement`` member:
+    its account id, then the context's ``accounts`` (its entries' canonical texts joined with
+    commas) and ``legacy_route`` (its canonical text, or ``null``), trailing comma included.
+
+    ``id_head + id_question + id_tail`` is the preimage :func:`decision_id` hashes when there
+    is nothing to redact; a batch hashes each distinct head once and carries on from a copy of
+    the hash's state (the resolver's fast path; the tests check the three make the preimage).
+    """
+    return (
+        f'{{"account_id":{_s(account_id)},"context":{{"accounts":[{accounts}],'
+        f'"legacy_route":{legacy},'
+    )
+
+
+def id_question(context: RouteContext) -> str:
+    """The RFC 8785 text of an id preimage from its context's ``model_requirement`` member to
+    the context's end, closing brace and comma included: the members a context's question
+    (all but its accounts and legacy route) fixes, as :func:`.context.context_canonical`
+    writes them (the tests check the pieces make the preimage)."""
+    principal, repo_class, role = context.principal_id, context.repo_class, context.role
+    return (
+        f'"model_requirement":{requirement_json(context.model_requirement)},'
+        f'"principal_id":{"null" if principal is None else _e(principal)},'
+        f'"repo":{repo_json(context.repo)},'
+        f'"repo_class":{"null" if repo_class is None else _e(repo_class)},'
+        f'"request_face":{_e(context.request_face)},'
+        f'"role":{"null" if role is None else _e(role)}}},'
+    )
 
 
 def id_tail(

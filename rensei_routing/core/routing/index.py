@@ -106,13 +106,22 @@ class _Group:
     def matched(self, keys: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
         """Global positions of the first ``limit`` (best) enabled members matching ``keys`` on
         dimensions 2..6, and how many match in all."""
-        mask = self.enabled
+        # The five dimensions written out (the loop's indexing was a fifth of the lookup).
         wild, lookup = self.wild, self.lookup
-        for dim in range(5):
-            key = keys[dim + 1]
-            mask &= wild[dim] if key is None else lookup[dim].get(key, wild[dim])
-            if not mask:
-                return [], 0
+        _, repo_class, role, principal, requirement, face = keys
+        mask = self.enabled & (
+            wild[0] if repo_class is None else lookup[0].get(repo_class, wild[0])
+        )
+        if mask:
+            mask &= wild[1] if role is None else lookup[1].get(role, wild[1])
+        if mask:
+            mask &= wild[2] if principal is None else lookup[2].get(principal, wild[2])
+        if mask:
+            mask &= wild[3] if requirement is None else lookup[3].get(requirement, wild[3])
+        if mask:
+            mask &= wild[4] if face is None else lookup[4].get(face, wild[4])
+        if not mask:
+            return [], 0
         members = self.members
         out = []
         count = mask.bit_count()

@@ -52,7 +52,7 @@ from .explanation import (
     PROVIDER_LOCK_MISMATCH,
     RejectedAccount,
 )
-from .ids import MEMO_LIMIT, ScanMemo, _decision_id, decision_id
+from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id, id_question
 from .index import ALL, Compiled, TraceSource, compile_index, context_keys
 from .members import Account, ModelRequirement
 from .policy import PolicySnapshot, RoutingAction, account_key
@@ -89,8 +89,6 @@ def record_trace(trace: Trace) -> Trace:
 #: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
 #: the first look.
 _FIRST_LOOK: Final = COMPACT_RIVALS + 4
-
-_ACCOUNT_TEXT: Final = Account.canonical_json
 
 #: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
 _CALLS_KEPT: Final = 8
@@ -130,6 +128,7 @@ class _Call:
     __slots__ = (
         "full",
         "gates",
+        "ids",
         "judged",
         "lanes",
         "memo",
@@ -139,7 +138,6 @@ class _Call:
         "redactor",
         "rejections",
         "state",
-        "texts",
         "trace_source",
         "vocabulary",
     )
@@ -174,9 +172,10 @@ class _Call:
         #: Answers by question (see :func:`_resolve`): a batch's repeat even when its contexts
         #: are distinct (the accounts and the legacy route are not part of the question).
         self.questions: dict[tuple[str | None, ...], _Answer] = {}
-        # One object per distinct account text and gate: memo keys compare them by identity.
-        self.texts: dict[str, str] = {}
+        # One object per distinct gate: memo keys compare them by identity.
         self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        #: The id's fast path: the preimage's pieces that repeat (:class:`~.ids.IdPieces`).
+        self.ids = IdPieces(self.memo, state)
 
     def rejected(self, account_id: str, reason: str) -> RejectedAccount:
         key = (account_id, reason)
@@ -237,12 +236,13 @@ def _model_step(
 #: empty for a compact one, which never reads them: its decisions keep no copy), the rest
 #: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
 #: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor,
-#: ``winner`` its rank position. Flat, and only strings, numbers and tuples of them: the
+#: ``winner`` its rank position; then ``piece``, the UTF-8 of the question's part of the id
+#: preimage (:func:`~.ids.id_question`). Flat, and only strings, numbers and tuples of them: the
 #: collector stops tracking an answer in the young generations, so a batch's kept answers
 #: never reach the old one (whose full collections walk every context and decision).
 _Answer = tuple[Any, ...]
 #: A corrupt snapshot's: nothing asked.
-_UNANSWERED = ((), (), 0, 0, -1, None, None, None, (), None, None, None, None, False)
+_UNANSWERED = ((), (), 0, 0, -1, None, None, None, (), None, None, None, None, False, b"")
 
 
 def _ask(
@@ -306,6 +306,7 @@ def _ask(
     clean = not call.memo.may_redact((*question, policy_id, model, call.state))
     answer: _Answer = (keys if full_trace else (), listed, unlisted, beyond, last, level, priority)
     answer += (policy_id, conflicting, winner, model, failed, gate, clean)
+    answer += (id_question(ctx).encode("utf-8"),)
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
@@ -365,12 +366,14 @@ def _resolve(
     ctx: RouteContext, snapshot: PolicySnapshot, compiled: Compiled, call: _Call
 ) -> RouteDecision:
     state = call.state
-    # The account entries' texts, once (one object per distinct text): the judged memo's key
-    # and the redaction check's pieces.
-    texts = call.texts
-    if len(texts) >= MEMO_LIMIT:
-        texts.clear()
-    accounts = tuple([texts.setdefault(text, text) for text in map(_ACCOUNT_TEXT, ctx.accounts)])
+    # The account entries' texts, once (one object per distinct text, kept by value): the
+    # judged memo's key and the id's pieces.
+    entries = ctx.accounts
+    pieces = call.ids
+    listed_key = pieces.list_key(entries)
+    accounts = pieces.account_lists.get(listed_key)
+    if accounts is None:
+        accounts = pieces.account_list(listed_key, entries)
     legacy = ctx.legacy_route
     account_id = binding = None
     eligible: tuple[str, ...] = ()
@@ -394,7 +397,7 @@ def _resolve(
         )
         answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
     keys, listed, unlisted, beyond, last, level, priority = answer[:7]
-    policy_id, conflicting, winner, model, failed, gate, clean = answer[7:]
+    policy_id, conflicting, winner, model, failed, gate, clean, piece = answer[7:]
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
@@ -433,32 +436,18 @@ def _resolve(
             outcome, reason = SELECTED, MATCHED_POLICY
             account_id, binding = chosen, chosen_binding
     revision, snapshot_hash = snapshot.revision, snapshot.content_hash
-    # The rest of the preimage's strings (the account entries and the legacy route hold its
-    # account id and, from the legacy route, its model) seen clean before: nothing to redact.
-    if clean:
-        clean = call.memo.seen_clean(
-            (
-                *accounts,
-                "null" if legacy is None else legacy.canonical_json(),
-                outcome,
-                reason,
-                snapshot_hash,
-            )
-        )
-    did = _decision_id(
+    did = pieces.decision_id(
         ctx,
-        snapshot_hash,
-        state,
-        revision,
-        outcome,
-        reason,
-        policy_id,
+        accounts,
+        piece if clean else None,
         account_id,
         model,
+        outcome,
+        policy_id,
+        reason,
+        revision,
+        snapshot_hash,
         call.redactor,
-        call.memo,
-        accounts,
-        clean,
     )
     return decision_of(
         did,
