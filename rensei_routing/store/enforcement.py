@@ -20,6 +20,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,8 +33,10 @@ from .db import close_quietly, store_error
 from .home import Home
 
 __all__ = [
+    "DECISIONS",
     "HINT_FILE",
     "HINT_SIZE",
+    "Decision",
     "armed",
     "canaries",
     "canary",
@@ -168,6 +172,55 @@ def note_decision(
             "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, keep_since_us)
         )
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One enforced decision to count, as :func:`note_decision` takes it (its seq aside)."""
+
+    repo: str
+    arm_seq: int
+    at_us: int
+    refused: bool
+    keep_since_us: int | None
+
+
+class _Decisions:
+    """:func:`note_decision` of many decisions at once (the audit log's noter of them): one
+    read of the armed canaries, one delete per repository trimmed, one insert."""
+
+    __slots__ = ()
+
+    def admit(self, conn: apsw.Connection, notes: Sequence[Decision]) -> list[bool]:
+        """Whether each decision's canary is still armed by its arm."""
+        arms = dict(conn.execute("SELECT repo, arm_seq FROM enforce_canaries WHERE armed = 1"))
+        return [arms.get(n.repo, -1) == n.arm_seq for n in notes]
+
+    def write(self, conn: apsw.Connection, notes: Sequence[Decision], seqs: Sequence[int]) -> None:
+        """Count the admitted ``notes`` (the records at ``seqs``) and forget what their trims
+        forget: the rows :func:`note_decision` of each in turn would leave."""
+        floor: dict[str, int] = {}  # a repository's trim by this decision or a later one
+        kept: list[tuple[int, str, int, int]] = []  # last first
+        for n, seq in zip(reversed(notes), reversed(seqs), strict=True):
+            since = n.keep_since_us
+            if since is not None and since > floor.get(n.repo, since - 1):
+                floor[n.repo] = since
+            if n.at_us >= floor.get(n.repo, n.at_us):
+                kept.append((seq, n.repo, n.at_us, int(n.refused)))
+        for repo, since in floor.items():  # the rows before the run: the largest trim
+            conn.execute(
+                "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, since)
+            )
+        if kept:
+            conn.execute(
+                "INSERT INTO enforce_decisions(seq, repo, at_us, refused) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * len(kept)),
+                [value for row in reversed(kept) for value in row],
+            )
+
+
+#: The noter of enforced decisions (see :meth:`..store.audit.AuditLog.append_noted`).
+DECISIONS: Final = _Decisions()
 
 
 def window_counts(conn: apsw.Connection, repo: str, since_us: int) -> tuple[int, int]:
