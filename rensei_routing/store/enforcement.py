@@ -187,36 +187,52 @@ class Decision:
 
 class _Decisions:
     """:func:`note_decision` of many decisions at once (the audit log's noter of them): one
-    read of the armed canaries, one delete per repository trimmed, one insert."""
+    insert that counts them all if each canary is still armed by its arm, and a delete per
+    repository trimmed (one decision in many)."""
 
     __slots__ = ()
 
-    def admit(self, conn: apsw.Connection, notes: Sequence[Decision]) -> list[bool]:
-        """Whether each decision's canary is still armed by its arm."""
-        arms = dict(conn.execute("SELECT repo, arm_seq FROM enforce_canaries WHERE armed = 1"))
-        return [arms.get(n.repo, -1) == n.arm_seq for n in notes]
-
-    def write(self, conn: apsw.Connection, notes: Sequence[Decision], seqs: Sequence[int]) -> None:
-        """Count the admitted ``notes`` (the records at ``seqs``) and forget what their trims
-        forget: the rows :func:`note_decision` of each in turn would leave."""
+    def write(self, conn: apsw.Connection, notes: Sequence[Decision], seqs: Sequence[int]) -> bool:
+        """Count ``notes`` (the records at ``seqs``) and forget what their trims forget: the
+        rows :func:`note_decision` of each in turn would leave; ``False`` (some written: the
+        caller rolls back) when a canary is no longer armed by the arm a note was decided
+        under."""
         floor: dict[str, int] = {}  # a repository's trim by this decision or a later one
-        kept: list[tuple[int, str, int, int]] = []  # last first
+        dropped: list[int] = []  # counted, then forgotten by its own trim or a later one
         for n, seq in zip(reversed(notes), reversed(seqs), strict=True):
             since = n.keep_since_us
             if since is not None and since > floor.get(n.repo, since - 1):
                 floor[n.repo] = since
-            if n.at_us >= floor.get(n.repo, n.at_us):
-                kept.append((seq, n.repo, n.at_us, int(n.refused)))
-        for repo, since in floor.items():  # the rows before the run: the largest trim
+            if n.at_us < floor.get(n.repo, n.at_us):
+                dropped.append(seq)
+        conn.execute(
+            "INSERT INTO enforce_decisions(seq, repo, at_us, refused) "
+            "SELECT v.column1, v.column2, v.column3, v.column4 FROM (VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?)"] * len(notes))
+            + ") AS v WHERE EXISTS (SELECT 1 FROM enforce_canaries AS c WHERE c.repo = v.column2 "
+            "AND c.armed = 1 AND c.arm_seq = v.column5)",
+            [
+                value
+                for n, seq in zip(notes, seqs, strict=True)
+                for value in (seq, n.repo, n.at_us, int(n.refused), n.arm_seq)
+            ],
+        )
+        if conn.changes() != len(notes):
+            return False
+        for repo, since in floor.items():  # the other rows: the largest trim
             conn.execute(
-                "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, since)
+                "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ? "
+                "AND (seq < ? OR seq > ?)",
+                (repo, since, seqs[0], seqs[-1]),
             )
-        if kept:
+        if dropped:
             conn.execute(
-                "INSERT INTO enforce_decisions(seq, repo, at_us, refused) VALUES "
-                + ", ".join(["(?, ?, ?, ?)"] * len(kept)),
-                [value for row in reversed(kept) for value in row],
+                "DELETE FROM enforce_decisions WHERE seq IN ("
+                + ", ".join("?" * len(dropped))
+                + ")",
+                dropped,
             )
+        return True
 
 
 #: The noter of enforced decisions (see :meth:`..store.audit.AuditLog.append_noted`).

@@ -42,16 +42,17 @@ database as before. So a second process appending between two of ours is always 
 
 **Noted jobs.** A job may instead come with its records already encoded (``pairs``, and their
 stored form when the caller compressed them with the same dictionary) and a *note*: a
-declarative side write that a :class:`Noter` checks and writes for many jobs at once. The leader
-runs each run of consecutive jobs sharing one noter in a few statements, whatever their number:
-one check of them all (a job it refuses writes nothing and gets no seq, as a builder yielding
-nothing), one write of every admitted note, one multi-row insert of their records and one write
-of the tree's rows. Each statement of the shared write transaction lets other threads take the
-interpreter, and the leader must wait for it back, so a transaction made of a handful of
-statements, not several per job, keeps the write lock held for the work and not for the other
-threads' decisions. Anything a noted run raises rolls the whole transaction back and it runs
-again without the shortcut (every noted job also carries the builder that does the same work one
-job at a time, in a savepoint of its own), so each caller gets exactly what the plain path gives.
+declarative side write that a :class:`Noter` makes for many jobs at once. The leader runs each
+run of consecutive jobs sharing one noter in a few statements, whatever their number: it links
+them all, then one write of every note (which also checks each is still to be written), one
+multi-row insert of their records and one write of the tree's rows. Each statement of the shared
+write transaction lets other threads take the interpreter, and the leader must wait for it back,
+so a transaction made of a handful of statements, not several per job, keeps the write lock held
+for the work and not for the other threads' decisions. When the noter refuses a note, or
+anything a noted run does raises, the whole transaction rolls back and runs again without the
+shortcut (every noted job also carries the builder that does the same work one job at a time,
+in a savepoint of its own, writing nothing when the note is refused), so each caller gets
+exactly what the plain path gives.
 
 A builder runs on the leader's thread: it must use only the connection it is given and never
 wait for anything its own caller holds. An append from inside a builder (this process's commit
@@ -128,12 +129,9 @@ class Noter(Protocol):
     """The side write of noted jobs (see the module docstring), for many of them at once, in the
     leader's write transaction: a few statements in all, never one per job."""
 
-    def admit(self, conn: apsw.Connection, notes: Sequence[Any]) -> list[bool]:
-        """Whether each note's job is still to be written (``False``: it writes nothing)."""
-        ...
-
-    def write(self, conn: apsw.Connection, notes: Sequence[Any], seqs: Sequence[int]) -> None:
-        """Write the admitted ``notes``, in queue order, each with its job's first seq."""
+    def write(self, conn: apsw.Connection, notes: Sequence[Any], seqs: Sequence[int]) -> bool:
+        """Write ``notes``, in queue order, each with its job's first seq; ``False`` when one
+        of them is not to be written (the leader then rolls back: what it wrote is undone)."""
         ...
 
 
@@ -435,18 +433,15 @@ def _run_noted(
     try:
         noter = run[0].noter
         assert noter is not None
-        admitted = noter.admit(conn, [j.note for j in run])
-        notes: list[Any] = []
         seqs: list[int] = []
         values: list[Any] = []
         hashes: list[str] = []
         key = codec.key
-        for job, ok in zip(run, admitted, strict=True):
-            job.first, job.before, job.head, job.count = first, prev, prev, 0
-            rows = link_stamped(job.pairs, seq=first, prev_hash=prev) if ok else []
-            if not rows:  # refused by its noter: nothing written, as a builder yielding none
-                continue
-            notes.append(job.note)
+        for job in run:
+            rows = link_stamped(job.pairs, seq=first, prev_hash=prev)
+            if not rows:  # nothing to link: the builder decides what that means
+                raise _Replay
+            job.first, job.before, job.count = first, prev, len(rows)
             seqs.append(first)
             stored = job.stored if job.stored_by == key and job.stored is not None else None
             if stored is None or len(stored) != len(rows):
@@ -457,17 +452,18 @@ def _run_noted(
                 hashes.append(r[4])
             first += len(rows)
             prev = job.head = rows[-1][4]
-            job.count = len(rows)
             if job.keep:
                 job.rows.extend(rows)
-        if notes:
-            noter.write(conn, notes, seqs)
+        if not noter.write(conn, [j.note for j in run], seqs):  # one is refused: the builders
+            raise _Replay
         for at in range(0, len(hashes), _ROWS_PER_INSERT):
             n = min(_ROWS_PER_INSERT, len(hashes) - at)
             conn.execute(_insert_of(n), values[at * 6 : (at + n) * 6])
         if grow is not None and hashes:
             grow.add(hashes)
             grow.flush()
+    except _Replay:
+        raise
     except _JOB_ONLY as e:
         raise _Replay from e
     except apsw.Error:
