@@ -22,6 +22,7 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -206,11 +207,7 @@ class _Decisions:
             if n.at_us < floor.get(n.repo, n.at_us):
                 dropped.append(seq)
         conn.execute(
-            "INSERT INTO enforce_decisions(seq, repo, at_us, refused) "
-            "SELECT v.column1, v.column2, v.column3, v.column4 FROM (VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?)"] * len(notes))
-            + ") AS v WHERE EXISTS (SELECT 1 FROM enforce_canaries AS c WHERE c.repo = v.column2 "
-            "AND c.armed = 1 AND c.arm_seq = v.column5)",
+            _count_of(len(notes)),
             [
                 value
                 for n, seq in zip(notes, seqs, strict=True)
@@ -233,6 +230,19 @@ class _Decisions:
                 dropped,
             )
         return True
+
+
+@lru_cache(maxsize=64)
+def _count_of(count: int) -> str:
+    """The insert counting ``count`` decisions, each only if its canary is still armed by its
+    arm (values: seq, repo, at_us, refused, arm_seq)."""
+    return (
+        "INSERT INTO enforce_decisions(seq, repo, at_us, refused) "
+        "SELECT v.column1, v.column2, v.column3, v.column4 FROM (VALUES "
+        + ", ".join(["(?, ?, ?, ?, ?)"] * count)
+        + ") AS v WHERE EXISTS (SELECT 1 FROM enforce_canaries AS c WHERE c.repo = v.column2 "
+        "AND c.armed = 1 AND c.arm_seq = v.column5)"
+    )
 
 
 #: The noter of enforced decisions (see :meth:`..store.audit.AuditLog.append_noted`).
