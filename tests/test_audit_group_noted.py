@@ -3,10 +3,14 @@ run of jobs whose records are known before the transaction and whose side write 
 for all of them at once must leave exactly what the same jobs leave one at a time through their
 builders (``noted=False``): the records and their bytes, the tree, the trip window's rows, each
 job's seqs and heads, which jobs are refused, and a failing run's errors. And eight threads of
-Enforcers on one home, their decisions noted together, each get a record of their own."""
+Enforcers on one home, their decisions noted together, each get a record of their own, and two
+processes of them, SIGKILLed, lose no acknowledged record and keep one chain."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -232,3 +237,56 @@ def test_eight_threads_of_enforcers_each_get_a_record_of_their_own(tmp_path: Pat
     with closing(home.connect()) as conn:
         counted = [int(r[0]) for r in conn.execute("SELECT seq FROM enforce_decisions")]
     assert set(counted) <= set(seqs) and counted  # trimmed at most, never another seq
+
+
+_CHILD = r"""
+import os, sys, threading
+from pathlib import Path
+from rensei_routing.enforce import Enforcer
+from rensei_routing.store.home import Home
+from tests.enforce_support import STAMP, gateway_spawn
+from tests.shadow_support import registry
+
+home = Home(Path(sys.argv[1]))
+
+def worker():
+    with Enforcer(home, registry(), clock=lambda: STAMP) as enforcer:
+        while True:
+            os.write(1, f"{enforcer.enforce(gateway_spawn()).seq}\n".encode())
+
+for _ in range(8):
+    threading.Thread(target=worker, daemon=True).start()
+threading.Event().wait()
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_of_eight_enforcer_threads_lose_no_acknowledged_record_to_a_sigkill(
+    tmp_path: Path,
+) -> None:
+    home = make_home(tmp_path, KEEP)
+    arm(home, REPO, now=NOW, actor="alice")
+    root = Path(__file__).resolve().parent.parent
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(home.path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=root,
+        )
+        for _ in range(2)
+    ]
+    acked: list[int] = []
+    for child in children:  # each killed after 150 acknowledged answers
+        assert child.stdout is not None
+        with child.stdout:
+            for got, line in enumerate(child.stdout, 1):
+                acked.append(int(line))
+                if got == 150:
+                    child.send_signal(signal.SIGKILL)
+        assert child.wait(60) == -signal.SIGKILL
+    assert len(acked) >= 300 and len(set(acked)) == len(acked)
+    with AuditLog.open(home) as log:
+        assert bool(log.verify())
+        for seq in acked:
+            assert log.get(seq).payload["record_type"] == DECISION_RECORD
