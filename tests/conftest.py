@@ -9,6 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import settings
+
+#: Property tests assert behaviour, never speed: hypothesis's per-example deadline is a timed
+#: assertion that fails on a loaded machine, so no test here inherits it (speed is measured in
+#: ``benchmarks/``). A test may still name its own ``max_examples``.
+settings.register_profile("rensei", deadline=None)
+settings.load_profile("rensei")
 
 
 def pytest_configure(config: pytest.Config) -> None:
