@@ -11,7 +11,7 @@ import pytest
 
 import rensei_routing
 from rensei_routing.errors import SchemaVersionError, StoreError
-from rensei_routing.store import db
+from rensei_routing.store import db, practice
 
 from .conftest import read_only_view
 
@@ -141,8 +141,8 @@ def test_our_settings_are_apsw_best_practice_connection_settings_in_its_order() 
         for f in apsw.bestpractice.recommended
         if f.__name__.startswith("connection_") and f.__name__ != "connection_busy_timeout"
     ]
-    assert list(db.BEST_PRACTICE) == theirs
-    assert tuple(f for n, f in db.BEST_PRACTICE.items() if n != "connection_wal") == db._SETUP
+    assert list(practice.BEST_PRACTICE) == theirs
+    assert tuple(f for n, f in practice.BEST_PRACTICE.items() if n != "connection_wal") == db._SETUP
 
 
 def _applied(
@@ -165,7 +165,7 @@ def _applied(
     return ran, dqs
 
 
-@pytest.mark.parametrize("name", sorted(db.BEST_PRACTICE))
+@pytest.mark.parametrize("name", sorted(practice.BEST_PRACTICE))
 @pytest.mark.parametrize("write", [True, False], ids=["writer", "reader"])
 def test_each_setting_does_what_apsw_best_practice_does(
     tmp_path: Path, name: str, write: bool
@@ -181,7 +181,7 @@ def test_each_setting_does_what_apsw_best_practice_does(
     theirs = apsw.Connection(str(tmp_path / "theirs.db"), flags=flags or apsw.SQLITE_OPEN_READONLY)
     try:
         want = _applied(theirs, getattr(apsw.bestpractice, name))
-        got = _applied(ours, db.BEST_PRACTICE[name])
+        got = _applied(ours, practice.BEST_PRACTICE[name])
         assert got == want
         assert ours.pragma("journal_mode") == theirs.pragma("journal_mode")
     finally:

@@ -366,8 +366,7 @@ class SqliteControlStore(ControlStore):
 
     @property
     def _org(self) -> OrgStore:
-        """The org data's store, made (and :mod:`.snapshots` imported) on first use: reading
-        policies needs neither."""
+        """The org data's store, made on first use (reading policies needs no :mod:`.snapshots`)."""
         if self._org_store is None:
             from .snapshots import OrgStore
 

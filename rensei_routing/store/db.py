@@ -4,10 +4,7 @@ Owns the schema; must not hold business logic, and never touches process-wide ap
 Every connection is made by :func:`_connection`, which sets the busy timeout before any
 statement runs, so no first read (WAL recovery, the schema check) fails on a lock without waiting.
 Each then gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no
-double-quoted strings, ...) applied to it alone, made here as :mod:`apsw.bestpractice` makes
-them (:data:`BEST_PRACTICE` names each one's counterpart; a test holds the two equal), since
-importing that module imports :mod:`apsw.ext` and its dependencies, a tenth of a short
-command's start-up and ``PRAGMA synchronous=FULL`` (a commit that
+double-quoted strings, ...) applied to it alone and ``PRAGMA synchronous=FULL`` (a commit that
 returned survives power loss, so a lost commit can never look like tampering); writers also get
 the WAL checkpoint policy (:data:`WAL_SIZE_LIMIT`). Writer connections begin every ``with conn:``
 block with ``BEGIN IMMEDIATE``, so a transaction that reads the chain head already holds the
@@ -20,6 +17,9 @@ see a half-identified file. A file with another application id, a non-empty file
 file that is not SQLite, or a newer ``user_version`` raises :class:`SchemaVersionError` before
 anything is written to it. :func:`store_error` turns apsw failures into the typed errors
 (:class:`DiskFullError`, :class:`BusyTimeoutError` naming the lock holder, :class:`StoreError`).
+
+The best-practice settings are :mod:`.practice`'s, made as :mod:`apsw.bestpractice` makes
+them without importing it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ import apsw
 
 from ..core.timestamps import format_age
 from ..errors import BusyTimeoutError, DiskFullError, SchemaVersionError, StoreError
+from . import practice
 from .codec import Codec, migrate_dictionaries
 from .locks import describe_holders
+from .practice import BEST_PRACTICE
 
 __all__ = [
     "APPLICATION_ID",
@@ -335,7 +337,7 @@ def _switch_to_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
     pause = 0.001
     while True:
         try:
-            _wal(conn)
+            practice.wal(conn)
             return
         except apsw.BusyError:
             if time.monotonic() >= deadline:
@@ -344,62 +346,16 @@ def _switch_to_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
             pause = min(2 * pause, 0.05)
 
 
-def _wal(conn: apsw.Connection) -> None:
-    """Write-ahead logging (``connection_wal``): a writable main database only."""
-    try:
-        if not conn.readonly("main"):
-            conn.pragma("journal_mode", "wal")
-    except apsw.ReadOnlyError:  # the journal or WAL may still be read-only
-        pass
-
-
-def _foreign_keys(conn: apsw.Connection) -> None:
-    """Foreign key constraints enforced (``connection_enable_foreign_keys``)."""
-    conn.pragma("foreign_keys", "ON")
-
-
-def _no_double_quoted_strings(conn: apsw.Connection) -> None:
-    """Double quotes name identifiers only, never strings, in DML and DDL (``connection_dqs``)."""
-    conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
-    conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
-
-
-def _optimize(conn: apsw.Connection) -> None:
-    """The query planner records where statistics would help (``connection_optimize``): a
-    writable main database only."""
-    try:
-        if not conn.readonly("main"):
-            conn.pragma("optimize", 0x10002)
-    except apsw.ReadOnlyError:  # the journal or WAL may still be read-only
-        pass
-
-
-def _recursive_triggers(conn: apsw.Connection) -> None:
-    """Recursive triggers on (``connection_recursive_triggers``)."""
-    conn.pragma("recursive_triggers", "ON")
-
-
-#: Each ``connection_*`` setting of ``apsw.bestpractice.recommended`` but its busy timeout (ours
-#: is the home's, set before any statement by :func:`_connection`), in apsw's order, and the
-#: function here that makes it.
-BEST_PRACTICE: Final[dict[str, Callable[[apsw.Connection], None]]] = {
-    "connection_wal": _wal,
-    "connection_enable_foreign_keys": _foreign_keys,
-    "connection_dqs": _no_double_quoted_strings,
-    "connection_optimize": _optimize,
-    "connection_recursive_triggers": _recursive_triggers,
-}
-
 #: apsw's recommended per-connection settings, except its 100 ms busy timeout (ours is longer and
 #: must already hold while ``PRAGMA optimize`` waits for a lock) and its WAL switch (a writer
 #: makes it with :func:`_switch_to_wal` first).
 _SETUP: Final[tuple[Callable[[apsw.Connection], None], ...]] = tuple(
-    f for f in BEST_PRACTICE.values() if f is not _wal
+    f for f in BEST_PRACTICE.values() if f is not practice.wal
 )
 
 #: What a read-only connection applies: everything above except ``PRAGMA optimize``, which
 #: writes (and the WAL switch, which a writer already made persistent).
-_READ_SETUP: Final = tuple(f for f in _SETUP if f is not _optimize)
+_READ_SETUP: Final = tuple(f for f in _SETUP if f is not practice.optimize)
 
 
 def connect(
