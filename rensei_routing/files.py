@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -193,6 +192,8 @@ def removed_on_failure(*paths: Path) -> Iterator[None]:
     try:
         yield
     except BaseException:
+        import shutil  # only to undo: shutil imports the compression modules
+
         for path, mode in modes.items():  # e.g. a home directory init tightened to 0700
             with contextlib.suppress(OSError):
                 if not path.is_symlink() and os.stat(path).st_mode & 0o7777 != mode:

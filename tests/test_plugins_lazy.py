@@ -18,9 +18,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rensei_routing.cli import cli
+from rensei_routing.cli._session import Session
+from rensei_routing.core.redact import DEFAULT_REDACTOR
+from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 from rensei_routing.errors import PluginError
 from rensei_routing.plugins.entrypoints import BUILTIN_HOOKS, installed_plugins
-from rensei_routing.plugins.manager import get_plugin_manager, vocabulary
+from rensei_routing.plugins.manager import get_plugin_manager, redactor, vocabulary
+from rensei_routing.store.home import Home
 
 SEAMS = """
 from rensei_routing import hookimpl
@@ -32,6 +36,7 @@ def register_seams(register):
 """
 
 Install = Callable[..., str]
+EXAMPLES = Path(__file__).resolve().parent.parent / "rensei_routing" / "examples"
 
 
 @pytest.fixture
@@ -158,4 +163,125 @@ def test_help_imports_no_plugin_nor_pluggy_with_the_shipped_plugins_installed() 
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )
     assert "Commands:" in done.stdout
+    assert "IMPORTED []" in done.stderr, done.stderr
+
+
+# -- the shipped vocabulary and redactor without the manager ----------------------------------
+
+ROLE = """
+from rensei_routing import hookimpl
+from rensei_routing.plugin import VocabularyExtension
+
+@hookimpl
+def register_vocabulary(register):
+    register(VocabularyExtension(roles=frozenset({"lazy-role"})))
+"""
+
+PATTERN = """
+import re
+from rensei_routing import hookimpl
+from rensei_routing.core.redact import RedactionPattern
+
+@hookimpl
+def register_redaction_patterns(register):
+    register(RedactionPattern("lazy-token", re.compile(r"lazytok-[0-9]{6}"), ("lazytok-",)))
+"""
+
+
+def test_the_shipped_answers_are_the_managers_with_only_built_ins() -> None:
+    # What a session takes without the manager is what the manager answers when no installed
+    # plugin contributes: equal values, and the same redactor.
+    pm = get_plugin_manager(load_entrypoints=False)
+    assert vocabulary(pm) == DEFAULT_VOCABULARY
+    assert vocabulary(pm)._provenances == DEFAULT_VOCABULARY._provenances
+    assert redactor(pm) is DEFAULT_REDACTOR
+    for load_entrypoints in (False, True):
+        s = Session(load_entrypoints=load_entrypoints)
+        assert s.vocabulary() == vocabulary(get_plugin_manager(load_entrypoints=load_entrypoints))
+        assert s.redactor() is redactor(get_plugin_manager(load_entrypoints=load_entrypoints))
+
+
+def test_a_plugin_declaring_neither_hook_is_not_imported_for_the_vocabulary_or_redactor(
+    install: Install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = install("seamy", SEAMS, hooks=("register_seams",))
+    monkeypatch.setenv("RENSEI_ROUTING_LOAD_PLUGINS", "seamy")
+    s = Session(load_entrypoints=True)
+    assert s.vocabulary() is DEFAULT_VOCABULARY and s.redactor() is DEFAULT_REDACTOR
+    assert s._pm is None and module not in sys.modules
+    assert "lazy-seam" in s.seams().seams  # the manager, built when a hook needs it
+    assert module in sys.modules
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "undeclared"])
+def test_a_plugin_that_may_contribute_is_heard(
+    install: Install, monkeypatch: pytest.MonkeyPatch, declared: bool
+) -> None:
+    install("roles", ROLE, hooks=("register_vocabulary",) if declared else None)
+    install("tokens", PATTERN, hooks=("register_redaction_patterns",) if declared else None)
+    monkeypatch.setenv("RENSEI_ROUTING_LOAD_PLUGINS", "roles,tokens")
+    s = Session(load_entrypoints=True)
+    assert "lazy-role" in s.vocabulary().roles
+    assert s.redactor().redact("x lazytok-123456 y") == "x [REDACTED:lazy-token] y"
+    # one not allowed is not heard, and needs no manager
+    monkeypatch.setenv("RENSEI_ROUTING_LOAD_PLUGINS", "")
+    s = Session(load_entrypoints=True)
+    assert s.vocabulary() is DEFAULT_VOCABULARY and s.redactor() is DEFAULT_REDACTOR
+    assert s._pm is None
+
+
+def test_a_plugin_name_installed_twice_is_still_refused(
+    install: Install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install("twice", SEAMS, hooks=("register_seams",))
+    install("twice", SEAMS, hooks=("register_seams",))
+    monkeypatch.setenv("RENSEI_ROUTING_LOAD_PLUGINS", "twice")
+    with pytest.raises(PluginError, match="twice"):
+        Session(load_entrypoints=True).vocabulary()
+
+
+@pytest.mark.parametrize("json_", [False, True], ids=["text", "json"])
+def test_explain_with_the_shipped_answers_is_explain_with_the_manager(
+    tmp_path: Path, json_: bool
+) -> None:
+    home = Home(tmp_path / "home")
+    home.init(org="lazy")
+    runner = CliRunner()
+    at = ["--home", str(home.path)]
+    saved = runner.invoke(cli, ["policy", "save", str(EXAMPLES / "policies.json"), *at])
+    assert saved.exit_code == 0, saved.output
+    args = ["explain", str(EXAMPLES / "context.json"), *at, *(["--json"] if json_ else [])]
+    plain = runner.invoke(cli, args, obj=get_plugin_manager(lazy=True), catch_exceptions=False)
+    fast = runner.invoke(cli, args, catch_exceptions=False)
+    assert plain.exit_code == fast.exit_code == 0
+    assert fast.stdout == plain.stdout and fast.stdout.count("\n") > 3
+
+
+def test_explain_imports_neither_the_plugin_machinery_nor_what_only_writers_need(
+    tmp_path: Path,
+) -> None:
+    names = {p.name for p in installed_plugins()}
+    if not {"cedar", "hydraflow"} <= names:
+        pytest.skip("the shipped plugins are not installed in this environment")
+    home = Home(tmp_path / "home")
+    home.init(org="lazy")
+    code = (
+        "import sys\n"
+        "from rensei_routing.cli import cli\n"
+        "try:\n"
+        "    cli(sys.argv[1:], prog_name='rensei')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('pluggy', 'rensei_authz_cedar', 'rensei_seams_hydraflow', 'apsw.ext',"
+        " 'apsw.bestpractice', 'zstandard', 'tomllib', 'shutil', 'logging',"
+        " 'rensei_routing.plugins.manager', 'rensei_routing.core.shadow.compare',"
+        " 'rensei_routing.core.routing.edits', 'rensei_routing.core.routing.validation',"
+        " 'rensei_routing.core.audit.chain', 'rensei_routing.store.snapshots')\n"
+        "print('IMPORTED', sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+    )
+    args = ["--home", str(home.path), "explain", str(EXAMPLES / "context.json")]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.stdout.startswith(("selected", "held", "rejected")), done.stderr
     assert "IMPORTED []" in done.stderr, done.stderr

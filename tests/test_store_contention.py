@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from rensei_routing.cli import cli
 from rensei_routing.errors import BusyTimeoutError, HomeError
-from rensei_routing.store import db
+from rensei_routing.store import db, practice
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.locks import parse_proc_locks
@@ -179,7 +179,7 @@ def test_the_wal_switch_is_retried_when_sqlite_refuses_to_wait(
     # lock that leaves rollback mode could deadlock (two first opens, each with a shared lock):
     # the cause of the parallel-init failures above. The switch is retried instead.
     calls = []
-    real = db.apsw.bestpractice.connection_wal
+    real = practice.wal
 
     def refuse_twice(conn: object) -> None:
         calls.append(1)
@@ -187,7 +187,7 @@ def test_the_wal_switch_is_retried_when_sqlite_refuses_to_wait(
             raise db.apsw.BusyError("database is locked")
         real(conn)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(db.apsw.bestpractice, "connection_wal", refuse_twice)
+    monkeypatch.setattr(practice, "wal", refuse_twice)
     conn = db.connect(tmp_path / "w.db", write=True)
     try:
         assert len(calls) == 3
@@ -202,7 +202,7 @@ def test_a_wal_switch_refused_past_the_busy_timeout_is_a_busy_timeout_error(
     def refuse(conn: object) -> None:
         raise db.apsw.BusyError("database is locked")
 
-    monkeypatch.setattr(db.apsw.bestpractice, "connection_wal", refuse)
+    monkeypatch.setattr(practice, "wal", refuse)
     start = time.monotonic()
     with pytest.raises(BusyTimeoutError):
         db.connect(tmp_path / "w.db", write=True, busy_timeout_ms=200)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -10,7 +11,7 @@ import pytest
 
 import rensei_routing
 from rensei_routing.errors import SchemaVersionError, StoreError
-from rensei_routing.store import db
+from rensei_routing.store import db, practice
 
 from .conftest import read_only_view
 
@@ -125,6 +126,67 @@ def test_newer_schema_is_a_typed_error(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(SchemaVersionError, match="upgrade"):
         db.connect(path, write=True)
+
+
+# -- our settings stay apsw's best practice -------------------------------------------------------
+
+
+def test_our_settings_are_apsw_best_practice_connection_settings_in_its_order() -> None:
+    # apsw.bestpractice is not imported by the store (it imports apsw.ext, slow to start): a
+    # setting apsw adds, drops or renames must show up here, not silently go missing.
+    import apsw.bestpractice
+
+    theirs = [
+        f.__name__
+        for f in apsw.bestpractice.recommended
+        if f.__name__.startswith("connection_") and f.__name__ != "connection_busy_timeout"
+    ]
+    assert list(practice.BEST_PRACTICE) == theirs
+    assert tuple(f for n, f in practice.BEST_PRACTICE.items() if n != "connection_wal") == db._SETUP
+
+
+def _applied(
+    conn: apsw.Connection, setting: Callable[[apsw.Connection], None]
+) -> tuple[list[str], tuple[int, int]]:
+    """The statements ``setting`` runs on ``conn`` and the double-quoted-string switches after."""
+    ran: list[str] = []
+
+    def trace(cursor: apsw.Cursor, sql: str, bindings: object) -> bool:
+        ran.append(sql)
+        return True
+
+    conn.exec_trace = trace
+    setting(conn)
+    conn.exec_trace = None
+    dqs = (
+        conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, -1),
+        conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, -1),
+    )
+    return ran, dqs
+
+
+@pytest.mark.parametrize("name", sorted(practice.BEST_PRACTICE))
+@pytest.mark.parametrize("write", [True, False], ids=["writer", "reader"])
+def test_each_setting_does_what_apsw_best_practice_does(
+    tmp_path: Path, name: str, write: bool
+) -> None:
+    import apsw.bestpractice
+
+    flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE if write else 0
+    for side in ("ours", "theirs"):
+        made = apsw.Connection(str(tmp_path / f"{side}.db"))
+        made.execute("CREATE TABLE t(x)")
+        made.close()
+    ours = apsw.Connection(str(tmp_path / "ours.db"), flags=flags or apsw.SQLITE_OPEN_READONLY)
+    theirs = apsw.Connection(str(tmp_path / "theirs.db"), flags=flags or apsw.SQLITE_OPEN_READONLY)
+    try:
+        want = _applied(theirs, getattr(apsw.bestpractice, name))
+        got = _applied(ours, practice.BEST_PRACTICE[name])
+        assert got == want
+        assert ours.pragma("journal_mode") == theirs.pragma("journal_mode")
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def _foreign(path: Path, app_id: int) -> bytes:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import string
 from typing import TYPE_CHECKING, Final
 
-from ..core.shadow.compare import DIVERGENCES
 from ..core.timestamps import format_age
 from ._output import printable
 
@@ -65,29 +64,38 @@ def _pct(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
 
 
-_HEADER: Final = (
-    "spawns",
-    "agreed",
-    "rate",
-    *(k for k in DIVERGENCES if k != "none"),
-    "direct-http",
-    "share",
-    "held",
-    "rejected",
-)
-
-
 #: The label spanning the divergence columns: they count kinds of disagreement.
 SPAN_LABEL: Final = "disagreed with the legacy route, by kind"
-_FIRST_DIVERGENCE: Final = _HEADER.index("provider") + 1  # + the group column
-_DIVERGENCE_COLUMNS: Final = len(DIVERGENCES) - 1
 
 
-def _span_line(widths: list[int]) -> str:
+def _divergences() -> tuple[str, ...]:
+    """The divergence kinds a report counts (the shadow comparison, imported where a report
+    is rendered: ``rensei explain`` shows none)."""
+    from ..core.shadow.compare import DIVERGENCES
+
+    return tuple(k for k in DIVERGENCES if k != "none")
+
+
+def _header(divergences: tuple[str, ...]) -> tuple[str, ...]:
+    return (
+        "spawns",
+        "agreed",
+        "rate",
+        *divergences,
+        "direct-http",
+        "share",
+        "held",
+        "rejected",
+    )
+
+
+def _span_line(widths: list[int], divergences: tuple[str, ...]) -> str:
     """A line over the header naming what the divergence columns count, as wide as they are."""
-    start = sum(widths[:_FIRST_DIVERGENCE]) + 2 * _FIRST_DIVERGENCE
-    end = _FIRST_DIVERGENCE + _DIVERGENCE_COLUMNS
-    width = sum(widths[_FIRST_DIVERGENCE:end]) + 2 * (_DIVERGENCE_COLUMNS - 1)
+    first = _header(divergences).index("provider") + 1  # + the group column
+    columns = len(divergences)
+    start = sum(widths[:first]) + 2 * first
+    end = first + columns
+    width = sum(widths[first:end]) + 2 * (columns - 1)
     label = f" {SPAN_LABEL} "
     return " " * start + (label.center(width, "-") if len(label) < width else label.strip())
 
@@ -95,7 +103,8 @@ def _span_line(widths: list[int]) -> str:
 def render_report(by: str | None, rows: tuple[ReportRow, ...], total: ReportRow) -> str:
     """The report as an aligned text table: a line naming the divergence columns as kinds of
     disagreement, the header, one row per group and a total row."""
-    table: list[tuple[str, ...]] = [(by or "group", *_HEADER)]
+    divergences = _divergences()
+    table: list[tuple[str, ...]] = [(by or "group", *_header(divergences))]
 
     def cells(row: ReportRow) -> tuple[str, ...]:
         div = dict(row.divergence)
@@ -104,7 +113,7 @@ def render_report(by: str | None, rows: tuple[ReportRow, ...], total: ReportRow)
             f"{row.spawns:,}",
             f"{row.agreed:,}",
             _pct(row.agreement_rate),
-            *(f"{div[k]:,}" for k in DIVERGENCES if k != "none"),
+            *(f"{div[k]:,}" for k in divergences),
             f"{row.direct_http:,}",
             _pct(row.direct_http_share),
             f"{row.held:,}",
@@ -115,7 +124,7 @@ def render_report(by: str | None, rows: tuple[ReportRow, ...], total: ReportRow)
     if by is not None:
         table.append(cells(total))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = [_span_line(widths)]
+    lines = [_span_line(widths, divergences)]
     for r in table:
         first = r[0].ljust(widths[0])
         lines.append(

@@ -1,6 +1,11 @@
 """The CLI's plugins for one invocation: the manager is built once, on first need (never at
 import), honouring ``--no-plugins`` and ``RENSEI_ROUTING_LOAD_PLUGINS``, and the vocabulary,
-redactor and plugin commands derived from it are cached beside it on the root context."""
+redactor and plugin commands derived from it are cached beside it on the root context.
+
+Where the entry points show that no installed plugin may contribute to the vocabulary or the
+redaction patterns (and that building the manager would raise nothing), those are the shipped
+ones, taken without building the manager nor importing pluggy: a short command such as
+``rensei explain`` then starts without the plugin machinery."""
 
 from __future__ import annotations
 
@@ -15,9 +20,18 @@ if TYPE_CHECKING:  # the plugin machinery is imported on first need, not at star
     from ..core.redact import Redactor
     from ..core.routing.vocabulary import Vocabulary
     from ..core.snapshot.authz import AuthorizationEngine
+    from ..plugins.entrypoints import InstalledPlugin
     from ..plugins.manager import SeamRegistry
 
 _NO_PLUGINS = "rensei_routing.no_plugins"
+#: The built-in plugins implementing each hook :meth:`Session._only_builtins_implement` is asked
+#: about, as its answers assume: the built-in vocabulary plugin registers the shipped
+#: vocabulary, and no built-in plugin adds a redaction pattern. Were a built-in to implement
+#: either otherwise, the manager answers.
+_BUILTIN_IMPLEMENTERS: dict[str, frozenset[str]] = {
+    "register_vocabulary": frozenset({"rensei_routing.plugins.default.vocabulary"}),
+    "register_redaction_patterns": frozenset(),
+}
 _SESSION = "rensei_routing.session"
 
 
@@ -32,6 +46,10 @@ class Session:
         self._commands: dict[str, tuple[str, click.Command]] | None = None
         self._seams: SeamRegistry | None = None
         self._authorization: AuthorizationEngine | None = None
+        #: Whether the allowed installed plugins can be read without the manager (their names
+        #: distinct, none a built-in's); ``None`` until read. ``_allowed``: those plugins.
+        self._shipped_only: bool | None = None
+        self._allowed: list[InstalledPlugin] = []
 
     @property
     def pm(self) -> pluggy.PluginManager:
@@ -45,6 +63,12 @@ class Session:
     def vocabulary(self) -> Vocabulary:
         """Raises: PluginError."""
         if self._vocabulary is None:
+            if self._only_builtins_implement("register_vocabulary"):
+                # what the built-in vocabulary plugin registers, and all that would be merged
+                from ..core.routing.vocabulary import DEFAULT_VOCABULARY
+
+                self._vocabulary = DEFAULT_VOCABULARY
+                return self._vocabulary
             from ..plugins.manager import vocabulary
 
             self._vocabulary = vocabulary(self.pm)
@@ -53,10 +77,45 @@ class Session:
     def redactor(self) -> Redactor:
         """Raises: PluginError."""
         if self._redactor is None:
+            if self._only_builtins_implement("register_redaction_patterns"):
+                # no built-in plugin adds a pattern: the manager's answer would be the default
+                from ..core.redact import DEFAULT_REDACTOR
+
+                self._redactor = DEFAULT_REDACTOR
+                return self._redactor
             from ..plugins.manager import redactor
 
             self._redactor = redactor(self.pm)
         return self._redactor
+
+    def _only_builtins_implement(self, hook: str) -> bool:
+        """Whether ``hook`` would be answered by the built-in plugins alone, and the manager
+        built without error: no manager was handed in or built, no allowed installed plugin may
+        implement ``hook``, and no two installed plugins (nor one and a built-in) share a name
+        (the manager refuses that when it is built; the error is left to it)."""
+        if self._pm is not None or self._shipped_only is False:
+            return False
+        from ..plugins.entrypoints import (
+            BUILTIN_HOOKS,
+            allowed_plugin_names,
+            installed_plugins,
+            may_implement,
+        )
+
+        builtins = frozenset(m for m, hooks in BUILTIN_HOOKS.items() if hook in hooks)
+        if builtins != _BUILTIN_IMPLEMENTERS[hook]:
+            return False
+
+        if self._shipped_only is None:
+            plugins = installed_plugins() if self.load_entrypoints else ()
+            allowed = allowed_plugin_names()
+            self._allowed = [p for p in plugins if allowed is None or p.name in allowed]
+            names = [p.name for p in self._allowed]
+            unique = len(set(names)) == len(names) and not set(names) & set(BUILTIN_HOOKS)
+            self._shipped_only = unique
+            if not unique:
+                return False
+        return not any(may_implement(p, hook) for p in self._allowed)
 
     def seams(self) -> SeamRegistry:
         """Every registered seam. Raises: PluginError."""

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..core.audit.chain import AuditRecord
 from ..core.redact import DEFAULT_REDACTOR
 from ..core.routing.decision import STATE_ABSENT, RouteDecision
 from ..core.routing.policy import PolicySnapshot
@@ -22,7 +21,6 @@ from ..core.routing.resolver import Trace
 from ..core.snapshot.freshness import StampedDecision
 from ..errors import HomeError, InputError, PartialRecordError
 from ..files import PendingWrite, missing_output_dir
-from ..plugins.manager import SeamRegistry, has_observers, notify_recorded
 from ..store.backends import open_control_store
 from ..store.control import ControlStore
 from ..store.home import Home
@@ -30,9 +28,11 @@ from ._output import next_step, note
 from ._root import CommandError
 from ._session import session
 
-if TYPE_CHECKING:  # the shadow recorder and the audit log are imported by the commands using them
+if TYPE_CHECKING:  # the shadow recorder, the audit log and the plugin manager: where used
+    from ..core.audit.chain import AuditRecord
     from ..core.shadow.report import ShadowReport
     from ..core.shadow.spawn import Spawn
+    from ..plugins.manager import SeamRegistry
     from ..shadow.batch import Recorded
     from ..store.audit import AuditLog
 
@@ -131,12 +131,16 @@ def open_audit_log(home: Path) -> AuditLog:
 def notify_observers(records: Iterable[AuditRecord]) -> None:
     """Tell every ``decision_recorded`` observer about records already committed; an observer
     that raises gets one warning line on stderr and never fails the command."""
+    from ..plugins.manager import notify_recorded
+
     for failure in notify_recorded(session().pm, records):
         note(f"warning: {failure}")
 
 
 def record_decisions(home: Path, decisions: Sequence[RouteDecision | StampedDecision]) -> None:
     """Append each decision to the home's audit log in one transaction, then notify observers."""
+    from ..plugins.manager import has_observers
+
     pm = session().pm
     records: list[AuditRecord] = []
     with open_audit_log(home) as log:
@@ -260,6 +264,8 @@ def record_spawns(
 
 def _notify(home: Home, seqs: range) -> None:
     """Tell ``decision_recorded`` observers about the committed shadow records, in batches."""
+    from ..plugins.manager import has_observers
+
     if not seqs or not has_observers(session().pm):
         return
     from ..store.audit import AuditLog

@@ -9,7 +9,6 @@ import click
 
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import explain, record_trace
-from ..core.routing.validation import validate_policies
 from ..core.snapshot.freshness import Freshness, StampedDecision, format_age
 from ..errors import InputError, SnapshotError
 from ._clock import now
@@ -75,6 +74,8 @@ def _snapshot(
 def _snapshot_live(policies: Path | None, home: Path) -> tuple[PolicySnapshot, str]:
     """``--policies FILE``, else the store's current revision."""
     if policies is not None:
+        from ..core.routing.validation import validate_policies  # a file's: a store's is valid
+
         vocabulary = session().vocabulary()
         snapshot = read_policy_file(policies, vocabulary=vocabulary)
         state = snapshot.state()

@@ -6,23 +6,18 @@ logic (host.cache); owns the loops, signals and output.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from .. import signing
-from ..core.snapshot.authz import (
-    BUILTIN_AUTHORIZER,
-)
 from ..core.snapshot.envelope import SCOPE_HEADER, SIGNATURE_SCOPES
 from ..core.snapshot.freshness import format_age
 from ..core.snapshot.receipts import DEFAULT_LEASE_MS, MAX_LEASE_MS
 from ..errors import ConfigurationError, KeyFormatError, SnapshotError
 from ..files import read_limited, removed_on_failure
 from ..host.cache import HostCache, HostConfig, host_cache
-from ..host.poll import PollCounts, poll_once, run_polls
 from ..host.status import (
     SYNC_STEP,
     TRUST_STEP,
@@ -31,7 +26,6 @@ from ..host.status import (
     summarise,
 )
 from ._clock import now
-from ._daemon import log_to_stderr, stop_on_sigterm
 from ._output import emit, next_step, note, printable
 from ._render import denial, outcome_lines
 from ._root import CommandError, cli, echo_json, home_option, json_option
@@ -39,10 +33,10 @@ from ._session import session
 
 _DEFAULTS = HostConfig()  # the shown defaults of `host run`
 
-if TYPE_CHECKING:  # imported where used: `host status` starts without the store or waitress
+if TYPE_CHECKING:  # imported where used: `host status` starts without the store, waitress,
+    # the poller, logging or the authorizers
     from ..control.server import RunningServer
-
-log = logging.getLogger("rensei_routing.host")
+    from ..host.poll import PollCounts
 
 
 @cli.group(name="host")
@@ -226,6 +220,8 @@ def host_sync(
     )
     with removed_on_failure(cache.directory):  # a first sync that fails leaves no host state
         cache.save_config(config)
+        from ..host.poll import poll_once
+
         result = poll_once(cache, config, now=now())
     note(result)
 
@@ -258,6 +254,11 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
     """Poll the configured source until SIGTERM: fetch, verify, persist; a failure keeps the
     last known-good copy and is recorded for `rensei host status`. The source is read once, at
     start: after `rensei host sync` changes it, restart `host run`."""
+    import logging
+
+    from ..host.poll import PollCounts, run_polls
+    from ._daemon import log_to_stderr, stop_on_sigterm
+
     cache = host_cache(home)
     config = cache.config()
     if not config.has_source and not listen:
@@ -279,7 +280,7 @@ def host_run(interval: float | None, jitter: float | None, listen: str | None, h
                 spread=spread,
                 stop=stop,
                 clock=now,
-                log=log,
+                log=logging.getLogger("rensei_routing.host"),
                 counts=counts,
             )
         else:
@@ -464,6 +465,8 @@ def host_claim(
             lease = format_age(receipt.lease_ms)
             emit(printable(f"receipt {receipt.receipt_id} (lease {lease}){where}"))
     if not decision.allowed:
+        from ..core.snapshot.authz import BUILTIN_AUTHORIZER
+
         if decision.authorizer in (None, BUILTIN_AUTHORIZER):
             raise CommandError(f"claim refused: {reason} {detail}".rstrip())
         raise CommandError(f"claim refused: {denial(decision)}")

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from .. import signing
-from ..core.audit.chain import format_timestamp
 from ..core.snapshot.envelope import (
     MAX_SNAPSHOT_BYTES,
     SCOPE_HASH_ONLY,
@@ -42,7 +41,7 @@ from ..core.snapshot.envelope import (
     verify_snapshot,
 )
 from ..core.snapshot.freshness import DEFAULT_MAX_SKEW, Freshness, FreshnessPolicy
-from ..core.timestamps import format_age
+from ..core.timestamps import format_age, format_timestamp
 from ..errors import (
     ConfigurationError,
     DamagedCacheError,

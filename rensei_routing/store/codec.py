@@ -15,18 +15,23 @@ reports the record as ``unparseable-record``, as it would any other damage.
 
 The shipped dictionary (``data/audit-1.zdict``, 48 KiB) was trained by
 ``python -m benchmarks.train_dictionary`` on decision payloads; schema migration 3 stores it.
+
+Every connection registers the SQL function, but most never read or write a payload (a
+command that reads policies): :mod:`zstandard` is imported, and the dictionaries are turned
+into a compressor and decompressors, when a first payload is compressed or a first frame read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from importlib import resources
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import apsw
-import zstandard
+
+if TYPE_CHECKING:  # imported where a payload is first compressed or a frame first read
+    import zstandard
 
 __all__ = [
     "FUNCTION",
@@ -52,6 +57,8 @@ _CONTENT_SIZE: Final = attrgetter("content_size")
 
 def shipped_dictionary() -> bytes:
     """The dictionary this release stores in a new (or migrated) database."""
+    from importlib import resources
+
     return (resources.files(__package__) / "data" / _SHIPPED).read_bytes()
 
 
@@ -60,6 +67,8 @@ def migrate_dictionaries(conn: apsw.Connection) -> None:
     conn.execute(
         "CREATE TABLE audit_dictionaries(id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT"
     )
+    import zstandard
+
     body = shipped_dictionary()
     dict_id = zstandard.ZstdCompressionDict(body).dict_id()
     conn.execute("INSERT INTO audit_dictionaries(id, body) VALUES (?, ?)", (dict_id, body))
@@ -68,21 +77,35 @@ def migrate_dictionaries(conn: apsw.Connection) -> None:
 class Codec:
     """Compresses new payloads with the newest dictionary; reads any stored payload back."""
 
-    __slots__ = ("_compressor", "_decompressors")
+    __slots__ = ("_compressor", "_decompressors", "_dictionaries", "_error", "_frame")
+
+    #: zstandard's frame header reader and error type, set by :meth:`_make`.
+    _frame: Callable[[bytes], zstandard.FrameParameters]
+    _error: type[Exception]
 
     def __init__(self, dictionaries: Mapping[int, bytes]) -> None:
+        self._dictionaries = dict(dictionaries)
+        #: Made with the first payload compressed or frame read (:meth:`_make`).
+        self._decompressors: dict[int, zstandard.ZstdDecompressor] | None = None
+        self._compressor: zstandard.ZstdCompressor | None = None
+
+    def _make(self) -> dict[int, zstandard.ZstdDecompressor]:
+        """Import zstandard and make the decompressors by dictionary id and the compressor."""
+        import zstandard
+
+        dictionaries = self._dictionaries
+        if dictionaries:
+            self._compressor = zstandard.ZstdCompressor(
+                level=LEVEL,
+                dict_data=zstandard.ZstdCompressionDict(dictionaries[max(dictionaries)]),
+            )
+        self._frame = zstandard.get_frame_parameters
+        self._error = zstandard.ZstdError
         self._decompressors = {
             i: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(body))
             for i, body in dictionaries.items()
         }
-        self._compressor = (
-            zstandard.ZstdCompressor(
-                level=LEVEL,
-                dict_data=zstandard.ZstdCompressionDict(dictionaries[max(dictionaries)]),
-            )
-            if dictionaries
-            else None
-        )
+        return self._decompressors
 
     @classmethod
     def load(cls, conn: apsw.Connection) -> Codec:
@@ -104,8 +127,11 @@ class Codec:
 
     def compress(self, data: bytes) -> bytes:
         """The stored form of canonical payload bytes (themselves when there is no dictionary)."""
-        if self._compressor is None:
+        if not self._dictionaries:
             return data
+        if self._compressor is None:
+            self._make()
+            assert self._compressor is not None
         return self._compressor.compress(data)
 
     def inflate(self, stored: Any) -> Any:
@@ -113,13 +139,16 @@ class Codec:
         (see the module docstring) are returned as they are."""
         if type(stored) is not bytes or not stored.startswith(ZSTD_MAGIC):
             return stored
+        decompressors = self._decompressors
+        if decompressors is None:
+            decompressors = self._make()
         try:
-            params = zstandard.get_frame_parameters(stored)
+            params = self._frame(stored)
             size = params.content_size
             if size > MAX_PAYLOAD_BYTES:  # also "unknown" (ZSTD_CONTENTSIZE_UNKNOWN is huge)
                 return stored
-            return self._decompressors[params.dict_id].decompress(stored)
-        except (zstandard.ZstdError, KeyError):
+            return decompressors[params.dict_id].decompress(stored)
+        except (self._error, KeyError):
             return stored
 
     def inflate_many(self, stored: Sequence[Any]) -> list[Any]:
@@ -129,14 +158,17 @@ class Codec:
         takes :meth:`inflate` one by one, so the result is always exactly its."""
         if not stored or set(map(type, stored)) != {bytes}:
             return list(map(self.inflate, stored))
+        decompressors = self._decompressors
+        if decompressors is None:
+            decompressors = self._make()
         try:
             if all(map(bytes.startswith, stored, repeat(ZSTD_MAGIC))):
-                params = list(map(zstandard.get_frame_parameters, stored))
+                params = list(map(self._frame, stored))
                 ids = set(map(_DICT_ID, params))
                 if len(ids) == 1 and max(map(_CONTENT_SIZE, params)) <= MAX_PAYLOAD_BYTES:
-                    decompressor = self._decompressors.get(ids.pop())
+                    decompressor = decompressors.get(ids.pop())
                     if decompressor is not None:
                         return list(map(decompressor.decompress, stored))
-        except zstandard.ZstdError:
+        except self._error:
             pass  # one of them is not a readable frame: each is read on its own
         return list(map(self.inflate, stored))

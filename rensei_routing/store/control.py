@@ -29,28 +29,19 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import apsw
 
-from ..core.audit.chain import checkpoint_origin
-from ..core.routing.edits import MUTATION_RECORD, PolicyEdit, PolicyMutation
 from ..core.routing.policy import PolicySnapshot, RoutingPolicy
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from ..core.snapshot.envelope import RulesetSnapshot, compiled_moment
-from ..core.snapshot.org import OrgData
-from ..core.snapshot.validators import SnapshotValidator
 from ..errors import MalformedError
 from .db import close_quietly, store_error
 from .policies import PolicyStore, PreparedWrite, RevisionInfo, SnapshotLoad
-from .snapshots import (
-    CompileResult,
-    OrgStore,
-    SnapshotInfo,
-    SnapshotStore,
-    resealed,
-    seal_next,
-    validated_sections,
-)
 
-if TYPE_CHECKING:  # the audit log is imported when a write first needs it, not to read
+if TYPE_CHECKING:  # the audit log, policy edits, org data and snapshots: imported where used
+    from ..core.routing.edits import PolicyEdit, PolicyMutation
+    from ..core.snapshot.envelope import RulesetSnapshot
+    from ..core.snapshot.org import OrgData
+    from ..core.snapshot.validators import SnapshotValidator
     from .audit import AuditLog
+    from .snapshots import CompileResult, OrgStore, SnapshotInfo, SnapshotStore
 
 __all__ = [
     "EVENT_COMPILE",
@@ -173,6 +164,8 @@ class ControlStore(Protocol):
         """Validate, then store as the next policy revision, audited (:meth:`write_policies`
         of the whole set; ``actor`` ``None``: :data:`UNNAMED_ACTOR`). Defined here, once, for
         both implementations (they subclass this protocol)."""
+        from ..core.routing.edits import PolicyEdit
+
         edit = PolicyEdit(
             actor=UNNAMED_ACTOR if actor is None else actor,
             policies=tuple(policies),
@@ -242,6 +235,8 @@ class ControlStore(Protocol):
             SnapshotError: the inputs are older than the latest snapshot's (compile again).
             StoreError: the database could not be read or written (nothing published).
         """
+        from .snapshots import CompileResult, seal_next, validated_sections
+
         with self._compiling("cannot compile a snapshot") as writer:
             built_from = writer.compiled_from()
             if only_if_stale and built_from == writer.source_revisions():
@@ -291,6 +286,9 @@ class ControlStore(Protocol):
                 than its own.
             StoreError: the database could not be read or written.
         """
+        from ..core.snapshot.envelope import compiled_moment
+        from .snapshots import resealed
+
         with self._compiling("cannot re-seal the snapshot") as writer:
             held = writer.latest(lookup)
             if older_than is not None and compiled_moment(held) >= older_than:
@@ -363,8 +361,26 @@ class SqliteControlStore(ControlStore):
         self.where = str(conn.filename)
         self._vocabulary = vocabulary
         self._policies = PolicyStore(conn, vocabulary=vocabulary)
-        self._org = OrgStore(conn)
-        self._snapshots = SnapshotStore(conn, org_id=org_id)
+        self._org_store: OrgStore | None = None
+        self._snapshot_store: SnapshotStore | None = None
+
+    @property
+    def _org(self) -> OrgStore:
+        """The org data's store, made on first use (reading policies needs no :mod:`.snapshots`)."""
+        if self._org_store is None:
+            from .snapshots import OrgStore
+
+            self._org_store = OrgStore(self._conn)
+        return self._org_store
+
+    @property
+    def _snapshots(self) -> SnapshotStore:
+        """The compiled snapshots' store, made on first use (as :attr:`_org`)."""
+        if self._snapshot_store is None:
+            from .snapshots import SnapshotStore
+
+            self._snapshot_store = SnapshotStore(self._conn, org_id=self.org_id)
+        return self._snapshot_store
 
     def _event(self, at: str, kind: str, revision: int, content_hash: str) -> None:
         _insert_event(self._conn, at, kind, revision, content_hash)
@@ -378,6 +394,7 @@ class SqliteControlStore(ControlStore):
 
     def _audit_log(self) -> AuditLog:
         if self._audit is None:
+            from ..core.audit.chain import checkpoint_origin
             from .audit import AuditLog
 
             factory = self._audit_factory
@@ -416,6 +433,8 @@ class SqliteControlStore(ControlStore):
             return self._policies.load(revision)
 
     def policy_mutations(self) -> list[PolicyMutation]:
+        from ..core.routing.edits import MUTATION_RECORD, PolicyMutation
+
         out: list[PolicyMutation] = []
         with self._lock:
             for record in self._audit_log().records():
@@ -561,6 +580,8 @@ class _SqliteWriter(SnapshotWriter):
         return PolicyStore(self._conn, vocabulary=self.vocabulary).load()
 
     def current_org(self) -> tuple[int, OrgData]:
+        from .snapshots import OrgStore
+
         return OrgStore(self._conn).load()
 
     def next_revision(self) -> int:

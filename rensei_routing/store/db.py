@@ -17,6 +17,9 @@ see a half-identified file. A file with another application id, a non-empty file
 file that is not SQLite, or a newer ``user_version`` raises :class:`SchemaVersionError` before
 anything is written to it. :func:`store_error` turns apsw failures into the typed errors
 (:class:`DiskFullError`, :class:`BusyTimeoutError` naming the lock holder, :class:`StoreError`).
+
+The best-practice settings are :mod:`.practice`'s, made as :mod:`apsw.bestpractice` makes
+them without importing it.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ from pathlib import Path
 from typing import Final
 
 import apsw
-import apsw.bestpractice
 
 from ..core.timestamps import format_age
 from ..errors import BusyTimeoutError, DiskFullError, SchemaVersionError, StoreError
+from . import practice
 from .codec import Codec, migrate_dictionaries
 from .locks import describe_holders
+from .practice import BEST_PRACTICE
 
 __all__ = [
     "APPLICATION_ID",
@@ -333,7 +337,7 @@ def _switch_to_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
     pause = 0.001
     while True:
         try:
-            apsw.bestpractice.connection_wal(conn)
+            practice.wal(conn)
             return
         except apsw.BusyError:
             if time.monotonic() >= deadline:
@@ -346,15 +350,12 @@ def _switch_to_wal(conn: apsw.Connection, busy_timeout_ms: int) -> None:
 #: must already hold while ``PRAGMA optimize`` waits for a lock) and its WAL switch (a writer
 #: makes it with :func:`_switch_to_wal` first).
 _SETUP: Final[tuple[Callable[[apsw.Connection], None], ...]] = tuple(
-    f
-    for f in apsw.bestpractice.recommended
-    if f.__name__.startswith("connection_")
-    and f not in (apsw.bestpractice.connection_busy_timeout, apsw.bestpractice.connection_wal)
+    f for f in BEST_PRACTICE.values() if f is not practice.wal
 )
 
 #: What a read-only connection applies: everything above except ``PRAGMA optimize``, which
 #: writes (and the WAL switch, which a writer already made persistent).
-_READ_SETUP: Final = tuple(f for f in _SETUP if f is not apsw.bestpractice.connection_optimize)
+_READ_SETUP: Final = tuple(f for f in _SETUP if f is not practice.optimize)
 
 
 def connect(

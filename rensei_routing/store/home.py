@@ -27,7 +27,6 @@ import math
 import os
 import re
 import stat
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -114,14 +113,20 @@ class Home:
 
     def _config(self) -> dict[str, object]:
         try:
-            with open(self.config_path, "rb") as f:
-                return tomllib.load(f)
+            f = open(self.config_path, "rb")  # noqa: SIM115 (closed below, once parsed)
         except FileNotFoundError:
             return {}
         except OSError as e:
             raise HomeError(f"cannot read {self.config_path}: {e.strerror}") from e
-        except tomllib.TOMLDecodeError as e:
-            raise HomeError(f"{self.config_path} is not valid TOML: {e}") from e
+        import tomllib  # only for a home that has a config file (most have none)
+
+        with f:
+            try:
+                return tomllib.load(f)
+            except OSError as e:
+                raise HomeError(f"cannot read {self.config_path}: {e.strerror}") from e
+            except tomllib.TOMLDecodeError as e:
+                raise HomeError(f"{self.config_path} is not valid TOML: {e}") from e
 
     def store_url(self) -> str | None:
         """``[store] url`` in ``config.toml``: the database the control side's data lives in

@@ -14,17 +14,15 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from ..core import _parse as p
 from ..core.canonical import SHA256_PREFIX
 from ..core.routing.decision import STATE_ABSENT, STATE_CORRUPT, STATE_OK
-from ..core.routing.edits import PolicyEdit, PolicyMutation
 from ..core.routing.policy import MAX_REVISION, PolicySnapshot, RoutingPolicy, policy_canonical
 from ..core.routing.stored import read_stored
-from ..core.routing.validation import validate
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
 from ..errors import (
     CorruptSnapshotError,
@@ -36,6 +34,9 @@ from ..errors import (
     StaleRevisionError,
 )
 from .db import store_error
+
+if TYPE_CHECKING:  # a write's edit and mutation record: imported by the writes
+    from ..core.routing.edits import PolicyEdit, PolicyMutation
 
 __all__ = [
     "PolicyStore",
@@ -230,6 +231,9 @@ def prepare_write(
         StaleRevisionError, CorruptSnapshotError, RollbackTargetError, OutOfScopeError,
         CredentialValueError, PolicyValidationError, RevisionLimitError.
     """
+    from ..core.routing.edits import PolicyMutation
+    from ..core.routing.validation import validate
+
     if edit.expected_revision is not None and edit.expected_revision != head_revision:
         raise StaleRevisionError(edit.expected_revision, head_revision)
     current: tuple[RoutingPolicy, ...] = ()
@@ -380,6 +384,8 @@ class PolicyStore:
             RevisionLimitError: the next revision number would pass 2**53 - 1.
             StoreError: the database could not be written.
         """
+        from ..core.routing.validation import validate  # writes only: reads never validate
+
         items = tuple(policies)
         report = validate(items, vocabulary=self._vocabulary)
         if not report:
