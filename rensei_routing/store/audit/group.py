@@ -165,6 +165,7 @@ class Job:
     committed: bool = False
     done: bool = False
     caller: int = 0  # the thread that queued it
+    coming: bool = False  # queued by a thread that had said it was coming (Committer.coming)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -186,6 +187,7 @@ class Committer:
     __slots__ = (
         "__weakref__",
         "_arrived",
+        "_coming",
         "_cond",
         "_deadline",
         "_leader",
@@ -210,6 +212,9 @@ class Committer:
         self._missing: set[int] = set()
         self._deadline = 0.0
         self._waited = 0.0  # how long the current leader waited for them, in seconds
+        #: The threads that said an append of theirs is coming (:meth:`coming`) and have not
+        #: queued it yet: a new leader may wait for them before it begins (see :meth:`run`).
+        self._coming: set[int] = set()
         #: How long the last leader's transaction took (its sync included, its waits not).
         self.last_s = 0.0
         self._tip: _Tip | None = None  # read and written by the leader only
@@ -221,6 +226,20 @@ class Committer:
         if tip is not None and tip.conn is conn:
             self._tip = None
 
+    def coming(self) -> None:
+        """The calling thread has started a request that ends with an append to this file
+        (it has yet to decide what to write): a leader may wait for it a little before it
+        begins. Its append, or :meth:`gone`, ends that."""
+        with self._cond:
+            self._coming.add(threading.get_ident())
+
+    def gone(self) -> None:
+        """The calling thread's request ended (its append queued or not made at all). A
+        leader waiting for it is not woken: it stops at its bound or at the next append."""
+        with self._cond:
+            if self._coming:
+                self._coming.discard(threading.get_ident())
+
     def run(self, log: LogHandle, job: Job) -> None:
         """Queue ``job`` and return once it is done (its outcome set on it): committed by
         whichever caller leads, or by this one on ``log``'s writer connection."""
@@ -231,16 +250,22 @@ class Committer:
                     "cannot append to the audit log from inside an append's transaction"
                 )
             self._queue.append(job)
-            if self._missing:  # the leader may be waiting for it
+            if self._coming and me in self._coming:
+                self._coming.discard(me)
+                job.coming = True
+            if self._leader is not None:  # the leader may be waiting for it
                 self._arrived.notify()
             while not job.done and self._leader is not None:
                 self._cond.wait()
             if job.done:
                 return
             self._leader = me
+            awaited = bool(self._coming)
+            if awaited:  # requests under way: their appends join this transaction
+                self._await_coming()
             batch, self._queue = self._queue, []
             self._missing.clear()
-            if len(self._recent) > 1:  # callers at once: those not here yet may be coming
+            if len(self._recent) > 1 and not awaited:  # those not here yet may be coming
                 self._missing.update(self._recent.difference(j.caller for j in batch))
                 self._deadline = time.monotonic() + min(self.last_s / 2, MAX_PAUSE_S)
             self._waited = 0.0
@@ -255,8 +280,22 @@ class Committer:
                         j.error = StoreError("the audit append was interrupted: nothing written")
                     j.done = True
                 self._recent = frozenset(j.caller for j in batch)
+                # Woken, they are still in their requests (likely to start another): a leader
+                # that begins before they have run waits for them like for any coming caller.
+                self._coming.update(j.caller for j in batch if j.coming and j.caller != me)
                 self._leader = None
                 self._cond.notify_all()
+
+    def _await_coming(self) -> None:
+        """The new leader's, before it begins, holding the lock: wait while some thread that
+        said its append is coming has not queued it, at most as long as the last transaction
+        took (its sync included) and never more than :data:`MAX_PAUSE_S`."""
+        deadline = time.monotonic() + min(self.last_s, MAX_PAUSE_S)
+        while self._coming:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._arrived.wait(left)
 
     def _take_queued(self, batch: list[Job]) -> bool:
         """The leader's, before it commits: move every job queued meanwhile onto ``batch``
