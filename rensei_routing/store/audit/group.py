@@ -23,6 +23,20 @@ as the last transaction took and never more than :data:`MAX_PAUSE_S`: without it
 appending at once split into two alternating half-size groups and pay twice the syncs. One
 thread appending alone (or threads taking turns, one append at a time) never waits.
 
+**Requests under way.** A caller that knows an append of its own will follow (an Enforcer, from
+the start of a governed request, which it routes, decides and encodes first) says so with
+:meth:`Committer.coming`, and :meth:`Committer.gone` when the request ends. A caller that becomes
+the leader while some of those have not queued yet waits for them before its ``BEGIN IMMEDIATE``
+(not under the write lock) until the last has queued, at most as long as the last transaction
+took (its sync included) and never more than :data:`MAX_PAUSE_S`. A transaction's callers that
+had said so count as under way again once it commits (woken, each is likely to start its next
+request before it has even run). Why: a leader that begins while other threads are deciding runs
+its statements while they hold the interpreter (apsw releases it around every SQLite call, and
+taking it back can take up to the switch interval), so the write lock is held across their
+decisions and their appends split into smaller batches; waiting, its statements run while they
+wait for it. It costs a lone caller nothing (nobody else is under way), and the caller waited for
+would otherwise have waited for this whole transaction and then its own.
+
 What holds as before: seqs are given in queue order, each job's records are contiguous and
 linked to the one before; the head is known inside the write transaction, so other processes
 still append through SQLite's lock and the chain stays one; a job's builder writes its index
