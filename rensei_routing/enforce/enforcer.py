@@ -62,7 +62,6 @@ from ..shadow.seam import SeamService
 from ..store import enforcement as state
 from ..store.audit import group
 from ..store.db import store_error
-from ..store.enforcement import Decision
 from ..store.home import Home
 from ..store.policies import PolicyStore
 
@@ -223,17 +222,11 @@ class Enforcer(SeamService):
         )
         outcome = _Outcome()
         refused = answer in (HELD, REJECTED)
-        build, note = self._writer(
+        build = self._writer(
             canary, recorded_at, encoded, outcome, refused=refused, corrupt=snapshot is None
         )
-        log = self._audit()
-        if note is None:  # the trip window is counted: the builder, in the transaction
-            result = log.append_stamped(build, own=True)  # its encode_payload, byte for byte
-        else:  # counted alone: the commit's leader may count it with other threads' at once
-            result = log.append_noted(
-                [(recorded_at, encoded)], state.DECISIONS, note, build, own=True
-            )
-        if outcome.stale or not result.count:  # the canary changed: nothing written
+        result = self._audit().append_stamped(build, own=True)  # its encode_payload, byte for byte
+        if outcome.stale:
             return None
         seq = result.first_seq
         if outcome.trip is not None:
@@ -275,25 +268,18 @@ class Enforcer(SeamService):
         *,
         refused: bool,
         corrupt: bool,
-    ) -> tuple[Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]], Decision | None]:
+    ) -> Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]:
         """The append's builder: checks the canary is still the one decided under, counts the
-        decision in the trip's window, applies the trip rule, and yields the records; and,
-        when the window is not counted (the builder then only checks, notes and yields the
-        record), the same decision as :data:`.state.DECISIONS` notes it."""
+        decision in the trip's window, applies the trip rule, and yields the records."""
         redactor = self._redactor
         at_us = micros_of(recorded_at)
         counted = refused or corrupt  # the window is counted, so it is trimmed first
         forget = counted or self._noted % FORGET_EVERY == 0
         self._noted += 1
-        window_s = canary.trip_window_s or DEFAULT_TRIP_WINDOW_S
-        since_us = at_us - window_s * 1_000_000  # the rows start at the arm (put_armed)
-        note = (
-            None
-            if counted
-            else Decision(canary.repo, canary.arm_seq, at_us, False, since_us if forget else None)
-        )
 
         def build(conn: apsw.Connection, first: int, head: str) -> Iterable[tuple[str, bytes]]:
+            window_s = canary.trip_window_s or DEFAULT_TRIP_WINDOW_S
+            since_us = at_us - window_s * 1_000_000  # the rows start at the arm (put_armed)
             # One statement checks the canary is still the one decided under and counts the
             # decision (each statement of the shared write transaction is a GIL hand-off).
             if not state.note_decision(
@@ -340,7 +326,7 @@ class Enforcer(SeamService):
                 pairs.append((recorded_at, encode_payload(trip, redactor)))
             return iter(pairs)
 
-        return build, note
+        return build
 
     def _pinned(self, canary: Canary) -> PolicySnapshot | None:
         """The pinned revision's snapshot, or ``None`` when it does not load or no longer has

@@ -19,7 +19,6 @@ The shipped dictionary (``data/audit-1.zdict``, 48 KiB) was trained by
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from itertools import repeat
@@ -69,25 +68,21 @@ def migrate_dictionaries(conn: apsw.Connection) -> None:
 class Codec:
     """Compresses new payloads with the newest dictionary; reads any stored payload back."""
 
-    __slots__ = ("_compressor", "_decompressors", "_here", "_newest", "key")
+    __slots__ = ("_compressor", "_decompressors")
 
     def __init__(self, dictionaries: Mapping[int, bytes]) -> None:
         self._decompressors = {
             i: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(body))
             for i, body in dictionaries.items()
         }
-        self._newest = (
-            zstandard.ZstdCompressionDict(dictionaries[max(dictionaries)]) if dictionaries else None
-        )
         self._compressor = (
-            None
-            if self._newest is None
-            else zstandard.ZstdCompressor(level=LEVEL, dict_data=self._newest)
+            zstandard.ZstdCompressor(
+                level=LEVEL,
+                dict_data=zstandard.ZstdCompressionDict(dictionaries[max(dictionaries)]),
+            )
+            if dictionaries
+            else None
         )
-        self._here = threading.local()  # each thread's compressor of its own (compress_here)
-        #: What the stored form of a payload depends on (the newest dictionary's id; ``None``:
-        #: stored as it is): two codecs of equal keys compress any payload to the same bytes.
-        self.key: int | None = max(dictionaries) if dictionaries else None
 
     @classmethod
     def load(cls, conn: apsw.Connection) -> Codec:
@@ -112,18 +107,6 @@ class Codec:
         if self._compressor is None:
             return data
         return self._compressor.compress(data)
-
-    def compress_here(self, data: bytes) -> bytes:
-        """:meth:`compress`, from any thread at any time (a compressor is not for two threads at
-        once: each thread has one of its own, made on its first call); the same bytes."""
-        if self._newest is None:
-            return data
-        mine: zstandard.ZstdCompressor | None = getattr(self._here, "compressor", None)
-        if mine is None:
-            mine = self._here.compressor = zstandard.ZstdCompressor(
-                level=LEVEL, dict_data=self._newest
-            )
-        return mine.compress(data)
 
     def inflate(self, stored: Any) -> Any:
         """The canonical bytes of a stored payload; stored bytes that are not a readable frame

@@ -20,9 +20,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,10 +31,8 @@ from .db import close_quietly, store_error
 from .home import Home
 
 __all__ = [
-    "DECISIONS",
     "HINT_FILE",
     "HINT_SIZE",
-    "Decision",
     "armed",
     "canaries",
     "canary",
@@ -173,80 +168,6 @@ def note_decision(
             "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ?", (repo, keep_since_us)
         )
     return True
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One enforced decision to count, as :func:`note_decision` takes it (its seq aside)."""
-
-    repo: str
-    arm_seq: int
-    at_us: int
-    refused: bool
-    keep_since_us: int | None
-
-
-class _Decisions:
-    """:func:`note_decision` of many decisions at once (the audit log's noter of them): one
-    insert that counts them all if each canary is still armed by its arm, and a delete per
-    repository trimmed (one decision in many)."""
-
-    __slots__ = ()
-
-    def write(self, conn: apsw.Connection, notes: Sequence[Decision], seqs: Sequence[int]) -> bool:
-        """Count ``notes`` (the records at ``seqs``) and forget what their trims forget: the
-        rows :func:`note_decision` of each in turn would leave; ``False`` (some written: the
-        caller rolls back) when a canary is no longer armed by the arm a note was decided
-        under."""
-        floor: dict[str, int] = {}  # a repository's trim by this decision or a later one
-        dropped: list[int] = []  # counted, then forgotten by its own trim or a later one
-        for n, seq in zip(reversed(notes), reversed(seqs), strict=True):
-            since = n.keep_since_us
-            if since is not None and since > floor.get(n.repo, since - 1):
-                floor[n.repo] = since
-            if n.at_us < floor.get(n.repo, n.at_us):
-                dropped.append(seq)
-        conn.execute(
-            _count_of(len(notes)),
-            [
-                value
-                for n, seq in zip(notes, seqs, strict=True)
-                for value in (seq, n.repo, n.at_us, int(n.refused), n.arm_seq)
-            ],
-        )
-        if conn.changes() != len(notes):
-            return False
-        for repo, since in floor.items():  # the other rows: the largest trim
-            conn.execute(
-                "DELETE FROM enforce_decisions WHERE repo = ? AND at_us < ? "
-                "AND (seq < ? OR seq > ?)",
-                (repo, since, seqs[0], seqs[-1]),
-            )
-        if dropped:
-            conn.execute(
-                "DELETE FROM enforce_decisions WHERE seq IN ("
-                + ", ".join("?" * len(dropped))
-                + ")",
-                dropped,
-            )
-        return True
-
-
-@lru_cache(maxsize=64)
-def _count_of(count: int) -> str:
-    """The insert counting ``count`` decisions, each only if its canary is still armed by its
-    arm (values: seq, repo, at_us, refused, arm_seq)."""
-    return (
-        "INSERT INTO enforce_decisions(seq, repo, at_us, refused) "
-        "SELECT v.column1, v.column2, v.column3, v.column4 FROM (VALUES "
-        + ", ".join(["(?, ?, ?, ?, ?)"] * count)
-        + ") AS v WHERE EXISTS (SELECT 1 FROM enforce_canaries AS c WHERE c.repo = v.column2 "
-        "AND c.armed = 1 AND c.arm_seq = v.column5)"
-    )
-
-
-#: The noter of enforced decisions (see :meth:`..store.audit.AuditLog.append_noted`).
-DECISIONS: Final = _Decisions()
 
 
 def window_counts(conn: apsw.Connection, repo: str, since_us: int) -> tuple[int, int]:

@@ -54,20 +54,6 @@ links after the remembered head without reading it or the tree's edge again; any
 any change by another connection, a failed job or a failed transaction, reads both from the
 database as before. So a second process appending between two of ours is always chained after.
 
-**Noted jobs.** A job may instead come with its records already encoded (``pairs``, and their
-stored form when the caller compressed them with the same dictionary) and a *note*: a
-declarative side write that a :class:`Noter` makes for many jobs at once. The leader runs each
-run of consecutive jobs sharing one noter in a few statements, whatever their number: it links
-them all, then one write of every note (which also checks each is still to be written), one
-multi-row insert of their records and one write of the tree's rows. Each statement of the shared
-write transaction lets other threads take the interpreter, and the leader must wait for it back,
-so a transaction made of a handful of statements, not several per job, keeps the write lock held
-for the work and not for the other threads' decisions. When the noter refuses a note, or
-anything a noted run does raises, the whole transaction rolls back and runs again without the
-shortcut (every noted job also carries the builder that does the same work one job at a time,
-in a savepoint of its own, writing nothing when the note is refused), so each caller gets
-exactly what the plain path gives.
-
 A builder runs on the leader's thread: it must use only the connection it is given and never
 wait for anything its own caller holds. An append from inside a builder (this process's commit
 of the same file) is refused with :class:`StoreError` instead of waiting for itself.
@@ -81,17 +67,15 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import apsw
 
 from ...core.audit.chain import GENESIS_HASH, encode_payload, link_rows, link_stamped
 from ...core.redact import DEFAULT_REDACTOR, Redactor
 from ...errors import StoreError
-from ..codec import Codec
 from ..db import store_error
 from . import segments, tree
 from .handle import LogHandle
@@ -102,7 +86,6 @@ __all__ = [
     "MAX_PAUSE_S",
     "Committer",
     "Job",
-    "Noter",
     "committer_of",
     "queue_of",
 ]
@@ -119,8 +102,6 @@ _INSERT: Final = (
     "INSERT INTO audit_records(seq, recorded_at, prev_hash, payload_hash, record_hash, payload) "
     "VALUES (?, ?, ?, ?, ?, ?)"
 )
-#: Records per multi-row insert of a noted run.
-_ROWS_PER_INSERT: Final = 200
 _HEAD: Final = "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
 _DATA_VERSION: Final = "PRAGMA data_version"
 
@@ -139,23 +120,12 @@ Stamped = Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]]
 Within = Callable[[apsw.Connection], Iterable[Any]]
 
 
-class Noter(Protocol):
-    """The side write of noted jobs (see the module docstring), for many of them at once, in the
-    leader's write transaction: a few statements in all, never one per job."""
-
-    def write(self, conn: apsw.Connection, notes: Sequence[Any], seqs: Sequence[int]) -> bool:
-        """Write ``notes``, in queue order, each with its job's first seq; ``False`` when one
-        of them is not to be written (the leader then rolls back: what it wrote is undone)."""
-        ...
-
-
 @dataclass(slots=True, kw_only=True)
 class Job:
     """One caller's append: the payloads (``encoded`` at ``recorded_at``, or what ``within``
     returns, encoded with ``redactor``, or the pairs ``stamped`` yields), and, once done, its
     outcome: ``first``/``count``/``before``/``head`` (the seqs written and the heads around
-    them) and the rows with ``keep``, or ``error``. A noted job (``noter`` set) also has
-    ``stamped``: the same work, one job at a time, taken when its run cannot be batched."""
+    them) and the rows with ``keep``, or ``error``."""
 
     encoded: Iterable[bytes] = ()
     recorded_at: str = ""
@@ -163,13 +133,6 @@ class Job:
     within: Within | None = None
     stamped: Stamped | None = None
     redactor: Redactor = DEFAULT_REDACTOR
-    #: A noted job: its records, their stored form (``None``: compressed by the leader) made
-    #: with the codec whose :attr:`~..codec.Codec.key` is ``stored_by``, and its note.
-    pairs: Sequence[tuple[str, bytes]] = ()
-    stored: Sequence[bytes] | None = None
-    stored_by: object = None
-    noter: Noter | None = None
-    note: Any = None
     first: int = 0
     count: int = 0
     before: str = ""
@@ -378,18 +341,13 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def commit(
-    log: LogHandle,
-    batch: list[Job],
-    take: Callable[[list[Job]], bool] | None = None,
-    *,
-    noted: bool = True,
+    log: LogHandle, batch: list[Job], take: Callable[[list[Job]], bool] | None = None
 ) -> None:
     """Run ``batch`` in one write transaction on ``log``'s writer (see the module docstring);
     sets every job's outcome, never raises for a job's own failure. ``take(batch)`` (the
     leader's :meth:`Committer._take_queued`), called once the jobs so far have run, adds the
     jobs queued meanwhile to ``batch`` and says whether it did: they run in this transaction
-    too, before its commit. ``noted``: runs of noted jobs are batched (when anything in one
-    raises, the transaction rolls back and runs again with ``noted=False``)."""
+    too, before its commit."""
     queue = queue_of(log)
     try:
         conn = log._write_conn()
@@ -398,8 +356,7 @@ def commit(
         return
     tip, queue._tip = queue._tip, None  # remembered again once this transaction commits
     try:
-        codec = log._codec(conn)
-        compress = codec.compress
+        compress = log._codec(conn).compress
         with conn:  # BEGIN IMMEDIATE: the head cannot move until we commit
             version = conn.execute(_DATA_VERSION).get
             if tip is not None and tip.conn is conn and tip.version == version:
@@ -409,13 +366,6 @@ def commit(
             at = 0
             while at < len(batch) or (take is not None and take(batch)):
                 job = batch[at]
-                if noted and job.noter is not None:  # the run of jobs sharing its noter
-                    end = at + 1
-                    while end < len(batch) and batch[end].noter is job.noter:
-                        end += 1
-                    first, prev = _run_noted(conn, batch[at:end], first, prev, grow, codec)
-                    at = end
-                    continue
                 at += 1
                 alone = at == len(batch) == 1  # nothing else written: no savepoint needed
                 try:
@@ -446,84 +396,12 @@ def commit(
         queue._tip = _Tip(conn=conn, version=version, first=first, prev=prev, grow=grow)
     except _Alone:
         batch[0].committed, batch[0].rows = False, []
-    except _Replay:  # rolled back: the same jobs again, one at a time
-        for job in batch:
-            job.rows, job.error = [], None
-        commit(log, batch, take, noted=False)
     except apsw.Error as e:
         _fail_all(batch, log._write_failed("cannot append to the audit log", e), cause=e)
 
 
 class _Alone(Exception):
     """The only job of a transaction failed: the transaction rolls back, nothing written."""
-
-
-class _Replay(Exception):
-    """A noted run raised: the transaction rolls back and runs again without the shortcut."""
-
-
-@lru_cache(maxsize=_ROWS_PER_INSERT)
-def _insert_of(count: int) -> str:
-    """The insert of ``count`` records in one statement."""
-    return _INSERT + ", (?, ?, ?, ?, ?, ?)" * (count - 1)
-
-
-def _run_noted(
-    conn: apsw.Connection,
-    run: list[Job],
-    first: int,
-    prev: str,
-    grow: tree.Appender | None,
-    codec: Codec,
-) -> tuple[int, str]:
-    """Link and insert a run of noted jobs sharing one noter after ``(first, prev)``, in a few
-    statements (see the module docstring); returns the new ``(first, prev)``.
-
-    Raises:
-        _Replay: anything but an I/O-class database error (the caller runs the jobs again).
-        apsw.Error: the database failed; the whole transaction fails.
-    """
-    try:
-        noter = run[0].noter
-        assert noter is not None
-        seqs: list[int] = []
-        values: list[Any] = []
-        hashes: list[str] = []
-        key = codec.key
-        for job in run:
-            rows = link_stamped(job.pairs, seq=first, prev_hash=prev)
-            if not rows:  # nothing to link: the builder decides what that means
-                raise _Replay
-            job.first, job.before, job.count = first, prev, len(rows)
-            seqs.append(first)
-            stored = job.stored if job.stored_by == key and job.stored is not None else None
-            if stored is None or len(stored) != len(rows):
-                stored = [codec.compress(r[5]) for r in rows]
-            for r, blob in zip(rows, stored, strict=True):
-                values.extend(r[:5])
-                values.append(blob)
-                hashes.append(r[4])
-            first += len(rows)
-            prev = job.head = rows[-1][4]
-            if job.keep:
-                job.rows.extend(rows)
-        if not noter.write(conn, [j.note for j in run], seqs):  # one is refused: the builders
-            raise _Replay
-        for at in range(0, len(hashes), _ROWS_PER_INSERT):
-            n = min(_ROWS_PER_INSERT, len(hashes) - at)
-            conn.execute(_insert_of(n), values[at * 6 : (at + n) * 6])
-        if grow is not None and hashes:
-            grow.add(hashes)
-            grow.flush()
-    except _Replay:
-        raise
-    except _JOB_ONLY as e:
-        raise _Replay from e
-    except apsw.Error:
-        raise
-    except Exception as e:
-        raise _Replay from e
-    return first, prev
 
 
 def _read_tip(conn: apsw.Connection) -> tuple[int, str, tree.Appender | None]:

@@ -208,36 +208,6 @@ class AuditLog(LogHandle):
         """
         return self._append((), "", keep=False, stamped=build, own=own)[0]
 
-    def append_noted(
-        self,
-        pairs: Sequence[tuple[str, bytes]],
-        noter: group.Noter,
-        note: Any,
-        build: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]],
-        *,
-        own: bool = False,
-    ) -> AppendResult:
-        """:meth:`append_stamped` of records known before the transaction: ``build`` must
-        write ``note`` the way ``noter`` does and yield ``pairs`` when ``noter`` admits it, and
-        write and yield nothing when it does not (a count of 0). The commit's leader may do that
-        work for many such appends at once, in a few statements (see :mod:`.group`); their
-        stored form is made here, outside the shared transaction, when this log's writer has
-        its codec already.
-
-        Raises:
-            MalformedError (a ``recorded_at`` is not RFC 3339 UTC), StoreError: nothing written.
-        """
-        codec = self._writer_codec
-        stored = None if codec is None else [codec.compress_here(data) for _, data in pairs]
-        job = group.Job(
-            pairs=pairs,
-            stored=stored,
-            stored_by=None if codec is None else codec.key,
-            noter=noter,
-            note=note,
-        )
-        return self._append((), "", keep=False, stamped=build, own=own, job=job)[0]
-
     def _append(
         self,
         encoded: Iterable[bytes],
@@ -247,7 +217,6 @@ class AuditLog(LogHandle):
         within: Callable[[apsw.Connection], Iterable[Any]] | None = None,
         stamped: Callable[[apsw.Connection, int, str], Iterable[tuple[str, bytes]]] | None = None,
         own: bool = False,
-        job: group.Job | None = None,
     ) -> tuple[AppendResult, list[tuple[int, str, str, str, str, bytes]]]:
         """Link and insert ``encoded`` (or what ``within(conn)`` returns, run first inside the
         transaction, or the pairs ``stamped`` yields) after the head in one transaction, a
@@ -257,9 +226,14 @@ class AuditLog(LogHandle):
             check_timestamp(recorded_at)
         if self.read_only:
             raise StoreError(f"{self._path} is opened read-only here: nothing is written")
-        if job is None:
-            job = group.Job(encoded=encoded, recorded_at=recorded_at, keep=keep, within=within)
-        job.stamped, job.redactor = stamped, self._redactor
+        job = group.Job(
+            encoded=encoded,
+            recorded_at=recorded_at,
+            keep=keep,
+            within=within,
+            stamped=stamped,
+            redactor=self._redactor,
+        )
         group.queue_of(self).run(self, job)
         if job.error is not None:
             raise job.error
