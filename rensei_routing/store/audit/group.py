@@ -95,7 +95,8 @@ APPEND_CHUNK: Final = 1_000
 #: The most jobs one transaction takes (callers queued past it wait for the next).
 MAX_JOBS: Final = 1_024
 #: The longest a leader waits for the callers of the last transaction (and at most half as
-#: long as that transaction took, its own waits aside).
+#: long as that transaction took, its own waits aside), or, before it begins, for the requests
+#: under way (and at most as long as the last transaction took).
 MAX_PAUSE_S: Final = 0.005
 
 _INSERT: Final = (
