@@ -269,7 +269,9 @@ def _record(home: Path, payloads: Iterator[bytes]) -> None:
     """Append the spooled payloads in one transaction, then notify observers in chunks."""
     pm = session().pm
     with open_audit_log(home) as log:
-        appended = log.append_encoded(payloads, recorded_at=now_rfc3339())
+        # Each payload is this log's encode_payload of a decision resolved here (the session's
+        # redactor is the log's): the automatic checkpoint need not parse them again.
+        appended = log.append_encoded(payloads, recorded_at=now_rfc3339(), own=True)
         if has_observers(pm):
             seqs = iter(appended.seqs)
             while part := list(islice(seqs, CHUNK)):
