@@ -213,3 +213,44 @@ def test_an_invalid_value_in_a_quick_line_names_its_field(tmp_path: Path) -> Non
     path.write_text(bad + "\n", encoding="utf-8")
     with pytest.raises(RenseiRoutingError, match=r"b\.jsonl:1: request_face"):
         read_context_lines(path)
+
+
+_HEAD = (
+    '{"repo":REPO,"repo_class":null,"principal_id":PRINCIPAL,"role":null,'
+    '"model_requirement":null,"request_face":"unknown",'
+    '"legacy_route":{"provider_binding":"anthropic","model":"m{1"},"accounts":[]}'
+)
+
+
+@pytest.mark.parametrize(
+    ("repo", "principal", "read"),
+    [
+        ('{"value":"acme/widgets","version":"canonical"}', '"planner"', True),
+        ('{"value":"acme/widgets","version":{"x":1}}', '"planner"', False),
+        ('{"value":{"v":"acme/widgets"},"version":"canonical"}', '"planner"', False),
+        ("null", '"plan\\u0041ner"', False),
+        ("null", '"plan\\\\ner"', False),
+        ("null", '"plan\x01ner"', False),
+        ("null", '"plan\\"ner"', False),
+        ("null", '"plan{}ner"', True),
+    ],
+    ids=[
+        "braces-in-a-legacy-model",
+        "nested",
+        "nested-first",
+        "escape",
+        "backslash",
+        "control",
+        "quote",
+        "braces",
+    ],
+)
+def test_the_head_pattern_s_looser_scans_read_as_the_general_path(
+    repo: str, principal: str, read: bool
+) -> None:
+    """The head's strings run to the next quote and its objects to the first ``}``: an
+    escape, a control character or a nested object is refused after the match (the general
+    path reads the line), a brace inside a string is read as the strict decoder reads it."""
+    line = _HEAD.replace("REPO", repo).replace("PRINCIPAL", principal)
+    for memo, pieces in (({}, Pieces()),) * 2:  # the second time from the pieces' memo
+        assert _check(line, memo, pieces) is read

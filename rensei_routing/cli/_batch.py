@@ -35,6 +35,7 @@ from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import Trace, explain_batch, explain_iter
 from ..core.routing.vocabulary import Vocabulary
 from ..core.snapshot.freshness import Freshness, StampedDecision
+from ..core.snapshot.record_text import RecordMemo, stamped_record
 from ..errors import OutputError
 from ..plugins.manager import has_observers
 from ._inputs import iter_context_lines
@@ -212,6 +213,7 @@ def run_batch(
         scan = ScanMemo(redactor)
         written: LineMemo = {}
         members: MemberTexts = {}
+        kept: RecordMemo = {}
         out = stack.enter_context(_OutputSpool())
         records = None if home is None else _spool()
         if records is not None:
@@ -231,13 +233,13 @@ def run_batch(
             if records is not None:
                 rev = stamp.ruleset_rev
                 for d in decisions:
-                    stamped = StampedDecision(d, stamp)
                     # Each distinct string checked once per batch; a record with nothing
-                    # credential-shaped is its canonical bytes (what encode_payload returns).
+                    # credential-shaped is its canonical bytes (what encode_payload returns),
+                    # written with the batch's memo of what repeats.
                     if scan.record_may_redact(d, rev):
-                        data = encode_payload(stamped, redactor)
+                        data = encode_payload(StampedDecision(d, stamp), redactor)
                     else:
-                        data = stamped.canonical()
+                        data = stamped_record(d, stamp, kept)
                     _write(records, _LEN.pack(len(data)) + data)
         # Both spools wholly written before the one step that cannot be undone (the commit).
         out.flush()
@@ -269,7 +271,9 @@ def _record(home: Path, payloads: Iterator[bytes]) -> None:
     """Append the spooled payloads in one transaction, then notify observers in chunks."""
     pm = session().pm
     with open_audit_log(home) as log:
-        appended = log.append_encoded(payloads, recorded_at=now_rfc3339())
+        # Each payload is this log's encode_payload of a decision resolved here (the session's
+        # redactor is the log's): the automatic checkpoint need not parse them again.
+        appended = log.append_encoded(payloads, recorded_at=now_rfc3339(), own=True)
         if has_observers(pm):
             seqs = iter(appended.seqs)
             while part := list(islice(seqs, CHUNK)):

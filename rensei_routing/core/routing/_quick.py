@@ -63,14 +63,23 @@ _OPTIONAL_STRING: Final = rf"(?:null|{_STRING})"
 #: ``null``, or an object with no brace inside it (so it ends at the first ``}``), whose text
 #: the strict decoder reads on first sight (duplicate keys and all).
 _FLAT_OBJECT: Final = r"(null|\{[^{}]*\})"
+#: The line head's looser forms of those two, each scanned with one character test (a
+#: character class is a test per member for every character): a string's text runs to the
+#: next quote, an escape or control character in it refused by its strings piece
+#: (:func:`_strings_piece`, once per distinct piece); an object runs to its first ``}``, and
+#: one with a ``{`` inside is read by the strict decoder as the general reader reads that
+#: member (nested, it is left open there and refused).
+_LINE_STRING: Final = r'"([^"]*)"'
+_LINE_OPTIONAL_STRING: Final = rf"(?:null|{_LINE_STRING})"
+_LINE_OBJECT: Final = r"(null|\{[^}]*\})"
 _HEAD_FIELDS: Final = {
-    "repo": _FLAT_OBJECT,
-    "repo_class": _OPTIONAL_STRING,
-    "principal_id": _OPTIONAL_STRING,
-    "role": _OPTIONAL_STRING,
-    "model_requirement": _FLAT_OBJECT,
-    "request_face": _STRING,
-    "legacy_route": _FLAT_OBJECT,
+    "repo": _LINE_OBJECT,
+    "repo_class": _LINE_OPTIONAL_STRING,
+    "principal_id": _LINE_OPTIONAL_STRING,
+    "role": _LINE_OPTIONAL_STRING,
+    "model_requirement": _LINE_OBJECT,
+    "request_face": _LINE_STRING,
+    "legacy_route": _LINE_OBJECT,
 }
 if (*_HEAD_FIELDS, "accounts") != CONTEXT_FIELDS:  # pragma: no cover - a guard at import
     raise ImportError("the line reader's fields are not RouteContext.to_dict's")
@@ -153,6 +162,10 @@ def _accounts_piece(raw: str, vocabulary: Vocabulary, memo: Memo) -> tuple[Any, 
     return (accounts, *accounts_texts(accounts))
 
 
+#: A JSON string's text that is its own value: no quote, escape or control character.
+_PLAIN_TEXT: Final = re.compile(r'[^"\\\x00-\x1f]*')
+
+
 def _strings_piece(
     principal_raw: str | None,
     role_raw: str | None,
@@ -160,7 +173,11 @@ def _strings_piece(
     face_raw: str,
     vocabulary: Vocabulary,
 ) -> tuple[Any, ...]:
-    """``quick_context``'s principal, role, repo class and request face, and their texts."""
+    """``quick_context``'s principal, role, repo class and request face, and their texts;
+    each raw text must be a JSON string's whole value (no escape or control character)."""
+    for raw in (principal_raw, role_raw, class_raw, face_raw):
+        if raw is not None and _PLAIN_TEXT.fullmatch(raw) is None:
+            raise NotQuick
     principal = None if principal_raw is None else quick_text(principal_raw, MAX_ID)
     role = vocabulary.canonical_worker_role(
         principal if role_raw is None else quick_text(role_raw, MAX_ID)

@@ -26,7 +26,8 @@ head signed then names exactly the chain this process verified or wrote. (A batc
 after the append, hashes recomputed, no longer ends at its head: nothing is signed. One
 altered without recomputing them is not looked at here, but ``verify()`` names it at its own
 seq, as it would below any checkpoint.) Records other processes appended are walked and
-parsed. ``append_encoded``/``append_stamped`` (bytes the caller vouches for) are walked too.
+parsed. ``append_encoded``/``append_stamped`` (bytes the caller vouches for) are walked too,
+unless the caller says they are its own (``own=True``).
 
 Concurrency: one process at a time, under the segments' lock (``wait=False``: a writer that
 finds it held skips, the holder or the next writer past the threshold checkpoints), and the

@@ -179,17 +179,21 @@ class AuditLog(LogHandle):
         """
         return self._append((), recorded_at, within=change, own=True)[0]
 
-    def append_encoded(self, encoded: Iterable[bytes], *, recorded_at: str) -> AppendResult:
+    def append_encoded(
+        self, encoded: Iterable[bytes], *, recorded_at: str, own: bool = False
+    ) -> AppendResult:
         """Append payloads already in their stored form (``encode_payload`` with this log's
         redactor: the caller vouches for that) in one transaction, streaming: ``encoded`` is
         consumed in chunks of :data:`APPEND_CHUNK`, so a batch of any size is appended in
-        constant memory. If iterating ``encoded`` raises, nothing is written.
+        constant memory. If iterating ``encoded`` raises, nothing is written. ``own``: every
+        payload is this log's ``encode_payload`` of a value, made in this process (as
+        :meth:`append_stamped`'s), so the automatic checkpoint need not parse them again.
 
         Raises:
             MalformedError: ``recorded_at`` is not an RFC 3339 UTC timestamp.
             StoreError: the database write failed (nothing was written).
         """
-        return self._append(encoded, recorded_at, keep=False)[0]
+        return self._append(encoded, recorded_at, keep=False, own=own)[0]
 
     def append_stamped(
         self,
