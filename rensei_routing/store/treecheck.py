@@ -23,6 +23,7 @@ import collections
 import functools
 import hashlib
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -192,7 +193,7 @@ class Extender:
                 for _ in range(height):
                     row = parents(row)
                     nodes += row
-                out += b"".join(map(nodes.__getitem__, postorder(height)))
+                out += b"".join(_in_postorder(height)(nodes))
                 h = row[0]
             # the subtree's root joins the edge, as leaf ``n + width - 1`` completes it
             lv, m = height, n >> height
@@ -255,6 +256,13 @@ def blocks(size: int, count: int) -> list[int]:
         size += 1 << height
         count -= 1 << height
     return out
+
+
+@functools.cache
+def _in_postorder(height: int) -> Callable[[list[bytes]], tuple[bytes, ...]]:
+    """The nodes of a complete subtree of ``2**height`` leaves (listed level by level) in
+    stored order, picked by one C call (:func:`postorder`)."""
+    return operator.itemgetter(*postorder(height))
 
 
 @functools.cache
