@@ -25,6 +25,7 @@ from rensei_routing.core.audit.chain import (
     checkpoint_origin,
     encode_payload,
     link_rows,
+    link_stamped,
     note_key_hash,
     parse_checkpoint,
     payload_hash,
@@ -652,3 +653,35 @@ def test_a_self_encoding_payload_is_stored_as_its_dict_would_be() -> None:
     stored = encode_payload(leaky)
     assert stored == encode_payload(leaky.to_dict())
     assert b"ghp_" not in stored and b"[REDACTED:github-token]" in stored
+
+
+_STAMPS = [
+    "2025-03-01T12:00:00.000000Z",
+    "2025-03-01T12:00:00.000001Z",
+    "2025-03-01T12:00:01.000000Z",
+    "2025-03-02T12:00:00.000000Z",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    picks=st.lists(st.integers(0, len(_STAMPS) - 1), min_size=1, max_size=12),
+    at=st.integers(0, 11),
+    to=st.integers(0, len(_STAMPS) - 1),
+)
+def test_records_sharing_or_changing_their_time_are_hashed_with_their_own(
+    picks: list[int], at: int, to: int
+) -> None:
+    """The walk escapes a batch's shared ``recorded_at`` once: runs of one time, times that
+    change and change back all verify, and a time swapped for another (hashes left as they
+    were) fails at that record, as every record is hashed with its own time."""
+    stamped = [(_STAMPS[k], encode_payload({"i": i})) for i, k in enumerate(picks)]
+    rows = [list(r) for r in link_stamped(stamped, seq=0, prev_hash=GENESIS_HASH)]
+    result = verify_chain(iter(rows))
+    assert result.ok and result.records_checked == len(rows)
+    at %= len(rows)
+    if _STAMPS[to] == rows[at][1]:
+        return
+    rows[at][1] = _STAMPS[to]
+    result = verify_chain(iter(rows))
+    assert (result.first_broken_seq, result.reason) == (at, "record-hash-mismatch")

@@ -90,6 +90,48 @@ def test_a_refused_record_hash_adds_nothing(bad: Any) -> None:
         plain.add_plain([*HASHES[:10], bad])
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.binary(min_size=32, max_size=32), max_size=40).map(lambda r: r[: len(r) // 2 * 2])
+)
+def test_a_level_of_nodes_is_each_pair_hashed_with_the_node_prefix(row: list[bytes]) -> None:
+    expected = [
+        hashlib.sha256(b"\x01" + left + right).digest()
+        for left, right in zip(row[::2], row[1::2], strict=True)
+    ]
+    assert treecheck.parents(row) == expected
+    assert treecheck.parents(row) == expected  # the shared prefixed hash object is unchanged
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    digests=st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=70),
+    upper=st.booleans(),
+    start=st.sampled_from([0, 1, 5, 4095, 4096]),
+)
+def test_any_record_hashes_add_what_leaf_by_leaf_adds(
+    digests: list[bytes], upper: bool, start: int
+) -> None:
+    hashes = ["sha256:" + (d.hex().upper() if upper else d.hex()) for d in digests]
+    fast = treecheck.Extender(_edge_at(start), start)
+    plain = treecheck.Extender(_edge_at(start), start)
+    fast.add(hashes)
+    plain.add_plain(hashes)
+    assert fast.take() == plain.take() and fast.size == plain.size == start + len(hashes)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["sha512:" + "0" * 64, "sha256:" + "00 " * 21 + "0", "sha256:" + "\u00e9" * 64, "0" * 71],
+    ids=repr,
+)
+def test_the_batch_form_refuses_a_record_hash_not_sha256_and_hex_digits(bad: str) -> None:
+    fast = treecheck.Extender([b""] * 64, 0)
+    with pytest.raises(ValueError):
+        fast.add([*HASHES[:5], bad])
+    assert fast.size == 0 and fast.take() == b""
+
+
 def test_blocks_tile_the_leaves_with_aligned_subtrees() -> None:
     for size in (0, 1, 3, 6, 4_095, 4_096, 12_345):
         for count in (0, 1, 2, 7, 4_096, 9_999):

@@ -18,10 +18,13 @@ apsw.
 
 from __future__ import annotations
 
+import binascii
+import collections
 import functools
 import hashlib
+import itertools
 import operator
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -68,10 +71,24 @@ except ImportError:  # pragma: no cover - 3.12 renamed it _sha2; a build may hav
     except ImportError:
         _SHA_BLOCK = hashlib.sha256
 _BLOCK_DIGEST: Final = type(_SHA_BLOCK()).digest
-_FROMHEX: Final = bytes.fromhex
-_HEX: Final = operator.itemgetter(slice(_PREFIX, None))
 _LEAF: Final = b"\x00"
 _NODE: Final = b"\x01"
+#: Hash objects that have taken a leaf's and a node's prefix byte: each leaf or node hashed by
+#: :meth:`Extender.add` starts as a copy of one (no concatenation, no constructor's look-up of
+#: the algorithm by name).
+_LEAF_START: Final = _SHA_BLOCK(_LEAF)
+_NODE_START: Final = hashlib.sha256(_NODE)
+_BLOCK_COPY: Final = type(_LEAF_START).copy
+_BLOCK_UPDATE: Final = type(_LEAF_START).update
+_COPY: Final = type(_NODE_START).copy
+_UPDATE: Final = type(_NODE_START).update
+#: Runs an iterator to its end, keeping nothing (the ``update`` calls above return ``None``).
+_drain: Final[Callable[[Iterable[object]], None]] = collections.deque[object](maxlen=0).extend
+#: A record hash's hex digits: ``sha256:`` dropped (a method of ``str``, so anything else is
+#: refused), then read by ``a2b_hex``.
+_DROP: Final = str.removeprefix
+_PREFIXES: Final = itertools.repeat(SHA256_PREFIX)
+_UNHEX: Final = binascii.a2b_hex
 _LAST: Final = "SELECT chunk, length(hashes) FROM audit_tree ORDER BY chunk DESC LIMIT 1"
 #: Rows named in one ``IN (...)`` (a proof or a frontier needs at most ~130).
 _IN_LIMIT: Final = 500
@@ -159,12 +176,10 @@ class Extender:
             ValueError: a record hash is not ``sha256:`` and hex digits.
             TypeError: a record hash is not a string.
         """
-        level = list(
-            map(
-                _BLOCK_DIGEST,
-                map(_SHA_BLOCK, map(_LEAF.__add__, map(_FROMHEX, map(_HEX, record_hashes)))),
-            )
-        )
+        hashes = record_hashes if type(record_hashes) is list else list(record_hashes)
+        leaves = list(map(_BLOCK_COPY, itertools.repeat(_LEAF_START, len(hashes))))
+        _drain(map(_BLOCK_UPDATE, leaves, map(_UNHEX, map(_DROP, hashes, _PREFIXES))))
+        level = list(map(_BLOCK_DIGEST, leaves))
         n, edge, out = self.size, self._edge, self._pending
         at = 0
         for height in blocks(n, len(level)):
@@ -176,14 +191,9 @@ class Extender:
                 nodes = level[at : at + width]
                 row = nodes
                 for _ in range(height):
-                    row = list(
-                        map(
-                            _DIGEST,
-                            map(_SHA, map(_NODE.__add__, map(bytes.__add__, row[::2], row[1::2]))),
-                        )
-                    )
+                    row = parents(row)
                     nodes += row
-                out += b"".join(map(nodes.__getitem__, postorder(height)))
+                out += b"".join(_in_postorder(height)(nodes))
                 h = row[0]
             # the subtree's root joins the edge, as leaf ``n + width - 1`` completes it
             lv, m = height, n >> height
@@ -223,6 +233,16 @@ class Extender:
         return out
 
 
+def parents(row: list[bytes]) -> list[bytes]:
+    """The hashes of the nodes over ``row`` (an even number of hashes, pairs in order), with
+    no Python code and no concatenation per node: each node's hash object is a copy of one
+    that has taken the ``0x01`` prefix, then takes its left child, then its right."""
+    nodes = list(map(_COPY, itertools.repeat(_NODE_START, len(row) >> 1)))
+    _drain(map(_UPDATE, nodes, row[::2]))
+    _drain(map(_UPDATE, nodes, row[1::2]))
+    return list(map(_DIGEST, nodes))
+
+
 def blocks(size: int, count: int) -> list[int]:
     """The heights of the aligned complete subtrees (at most :data:`MAX_BLOCK_HEIGHT`) that
     leaves ``size`` up to ``size + count`` fill, in order: each starts at a multiple of its
@@ -236,6 +256,13 @@ def blocks(size: int, count: int) -> list[int]:
         size += 1 << height
         count -= 1 << height
     return out
+
+
+@functools.cache
+def _in_postorder(height: int) -> Callable[[list[bytes]], tuple[bytes, ...]]:
+    """The nodes of a complete subtree of ``2**height`` leaves (listed level by level) in
+    stored order, picked by one C call (:func:`postorder`)."""
+    return operator.itemgetter(*postorder(height))
 
 
 @functools.cache

@@ -437,6 +437,10 @@ def _walk(
     sha256 = hashlib.sha256
     escape = _e
     stamp: str | None = None  # the last recorded_at found valid: a batch shares one
+    # The last recorded_at escaped for a record hash, and its escaped form: a batch's records
+    # share one, so it is escaped once per batch (equal strings escape alike).
+    esc_of: str | None = None
+    esc = ""
     # The fast path below needs ``prev`` well formed: equal to it, ``prev_hash`` is too.
     linked = _HASH.fullmatch(prev) is not None
     for row in rows:
@@ -465,10 +469,9 @@ def _walk(
             and SHA256_PREFIX + sha256(data).hexdigest() == p_hash
             and SHA256_PREFIX
             + sha256(
-                f'{{"payload_hash":"{p_hash}","prev_hash":"{prev_hash}",'
-                f'"recorded_at":{escape(recorded_at)},"seq":{seq}}}'.encode(
-                    "utf-8", "surrogatepass"
-                )
+                f'{{"payload_hash":"{p_hash}","prev_hash":"{prev_hash}","recorded_at":'
+                f"{esc if recorded_at == esc_of else (esc := escape(esc_of := recorded_at))}"
+                f',"seq":{seq}}}'.encode("utf-8", "surrogatepass")
             ).hexdigest()
             == r_hash
             and (
