@@ -60,7 +60,6 @@ from ..plugins.manager import SeamRegistry
 from ..shadow.recorder import utc_now
 from ..shadow.seam import SeamService
 from ..store import enforcement as state
-from ..store.audit import group
 from ..store.db import store_error
 from ..store.home import Home
 from ..store.policies import PolicyStore
@@ -148,17 +147,6 @@ class Enforcer(SeamService):
     def _governed(self, spawn: Spawn) -> EnforcedRoute | NotGoverned:
         if self._hint is _CLOSED:
             raise StoreError("this Enforcer is closed")
-        log = self._log
-        if log is None:  # the first request opens the log
-            return self._governed_then(spawn)
-        queue = group.queue_of(log)
-        queue.coming()  # a leader committing meanwhile may wait for this request's record
-        try:
-            return self._governed_then(spawn)
-        finally:
-            queue.gone()
-
-    def _governed_then(self, spawn: Spawn) -> EnforcedRoute | NotGoverned:
         routed: tuple[RouteContext, ActualRoute] | None = None
         reads = 0
         while True:

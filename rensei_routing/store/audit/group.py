@@ -23,20 +23,6 @@ as the last transaction took and never more than :data:`MAX_PAUSE_S`: without it
 appending at once split into two alternating half-size groups and pay twice the syncs. One
 thread appending alone (or threads taking turns, one append at a time) never waits.
 
-**Requests under way.** A caller that knows an append of its own will follow (an Enforcer, from
-the start of a governed request, which it routes, decides and encodes first) says so with
-:meth:`Committer.coming`, and :meth:`Committer.gone` when the request ends. A caller that becomes
-the leader while some of those have not queued yet waits for them before its ``BEGIN IMMEDIATE``
-(not under the write lock) until the last has queued, at most as long as the last transaction
-took (its sync included) and never more than :data:`MAX_PAUSE_S`. A transaction's callers that
-had said so count as under way again once it commits (woken, each is likely to start its next
-request before it has even run). Why: a leader that begins while other threads are deciding runs
-its statements while they hold the interpreter (apsw releases it around every SQLite call, and
-taking it back can take up to the switch interval), so the write lock is held across their
-decisions and their appends split into smaller batches; waiting, its statements run while they
-wait for it. It costs a lone caller nothing (nobody else is under way), and the caller waited for
-would otherwise have waited for this whole transaction and then its own.
-
 What holds as before: seqs are given in queue order, each job's records are contiguous and
 linked to the one before; the head is known inside the write transaction, so other processes
 still append through SQLite's lock and the chain stays one; a job's builder writes its index
@@ -95,8 +81,7 @@ APPEND_CHUNK: Final = 1_000
 #: The most jobs one transaction takes (callers queued past it wait for the next).
 MAX_JOBS: Final = 1_024
 #: The longest a leader waits for the callers of the last transaction (and at most half as
-#: long as that transaction took, its own waits aside), or, before it begins, for the requests
-#: under way (and at most as long as the last transaction took).
+#: long as that transaction took, its own waits aside).
 MAX_PAUSE_S: Final = 0.005
 
 _INSERT: Final = (
@@ -143,7 +128,6 @@ class Job:
     committed: bool = False
     done: bool = False
     caller: int = 0  # the thread that queued it
-    coming: bool = False  # queued by a thread that had said it was coming (Committer.coming)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -165,7 +149,6 @@ class Committer:
     __slots__ = (
         "__weakref__",
         "_arrived",
-        "_coming",
         "_cond",
         "_deadline",
         "_leader",
@@ -190,9 +173,6 @@ class Committer:
         self._missing: set[int] = set()
         self._deadline = 0.0
         self._waited = 0.0  # how long the current leader waited for them, in seconds
-        #: The threads that said an append of theirs is coming (:meth:`coming`) and have not
-        #: queued it yet: a new leader may wait for them before it begins (see :meth:`run`).
-        self._coming: set[int] = set()
         #: How long the last leader's transaction took (its sync included, its waits not).
         self.last_s = 0.0
         self._tip: _Tip | None = None  # read and written by the leader only
@@ -204,20 +184,6 @@ class Committer:
         if tip is not None and tip.conn is conn:
             self._tip = None
 
-    def coming(self) -> None:
-        """The calling thread has started a request that ends with an append to this file
-        (it has yet to decide what to write): a leader may wait for it a little before it
-        begins. Its append, or :meth:`gone`, ends that."""
-        with self._cond:
-            self._coming.add(threading.get_ident())
-
-    def gone(self) -> None:
-        """The calling thread's request ended (its append queued or not made at all). A
-        leader waiting for it is not woken: it stops at its bound or at the next append."""
-        with self._cond:
-            if self._coming:
-                self._coming.discard(threading.get_ident())
-
     def run(self, log: LogHandle, job: Job) -> None:
         """Queue ``job`` and return once it is done (its outcome set on it): committed by
         whichever caller leads, or by this one on ``log``'s writer connection."""
@@ -228,22 +194,16 @@ class Committer:
                     "cannot append to the audit log from inside an append's transaction"
                 )
             self._queue.append(job)
-            if self._coming and me in self._coming:
-                self._coming.discard(me)
-                job.coming = True
-            if self._leader is not None:  # the leader may be waiting for it
+            if self._missing:  # the leader may be waiting for it
                 self._arrived.notify()
             while not job.done and self._leader is not None:
                 self._cond.wait()
             if job.done:
                 return
             self._leader = me
-            awaited = bool(self._coming)
-            if awaited:  # requests under way: their appends join this transaction
-                self._await_coming()
             batch, self._queue = self._queue, []
             self._missing.clear()
-            if len(self._recent) > 1 and not awaited:  # those not here yet may be coming
+            if len(self._recent) > 1:  # callers at once: those not here yet may be coming
                 self._missing.update(self._recent.difference(j.caller for j in batch))
                 self._deadline = time.monotonic() + min(self.last_s / 2, MAX_PAUSE_S)
             self._waited = 0.0
@@ -258,22 +218,8 @@ class Committer:
                         j.error = StoreError("the audit append was interrupted: nothing written")
                     j.done = True
                 self._recent = frozenset(j.caller for j in batch)
-                # Woken, they are still in their requests (likely to start another): a leader
-                # that begins before they have run waits for them like for any coming caller.
-                self._coming.update(j.caller for j in batch if j.coming and j.caller != me)
                 self._leader = None
                 self._cond.notify_all()
-
-    def _await_coming(self) -> None:
-        """The new leader's, before it begins, holding the lock: wait while some thread that
-        said its append is coming has not queued it, at most as long as the last transaction
-        took (its sync included) and never more than :data:`MAX_PAUSE_S`."""
-        deadline = time.monotonic() + min(self.last_s, MAX_PAUSE_S)
-        while self._coming:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._arrived.wait(left)
 
     def _take_queued(self, batch: list[Job]) -> bool:
         """The leader's, before it commits: move every job queued meanwhile onto ``batch``
