@@ -35,7 +35,7 @@ from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
 from .explanation import COMPACT, EXPLANATION_MEMBERS, UNMATCHED, full_context
-from .members import Account, LegacyRoute, repo_json, requirement_json
+from .members import Account, LegacyRoute, question_texts, repo_json
 
 __all__ = [
     "ID_FIELDS",
@@ -539,15 +539,11 @@ def id_question(context: RouteContext) -> str:
     the context's end, closing brace and comma included: the members a context's question
     (all but its accounts and legacy route) fixes, as :func:`.context.context_canonical`
     writes them (the tests check the pieces make the preimage)."""
-    principal, repo_class, role = context.principal_id, context.repo_class, context.role
-    return (
-        f'"model_requirement":{requirement_json(context.model_requirement)},'
-        f'"principal_id":{"null" if principal is None else _e(principal)},'
-        f'"repo":{repo_json(context.repo)},'
-        f'"repo_class":{"null" if repo_class is None else _e(repo_class)},'
-        f'"request_face":{_e(context.request_face)},'
-        f'"role":{"null" if role is None else _e(role)}}},'
+    c = context
+    before, after = question_texts(
+        c.model_requirement, c.principal_id, c.repo_class, c.request_face, c.role
     )
+    return before + repo_json(c.repo) + after
 
 
 def id_tail(

@@ -11,6 +11,7 @@ could match it, not with the snapshot.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, Final
 
 from .context import RouteContext
@@ -101,14 +102,17 @@ class _Group:
         for bit, policy in enumerate(group):
             if policy.enabled:
                 self.enabled |= 1 << bit
-        self.wild, self.lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
+        wild, lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
+        # Tuples: a large snapshot builds thousands of groups, and the collector stops
+        # tracking a tuple of plain values (its dicts hold only values and masks).
+        self.wild, self.lookup = tuple(wild), tuple(lookup)
 
-    def matched(self, keys: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
-        """Global positions of the first ``limit`` (best) enabled members matching ``keys`` on
-        dimensions 2..6, and how many match in all."""
+    def matched(self, rest: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
+        """Global positions of the first ``limit`` (best) enabled members matching ``rest``
+        (a context's keys on dimensions 2..6), and how many match in all."""
         # The five dimensions written out (the loop's indexing was a fifth of the lookup).
         wild, lookup = self.wild, self.lookup
-        _, repo_class, role, principal, requirement, face = keys
+        repo_class, role, principal, requirement, face = rest
         mask = self.enabled & (
             wild[0] if repo_class is None else lookup[0].get(repo_class, wild[0])
         )
@@ -152,21 +156,24 @@ class Compiled:
     )
 
     def __init__(self, snapshot: PolicySnapshot) -> None:
-        ranked = sorted(snapshot.policies, key=rank_key)
+        # Each policy's rank key once (a snapshot's index is built inside the first batch
+        # that reads it, so its cost is every decision's share).
+        given = snapshot.policies
+        keyed = sorted(zip(map(rank_key, given), range(len(given)), strict=True), key=itemgetter(0))
+        ranked = [given[k] for _, k in keyed]
+        keys = [key for key, _ in keyed]
         # Equal rank keys only happen with duplicate ids (an invalid set that still reached
         # us); order those by their bytes so the snapshot's own order never matters.
         i = 0
         while i < len(ranked):
             j = i + 1
-            while j < len(ranked) and rank_key(ranked[j]) == rank_key(ranked[i]):
+            while j < len(ranked) and keys[j] == keys[i]:
                 j += 1
             if j - i > 1:
                 ranked[i:j] = sorted(ranked[i:j], key=policy_canonical)
             i = j
         self.policies: tuple[RoutingPolicy, ...] = tuple(ranked)
-        self.levels: tuple[tuple[int, int], ...] = tuple(
-            (rank_key(pol)[0], pol.priority) for pol in ranked
-        )
+        self.levels: tuple[tuple[int, int], ...] = tuple([(key[0], -key[1]) for key in keys])
         self.by_repo: dict[str, list[int]] = {}
         open_members = []
         for pos, pol in enumerate(ranked):
@@ -208,17 +215,25 @@ class Compiled:
         every dimension, and how many match in all. ``memo`` (one per ``limit``) keeps the
         open group's answers by the five dimensions it is indexed on, which repeat across a
         batch far more than whole contexts do (the resolver keeps whole answers itself)."""
+        return self.lookup(keys[0], keys[1:], limit, memo)
+
+    def lookup(
+        self,
+        repo: str | None,
+        rest: tuple[Any, ...],
+        limit: int = ALL,
+        memo: dict[tuple[Any, ...], tuple[Sequence[int], int]] | None = None,
+    ) -> tuple[Sequence[int], int]:
+        """:meth:`candidates` of the keys ``(repo, *rest)``, given in those two parts."""
         found: Sequence[int]
-        repo = keys[0]
         if memo is None:
-            found, count = self.open.matched(keys, limit)
+            found, count = self.open.matched(rest, limit)
         else:
-            rest = keys[1:]
             hit = memo.get(rest)
             if hit is None:
                 if len(memo) >= MEMO_LIMIT:
                     memo.clear()
-                opened, total = self.open.matched(keys, limit)
+                opened, total = self.open.matched(rest, limit)
                 hit = memo[rest] = (tuple(opened), total)
             found, count = hit
         if repo is not None:
@@ -228,7 +243,7 @@ class Compiled:
                 if members is None:
                     return found, count
                 group = self._groups[repo] = _Group(members, self.policies)
-            extra, more = group.matched(keys, limit)
+            extra, more = group.matched(rest, limit)
             if extra:
                 found = tuple(sorted([*found, *extra])[:limit]) if found else tuple(extra)
                 count += more

@@ -411,6 +411,24 @@ def requirement_json(requirement: ModelRequirement | None) -> str:
     return f'{{"kind":{_e(requirement.kind)},"value":{_e(requirement.value)}}}'
 
 
+def question_texts(
+    requirement: ModelRequirement | None,
+    principal: str | None,
+    repo_class: str | None,
+    face: str,
+    role: str | None,
+) -> tuple[str, str]:
+    """The canonical text of a context's question members (all but its accounts and legacy
+    route) before and after its repo's text (:func:`repo_json`): the id's question piece
+    (:func:`.ids.id_question`) is ``before + repo_json(repo) + after``."""
+    return (
+        f'"model_requirement":{requirement_json(requirement)},'
+        f'"principal_id":{"null" if principal is None else _e(principal)},"repo":',
+        f',"repo_class":{"null" if repo_class is None else _e(repo_class)},'
+        f'"request_face":{_e(face)},"role":{"null" if role is None else _e(role)}}},',
+    )
+
+
 def legacy_texts(legacy: LegacyRoute | None) -> tuple[str, str]:
     """The canonical and the compact JSON text of a legacy route (or ``null``)."""
     if legacy is None:

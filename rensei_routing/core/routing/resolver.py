@@ -42,20 +42,12 @@ from .decision import (
     RouteDecision,
     decision_of,
 )
-from .explanation import (
-    ADMINISTRATIVE_DISABLED,
-    ADMINISTRATIVE_DRAINING,
-    COMPACT_RIVALS,
-    LITERAL_FAMILY_INCOMPATIBLE,
-    NOT_CONFIGURED,
-    NOT_IN_POOL,
-    PROVIDER_LOCK_MISMATCH,
-    RejectedAccount,
-)
-from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id, id_question
+from .eligibility import judge_accounts
+from .explanation import COMPACT_RIVALS, RejectedAccount
+from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id
 from .index import ALL, Compiled, TraceSource, compile_index, context_keys
-from .members import Account, ModelRequirement
-from .policy import PolicySnapshot, RoutingAction, account_key
+from .members import CANONICAL, ModelRequirement, question_texts, repo_json
+from .policy import PolicySnapshot, RoutingAction
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
 
 __all__ = [
@@ -93,8 +85,6 @@ _FIRST_LOOK: Final = COMPACT_RIVALS + 4
 #: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
 _CALLS_KEPT: Final = 8
 
-_ADMIN_REASON: Final = {"disabled": ADMINISTRATIVE_DISABLED, "draining": ADMINISTRATIVE_DRAINING}
-
 
 def _lane(
     requirement: ModelRequirement | None, mapped: str | None, vocabulary: Vocabulary
@@ -131,15 +121,18 @@ class _Call:
         "ids",
         "judged",
         "lanes",
+        "listed",
         "memo",
-        "model_steps",
         "open_matches",
+        "parts",
         "questions",
         "redactor",
         "rejections",
+        "repos",
         "state",
         "trace_source",
         "vocabulary",
+        "won",
     )
 
     def __init__(
@@ -157,9 +150,8 @@ class _Call:
         self.memo = ScanMemo(redactor)
         self.trace_source = TraceSource(compiled, full)
         self.open_matches: dict[tuple[Any, ...], tuple[Sequence[int], int]] = {}
-        self.model_steps: dict[
-            tuple[int, str, str], tuple[str | None, tuple[str, str] | None, tuple[str, ...] | None]
-        ] = {}
+        #: What a winner decides by its rank position and the requirement (see :func:`_won`).
+        self.won: dict[tuple[int, str | None, str | None], tuple[Any, ...]] = {}
         self.lanes: dict[tuple[str, str, str | None], tuple[str, ...] | None] = {}
         # Rejections repeat across a batch (few accounts, six reasons): one shared, immutable
         # value each, and whole judgements of a list of accounts are shared too: a decision
@@ -172,6 +164,11 @@ class _Call:
         #: Answers by question (see :func:`_resolve`): a batch's repeat even when its contexts
         #: are distinct (the accounts and the legacy route are not part of the question).
         self.questions: dict[tuple[str | None, ...], _Answer] = {}
+        #: What a question's members but its repo decide (see :func:`_part`).
+        self.parts: dict[tuple[str | None, ...], tuple[Any, ...]] = {}
+        #: What a repo decides (see :func:`_repo`), and one object per distinct candidate list.
+        self.repos: dict[tuple[str | None, str | None], tuple[Any, ...]] = {}
+        self.listed: dict[tuple[int, ...], tuple[int, ...]] = {}
         # One object per distinct gate: memo keys compare them by identity.
         self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         #: The id's fast path: the preimage's pieces that repeat (:class:`~.ids.IdPieces`).
@@ -245,21 +242,89 @@ _Answer = tuple[Any, ...]
 _UNANSWERED = ((), (), 0, 0, -1, None, None, None, (), None, None, None, None, False, b"")
 
 
+#: What a question's members other than its repo decide, kept by them (see :func:`_part`):
+#: ``(rest, before, after, clean)``, ``rest`` the context's keys on dimensions 2..6 (see
+#: :func:`~.index.context_keys`), ``before`` and ``after`` the UTF-8 of the id's question
+#: piece around the repo's text (:func:`~.members.question_texts`), ``clean`` whether those
+#: members' strings are known clean for the redactor. Flat, like :data:`_Answer`.
+_Part = tuple[Any, ...]
+
+
+def _part(ctx: RouteContext, call: _Call, members: tuple[str | None, ...]) -> _Part:
+    """The :data:`_Part` of ``ctx``, whose question's members but its repo are ``members``."""
+    before, after = question_texts(
+        ctx.model_requirement, ctx.principal_id, ctx.repo_class, ctx.request_face, ctx.role
+    )
+    part: _Part = (
+        context_keys(ctx)[1:],
+        before.encode("utf-8"),
+        after.encode("utf-8"),
+        not call.memo.may_redact((*members, call.state)),
+    )
+    parts = call.parts
+    if len(parts) >= MEMO_LIMIT:
+        parts.clear()
+    parts[members] = part
+    return part
+
+
+def _repo(ctx: RouteContext, call: _Call, repo: tuple[str | None, str | None]) -> tuple[Any, ...]:
+    """``(text, clean)`` of ``ctx``'s repo (given as ``repo``, its value and version): the UTF-8
+    of its JSON text in the id's question piece, and whether its strings are known clean."""
+    kept = (repo_json(ctx.repo).encode("utf-8"), not call.memo.may_redact(repo))
+    repos = call.repos
+    if len(repos) >= MEMO_LIMIT:
+        repos.clear()
+    repos[repo] = kept
+    return kept
+
+
+def _won(
+    ctx: RouteContext, compiled: Compiled, call: _Call, key: tuple[int, str | None, str | None]
+) -> tuple[Any, ...]:
+    """``(policy_id, model, failed, gate, clean)`` of the winning policy at rank position
+    ``key[0]`` for ``ctx``, whose requirement's kind and value are ``key[1:]``: the model half
+    of step 5 (see :func:`_model_step`), the gate its accounts are judged by (see
+    :data:`_Answer`), and whether its id and model are known clean for the redactor."""
+    first = compiled.policies[key[0]]
+    policy_id, action = first.id, first.action
+    model = failed = lane = None
+    requirement = ctx.model_requirement
+    if requirement is not None:
+        model, failed, lane = _model_step(action, requirement, call)
+    gate = (action.provider_lock, action.account_pool, lane)
+    gate = call.gates.setdefault(gate, gate)
+    won = (policy_id, model, failed, gate, not call.memo.may_redact((policy_id, model)))
+    kept = call.won
+    if len(kept) >= MEMO_LIMIT:
+        kept.clear()
+    kept[key] = won
+    return won
+
+
 def _ask(
     ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
 ) -> _Answer:
     """Steps 1 to 4 of SEMANTICS ``explain`` for ``ctx``, and the model half of step 5 for the
     winning policy: the :data:`_Answer`, remembered by ``question`` (``ctx``'s members it
     depends on, as given)."""
-    keys = context_keys(ctx)
+    # What the question's members but its repo decide repeats across a batch even where
+    # whole questions do not (a large snapshot names thousands of repositories).
+    principal, repo_class, role, face, repo_value, repo_version, kind, value = question
+    members = (principal, repo_class, role, face, kind, value)
+    part = call.parts.get(members) or _part(ctx, call, members)
+    rest, before, after, part_clean = part
+    repo = (repo_value, repo_version)
+    texts = call.repos.get(repo) or _repo(ctx, call, repo)
+    repo_key = repo_value if repo_version == CANONICAL else None
     levels = compiled.levels
     full_trace = call.full
     # A compact trace reads only the first candidates (and counts the rest) unless ties
     # fill the first look; a full one reads them all.
     limit = first_look = ALL if full_trace else _FIRST_LOOK
     while True:
-        matched, total = compiled.candidates(
-            keys, limit, call.open_matches if limit == first_look else None
+        matched, total = compiled.lookup(
+            repo_key, rest, limit, call.open_matches if limit == first_look else None
         )
         winners = 0
         if matched:
@@ -281,6 +346,7 @@ def _ask(
     last = matched[winners - 1] if winners else -1
     level = priority = policy_id = winner = model = failed = gate = None
     conflicting: tuple[str, ...] = ()
+    won_clean = True
     if winners:
         policies = compiled.policies
         level, priority = levels[matched[0]]
@@ -288,78 +354,25 @@ def _ask(
             conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
         else:
             winner = matched[0]
-            first = policies[winner]
-            policy_id, action = first.id, first.action
-            requirement = ctx.model_requirement
-            lane = None
-            if requirement is not None:
-                # The model step depends only on the action and the requirement, which repeat.
-                step_key = (id(action), requirement.kind, requirement.value)
-                step = call.model_steps.get(step_key)
-                if step is None:
-                    if len(call.model_steps) >= MEMO_LIMIT:
-                        call.model_steps.clear()
-                    step = call.model_steps[step_key] = _model_step(action, requirement, call)
-                model, failed, lane = step
-            gate = (action.provider_lock, action.account_pool, lane)
-            gate = call.gates.setdefault(gate, gate)
-    clean = not call.memo.may_redact((*question, policy_id, model, call.state))
-    answer: _Answer = (keys if full_trace else (), listed, unlisted, beyond, last, level, priority)
-    answer += (policy_id, conflicting, winner, model, failed, gate, clean)
-    answer += (id_question(ctx).encode("utf-8"),)
+            # What the winner decides depends only on it and the requirement, which repeat.
+            key = (winner, kind, value)
+            won = call.won.get(key) or _won(ctx, compiled, call, key)
+            policy_id, model, failed, gate, won_clean = won
+    clean = part_clean and texts[1] and won_clean
+    piece = before + texts[0] + after
+    # One object per distinct list of candidates, so a batch's answers share them (and the
+    # collector sees no new container for a list it saw before).
+    kept = call.listed
+    if len(kept) >= MEMO_LIMIT:
+        kept.clear()
+    listed = kept.setdefault(listed, listed)
+    answer: _Answer = ((repo_key, *rest) if full_trace else (), listed, unlisted, beyond, last)
+    answer += (level, priority, policy_id, conflicting, winner, model, failed, gate, clean, piece)
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
     questions[question] = answer
     return answer
-
-
-def _judge_accounts(
-    accounts: tuple[Account, ...], action: RoutingAction, lane: tuple[str, ...] | None, call: _Call
-) -> tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool]:
-    """The accounts half of step 5: ``(eligible ids, rejected entries, chosen id, chosen
-    binding, whether the lane excluded any)``, the chosen entry ``None`` when none is
-    eligible."""
-    lock = action.provider_lock
-    pool = action.pool_order() if action.account_pool else None
-    eligible: list[Account] = []
-    rejected: list[RejectedAccount] = []
-    for account in accounts:
-        # Each entry on its own, in SEMANTICS order.
-        why: str | None
-        if not account.configured:
-            why = NOT_CONFIGURED
-        else:
-            why = _ADMIN_REASON.get(account.administrative_state)
-            if why is not None:
-                pass
-            elif lock is not None and account.provider_binding != lock:
-                why = PROVIDER_LOCK_MISMATCH
-            elif pool is not None and account_key(account.account_id) not in pool:
-                why = NOT_IN_POOL
-            elif lane is not None and account.provider_binding not in lane:
-                why = LITERAL_FAMILY_INCOMPATIBLE
-        if why is None:
-            eligible.append(account)
-        else:
-            rejected.append(call.rejected(account.account_id, why))
-    # Stable sorts: entries that share an id keep their context order.
-    if len(eligible) > 1:
-        if pool is not None:
-            eligible.sort(key=lambda a: pool[account_key(a.account_id)])
-        else:
-            eligible.sort(key=lambda a: a.account_id)
-    if len(rejected) > 1:
-        rejected.sort(key=lambda r: r.account_id)
-    # The chosen *entry*: with duplicate ids, its own binding, not another entry's.
-    chosen = eligible[0] if eligible else None
-    return (
-        tuple([a.account_id for a in eligible]),
-        tuple(rejected),
-        None if chosen is None else chosen.account_id,
-        None if chosen is None else chosen.provider_binding,
-        any(r.reason == LITERAL_FAMILY_INCOMPATIBLE for r in rejected),
-    )
 
 
 def _resolve(
@@ -423,7 +436,9 @@ def _resolve(
         if judged is None:
             if len(call.judged) >= MEMO_LIMIT:
                 call.judged.clear()
-            judged = call.judged[judged_key] = _judge_accounts(ctx.accounts, action, gate[2], call)
+            judged = call.judged[judged_key] = judge_accounts(
+                ctx.accounts, action, gate[2], call.rejected
+            )
         eligible, rejected, chosen, chosen_binding, lane_excluded = judged
         if failed is not None:
             outcome, reason = failed
