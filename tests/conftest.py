@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
-#: Property tests assert behaviour, never speed: hypothesis's per-example deadline is a timed
-#: assertion that fails on a loaded machine, so no test here inherits it (speed is measured in
-#: ``benchmarks/``). A test may still name its own ``max_examples``.
-settings.register_profile("rensei", deadline=None)
+#: Property tests assert behaviour, never speed: hypothesis's per-example deadline and its
+#: "too slow" health check are timed assertions that fail on a loaded machine, so no test here
+#: inherits them (speed is measured in ``benchmarks/``). A test may still name its own
+#: ``max_examples``.
+settings.register_profile("rensei", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rensei")
 
 
