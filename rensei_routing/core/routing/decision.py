@@ -226,8 +226,12 @@ class RouteDecision(_DecisionFields):
         return explanation
 
     def _values(self) -> tuple[Any, ...]:
+        return (self.decision_id, *self._answer_fields(), self.explanation)
+
+    def _answer_fields(self) -> tuple[Any, ...]:
+        """The decision's own fields but its id, context and explanation, in field order: what
+        a batch writer keys the repeated text of its lines and records by."""
         return (
-            self.decision_id,
             self.outcome,
             self.reason,
             self.policy_source,
@@ -240,7 +244,6 @@ class RouteDecision(_DecisionFields):
             self.account_id,
             self.provider_binding,
             self.effective_model,
-            self.explanation,
         )
 
     def __setattr__(self, name: str, value: Any) -> None:

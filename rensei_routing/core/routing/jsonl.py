@@ -246,20 +246,7 @@ def decision_line(
     if memo is None:
         head = _head(d)
     else:
-        key: tuple[Any, ...] = (
-            d.outcome,
-            d.reason,
-            d.policy_source,
-            d.policy_id,
-            d.policy_revision,
-            d.snapshot_hash,
-            d.snapshot_state,
-            d.precedence_level,
-            d.precedence_priority,
-            d.account_id,
-            d.provider_binding,
-            d.effective_model,
-        )
+        key = d._answer_fields()
         head = memo.get(key) or _remember(memo, key, _head(d))
     if stamp is None:
         end = "}"

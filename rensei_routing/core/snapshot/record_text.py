@@ -112,20 +112,7 @@ def stamped_record(d: RouteDecision, stamp: Freshness, memo: RecordMemo) -> byte
         return StampedDecision(d, stamp).canonical()
     if len(memo) >= RECORD_MEMO_LIMIT:
         memo.clear()
-    key = (
-        d.outcome,
-        d.reason,
-        d.policy_source,
-        d.policy_id,
-        d.policy_revision,
-        d.snapshot_hash,
-        d.snapshot_state,
-        d.precedence_level,
-        d.precedence_priority,
-        d.account_id,
-        d.provider_binding,
-        d.effective_model,
-    )
+    key = d._answer_fields()
     around = memo.get(key)
     if around is None:
         around = memo[key] = _around(d, stamp)
