@@ -3,9 +3,12 @@ matches, ties, conflicts and every rejection reason happen often."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hypothesis import strategies as st
+
+from rensei_routing.core.redact import DEFAULT_PATTERNS, RedactionPattern, Redactor
 
 REPOS = ["acme/widgets", "acme/gadgets", "t-rav/hydraflow", "acme-widgets", "Acme/Widgets"]
 CLASSES = ["hydraflow", "client", "personal"]
@@ -117,3 +120,10 @@ def context_dicts(draw: st.DrawFn) -> dict[str, Any]:
         "legacy_route": legacy,
         "accounts": accounts,
     }
+
+
+def redactor_also(label: str, text: str) -> Redactor:
+    """The default redactor plus a pattern that redacts ``text`` wherever it appears: a
+    trigger the tests place in one member of a context or decision."""
+    extra = RedactionPattern(label, re.compile(re.escape(text)), (text,))
+    return Redactor((*DEFAULT_PATTERNS, extra), joint_from=len(DEFAULT_PATTERNS))

@@ -7,7 +7,6 @@ context, under the default redactor and under redactors whose triggers hit one p
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from hypothesis import given, settings
@@ -15,34 +14,22 @@ from hypothesis import strategies as st
 
 from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain_batch
 from rensei_routing.core.canonical import canonical_bytes
-from rensei_routing.core.redact import (
-    DEFAULT_PATTERNS,
-    DEFAULT_REDACTOR,
-    RedactionPattern,
-    Redactor,
-)
+from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.routing import resolver
 from rensei_routing.core.routing.ids import decision_id, id_head, id_question, id_tail
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 
-from .strategies import context_dicts, policy_dicts
-
-
-def _also(label: str, text: str) -> Redactor:
-    """The default redactor plus a pattern that redacts ``text`` wherever it appears."""
-    extra = RedactionPattern(label, re.compile(re.escape(text)), (text,))
-    return Redactor((*DEFAULT_PATTERNS, extra), joint_from=len(DEFAULT_PATTERNS))
-
+from .strategies import context_dicts, policy_dicts, redactor_also
 
 #: One redactor per piece of the preimage it hits: an account (head), a legacy route's model
 #: and a requirement (head, question, tail), a repo (question), a reason (tail).
 REDACTORS = [
     DEFAULT_REDACTOR,
-    _also("account", "zai-b"),
-    _also("sonnet", "sonnet"),
-    _also("repo", "gadgets"),
-    _also("draining", "draining"),
-    _also("reason", "matched-policy"),
+    redactor_also("account", "zai-b"),
+    redactor_also("sonnet", "sonnet"),
+    redactor_also("repo", "gadgets"),
+    redactor_also("draining", "draining"),
+    redactor_also("reason", "matched-policy"),
 ]
 
 

@@ -8,34 +8,26 @@ trigger hits only a repo or only a question's other members."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, explain_batch
-from rensei_routing.core.redact import (
-    DEFAULT_PATTERNS,
-    DEFAULT_REDACTOR,
-    RedactionPattern,
-    Redactor,
-)
+from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.routing import resolver
 from rensei_routing.core.routing.ids import decision_id
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 
-from .strategies import context_dicts, policy_dicts
-
-
-def _also(label: str, text: str) -> Redactor:
-    """The default redactor plus a pattern that redacts ``text`` wherever it appears."""
-    extra = RedactionPattern(label, re.compile(re.escape(text)), (text,))
-    return Redactor((*DEFAULT_PATTERNS, extra), joint_from=len(DEFAULT_PATTERNS))
-
+from .strategies import context_dicts, policy_dicts, redactor_also
 
 #: A trigger only a repo holds, one only a principal holds, one only a requirement holds.
-REDACTORS = [DEFAULT_REDACTOR, _also("repo", "gadgets"), _also("loop", "adr_"), _also("x", "opus")]
+REDACTORS = [
+    DEFAULT_REDACTOR,
+    redactor_also("repo", "gadgets"),
+    redactor_also("loop", "adr_"),
+    redactor_also("x", "opus"),
+]
 
 
 def _snapshot(docs: list[dict[str, Any]]) -> PolicySnapshot:
