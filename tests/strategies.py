@@ -8,7 +8,14 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from rensei_routing.core.redact import DEFAULT_PATTERNS, RedactionPattern, Redactor
+from rensei_routing import RouteContext, RouteDecision
+from rensei_routing.core.redact import (
+    DEFAULT_PATTERNS,
+    DEFAULT_REDACTOR,
+    RedactionPattern,
+    Redactor,
+)
+from rensei_routing.core.routing.ids import decision_id
 
 REPOS = ["acme/widgets", "acme/gadgets", "t-rav/hydraflow", "acme-widgets", "Acme/Widgets"]
 CLASSES = ["hydraflow", "client", "personal"]
@@ -127,3 +134,22 @@ def redactor_also(label: str, text: str) -> Redactor:
     trigger the tests place in one member of a context or decision."""
     extra = RedactionPattern(label, re.compile(re.escape(text)), (text,))
     return Redactor((*DEFAULT_PATTERNS, extra), joint_from=len(DEFAULT_PATTERNS))
+
+
+def plain_decision_id(
+    doc: dict[str, Any], d: RouteDecision, redactor: Redactor = DEFAULT_REDACTOR
+) -> str:
+    """The id the general writer gives decision ``d`` of context ``doc``: a fresh context
+    (nothing cached on it) and no memo, i.e. the plain path a batch's fast paths must match."""
+    return decision_id(
+        RouteContext.from_dict(doc),
+        snapshot_hash=d.snapshot_hash,
+        snapshot_state=d.snapshot_state,
+        policy_revision=d.policy_revision,
+        outcome=d.outcome,
+        reason=d.reason,
+        policy_id=d.policy_id,
+        account_id=d.account_id,
+        effective_model=d.effective_model,
+        redactor=redactor,
+    )

@@ -16,10 +16,10 @@ from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain_
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.routing import resolver
-from rensei_routing.core.routing.ids import decision_id, id_head, id_question, id_tail
+from rensei_routing.core.routing.ids import id_head, id_question, id_tail
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 
-from .strategies import context_dicts, policy_dicts, redactor_also
+from .strategies import context_dicts, plain_decision_id, policy_dicts, redactor_also
 
 #: One redactor per piece of the preimage it hits: an account (head), a legacy route's model
 #: and a requirement (head, question, tail), a repo (question), a reason (tail).
@@ -37,23 +37,6 @@ def _snapshot(docs: list[dict[str, Any]]) -> PolicySnapshot:
     return PolicySnapshot.of([RoutingPolicy.from_dict(d) for d in docs], revision=3)
 
 
-def _plain_id(doc: dict[str, Any], d: Any, redactor: Any) -> str:
-    """The id the general writer gives decision ``d`` of context ``doc``: a fresh context
-    (nothing cached on it) and no memo, i.e. the plain path."""
-    return decision_id(
-        RouteContext.from_dict(doc),
-        snapshot_hash=d.snapshot_hash,
-        snapshot_state=d.snapshot_state,
-        policy_revision=d.policy_revision,
-        outcome=d.outcome,
-        reason=d.reason,
-        policy_id=d.policy_id,
-        account_id=d.account_id,
-        effective_model=d.effective_model,
-        redactor=redactor,
-    )
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(policy_dicts(), max_size=6),
@@ -68,7 +51,7 @@ def test_batch_ids_equal_the_general_writer_under_any_redactor(docs, ctx_docs, r
         [RouteContext.from_dict(d) for d in batch_docs], snapshot, redactor=redactor, trace=trace
     )
     for doc, d in zip(batch_docs, batched, strict=True):
-        assert d.decision_id == _plain_id(doc, d, redactor)
+        assert d.decision_id == plain_decision_id(doc, d, redactor)
 
 
 @settings(deadline=None)
@@ -129,7 +112,7 @@ def test_a_batch_hashes_each_head_once_and_redacts_what_a_piece_holds() -> None:
     assert decisions[0].decision_id == decisions[2].decision_id
     assert decisions[1].decision_id == decisions[3].decision_id != decisions[0].decision_id
     for doc, d in zip(docs, decisions, strict=True):
-        assert d.decision_id == _plain_id(doc, d, redactor)
+        assert d.decision_id == plain_decision_id(doc, d, redactor)
 
 
 #: Contexts that between them put each redactor's trigger in each piece it can reach.
@@ -168,4 +151,4 @@ def test_each_piece_holding_a_trigger_takes_the_general_writer() -> None:
         )
         assert {d.reason for d in batched} >= {"matched-policy"}
         for doc, d in zip(_COVERING * 2, batched, strict=True):
-            assert d.decision_id == _plain_id(doc, d, redactor), (redactor, doc)
+            assert d.decision_id == plain_decision_id(doc, d, redactor), (redactor, doc)

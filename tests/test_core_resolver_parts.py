@@ -16,10 +16,9 @@ from hypothesis import strategies as st
 from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, explain_batch
 from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.routing import resolver
-from rensei_routing.core.routing.ids import decision_id
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 
-from .strategies import context_dicts, policy_dicts, redactor_also
+from .strategies import context_dicts, plain_decision_id, policy_dicts, redactor_also
 
 #: A trigger only a repo holds, one only a principal holds, one only a requirement holds.
 REDACTORS = [
@@ -62,18 +61,7 @@ def test_kept_members_and_repos_decide_as_each_context_alone(docs, ctx_docs, red
         assert d == alone
         assert d.canonical() == alone.canonical()
         assert d.explanation.to_dict() == alone.explanation.to_dict()
-        assert d.decision_id == decision_id(
-            RouteContext.from_dict(doc),  # nothing cached on it, no memo: the general writer
-            snapshot_hash=d.snapshot_hash,
-            snapshot_state=d.snapshot_state,
-            policy_revision=d.policy_revision,
-            outcome=d.outcome,
-            reason=d.reason,
-            policy_id=d.policy_id,
-            account_id=d.account_id,
-            effective_model=d.effective_model,
-            redactor=redactor,
-        )
+        assert d.decision_id == plain_decision_id(doc, d, redactor)  # the general writer
 
 
 def test_members_and_repos_are_kept_once_each_and_answers_share_their_lists() -> None:
