@@ -132,6 +132,36 @@ def test_format_timestamp_normalises_to_utc() -> None:
         format_timestamp(datetime(2025, 3, 1))
 
 
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.builds(
+            timezone,
+            st.timedeltas(
+                min_value=timedelta(hours=-23, minutes=-59),
+                max_value=timedelta(hours=23, minutes=59),
+            ),
+        ),
+    )
+)
+def test_format_timestamp_is_the_rfc3339_text_of_the_utc_instant(moment: datetime) -> None:
+    text = format_timestamp(moment)
+    assert check_timestamp(text) == text
+    assert datetime.fromisoformat(text[:-1] + "+00:00") == moment
+    utc = moment.astimezone(UTC)
+    assert text == (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:"
+        f"{utc.second:02d}.{utc.microsecond:06d}Z"
+    )
+
+
+def test_format_timestamp_writes_a_year_before_1000_in_four_digits() -> None:
+    assert format_timestamp(datetime(999, 1, 2, 3, 4, 5, 6, tzinfo=UTC)) == (
+        "0999-01-02T03:04:05.000006Z"
+    )
+
+
 # -- verifier -----------------------------------------------------------------------------------
 
 

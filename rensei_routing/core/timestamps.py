@@ -50,7 +50,9 @@ def format_timestamp(moment: datetime) -> str:
     """
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise MalformedError("recorded_at", "a naive datetime has no defined UTC instant")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: strftime imports the time module on every call (a live request
+    # formats a moment or two), and its %Y writes a year before 1000 with fewer than 4 digits.
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def format_age(age_ms: int) -> str:
