@@ -183,7 +183,9 @@ def run(cfg: Config) -> BenchResult:
                 )
             )
             res.figures.append(_gc_on_figure("repo", rate))
-        del decisions, contexts
+        # Nothing of this row outlives it: the next row is timed with only its own objects
+        # alive (its contexts, its snapshot, its decisions), as a process running one batch is.
+        del decisions, contexts, copies, winners, snapshot
     growth = per_decision[SIZES[-1]] / per_decision[SIZES[0]]
     res.figures.append(
         Figure(
