@@ -56,9 +56,10 @@ __all__ = [
 CHUNK: Final = 32
 ROW: Final = CHUNK * HASH_SIZE
 _PREFIX: Final = len(SHA256_PREFIX)
-#: The largest subtree :meth:`Extender.add` hashes level by level at once (256 leaves): its
-#: hash objects, digests and stored bytes (about 100 KiB) stay in a core's own cache beside
-#: the walk that reads the rows, where 4,096 leaves' (about 2 MiB) pushed the walk's out.
+#: The largest subtree :meth:`Extender.add` hashes level by level at once (256 leaves): the
+#: objects one call holds at its peak (hash objects, digests, stored bytes: about 150 KiB of
+#: Python heap) stay in a core's own cache beside the walk reading the rows, where 4,096
+#: leaves' (about 2.5 MiB) pushed the walk's out at every batch.
 MAX_BLOCK_HEIGHT: Final = 8
 _SHA: Final = hashlib.sha256
 _DIGEST: Final = type(hashlib.sha256()).digest
