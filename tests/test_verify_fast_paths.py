@@ -248,6 +248,57 @@ def test_rows_put_back_from_columns_are_the_rows_inflated_one_by_one(
         assert first.ok and first.records_checked == 1_300
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    lo=st.one_of(st.sampled_from([0, 1, 255, 256, 257]), st.integers(0, 1_299)),
+    chunks=st.lists(st.one_of(st.just(256), st.integers(1, 700)), min_size=1, max_size=6),
+    damage=st.one_of(st.none(), st.integers(0, 10**6)),
+)
+def test_a_range_fed_in_any_chunks_hashes_aligned_batches_and_names_the_first_bad_hash(
+    log_path: Path, lo: int, chunks: list[int], damage: int | None
+) -> None:
+    """However the walk hands record hashes on, a range hashes them in whole batches that end
+    at multiples of ``BATCH`` (one aligned block each), and names exactly the forged stored
+    hash (any one of those its leaves add), or none."""
+    first, end = merkle.stored_hash_count(lo), merkle.stored_hash_count(1_300)
+    bad = None if damage is None else first + damage % (end - first)
+    with closing(connect(log_path, write=True)) as conn:
+        hashes = [
+            r[0]
+            for r in conn.execute(
+                "SELECT record_hash FROM audit_records WHERE seq >= ? ORDER BY seq", (lo,)
+            )
+        ]
+        conn.execute("BEGIN")
+        try:
+            if bad is not None:
+                chunk, at = divmod(bad, treecheck.CHUNK)
+                (row,) = conn.execute("SELECT hashes FROM audit_tree WHERE chunk = ?", (chunk,))
+                forged = bytearray(row[0])
+                forged[at * 32 : at * 32 + 32] = hashlib.sha256(b"forged").digest()
+                conn.execute(
+                    "UPDATE audit_tree SET hashes = ? WHERE chunk = ?", (bytes(forged), chunk)
+                )
+            check = treecheck.RangeCheck(conn, lo)
+            try:
+                at = k = 0
+                while at < len(hashes):
+                    size = chunks[k % len(chunks)]
+                    check.add_many(hashes[at : at + size])
+                    at, k = at + size, k + 1
+                    assert len(check._batch) < treecheck.RangeCheck.BATCH
+                    assert check.leaves == 0 or (lo + check.leaves) % check.BATCH == 0
+                found = check.outcome()
+            finally:
+                check.close()
+        finally:
+            conn.execute("ROLLBACK")
+    if bad is None:
+        assert found == ("ok", 1_300 - lo, "")
+    else:
+        assert found[:2] == ("tree-node-mismatch", bad)
+
+
 def test_a_damaged_row_reaches_the_walk_as_the_plain_rows_bring_it(log_path: Path) -> None:
     with closing(connect(log_path)) as conn, conn:
         codec = Codec.load(conn)

@@ -56,8 +56,11 @@ __all__ = [
 CHUNK: Final = 32
 ROW: Final = CHUNK * HASH_SIZE
 _PREFIX: Final = len(SHA256_PREFIX)
-#: The largest subtree :meth:`Extender.add` hashes level by level at once (4,096 leaves).
-MAX_BLOCK_HEIGHT: Final = 12
+#: The largest subtree :meth:`Extender.add` hashes level by level at once (256 leaves): the
+#: objects one call holds at its peak (hash objects, digests, stored bytes: about 150 KiB of
+#: Python heap) stay in a core's own cache beside the walk reading the rows, where 4,096
+#: leaves' (about 2.5 MiB) pushed the walk's out at every batch.
+MAX_BLOCK_HEIGHT: Final = 8
 _SHA: Final = hashlib.sha256
 _DIGEST: Final = type(hashlib.sha256()).digest
 #: SHA-256 of one block (a leaf's 33 bytes): the interpreter's own implementation, when it has
@@ -379,14 +382,22 @@ def start_failure(lo: int, error: TreeError) -> TreeCheck:
 class RangeCheck:
     """The check of the stored hashes leaves ``lo`` onwards add (see the module docstring), in
     the caller's read transaction on ``conn`` (the database holding ``audit_tree``): :meth:`add`
-    record hashes in seq order, then :meth:`outcome`; :meth:`close` always."""
+    record hashes in seq order, then :meth:`outcome`; :meth:`close` always.
 
-    #: Record hashes hashed and compared at a time.
-    BATCH: Final = 4_096
+    Leaves are hashed :data:`BATCH` at a time, each batch ending at a multiple of
+    :data:`BATCH` (the first one at the first such leaf past ``lo``): then every later batch is
+    one aligned block of :meth:`Extender.add`, however the range's ``lo`` falls, not a run of
+    small blocks (and their Python code) each time."""
+
+    #: Record hashes hashed and compared at a time: one largest block (see
+    #: :data:`MAX_BLOCK_HEIGHT`), what the walk hands on at a time.
+    BATCH: Final = 1 << MAX_BLOCK_HEIGHT
 
     def __init__(self, conn: apsw.Connection, lo: int) -> None:
         self.leaves = 0
         self._batch: list[str] = []
+        #: Record hashes the next batch takes: up to the next multiple of :data:`BATCH`.
+        self._room = self.BATCH - lo % self.BATCH
         self._failed: RangeTree | None = None
         self._cursor: apsw.Cursor | None = None
         try:
@@ -406,14 +417,23 @@ class RangeCheck:
     def add(self, record_hash: Any) -> None:
         """One more record's hash (the next seq)."""
         self._batch.append(record_hash)
-        if len(self._batch) >= self.BATCH:
-            self._flush()
+        if len(self._batch) >= self._room:
+            self._flush_whole()
 
     def add_many(self, record_hashes: Iterable[Any]) -> None:
         """More records' hashes (the next seqs, in order): :meth:`add` of each."""
         self._batch.extend(record_hashes)
-        if len(self._batch) >= self.BATCH:
+        if len(self._batch) >= self._room:
+            self._flush_whole()
+
+    def _flush_whole(self) -> None:
+        """Hash and compare every whole batch held, keeping the rest for the next."""
+        held = self._batch
+        while len(held) >= self._room:
+            self._batch, held = held[: self._room], held[self._room :]
+            self._room = self.BATCH
             self._flush()
+        self._batch = held
 
     def _flush(self) -> None:
         batch, self._batch = self._batch, []
