@@ -59,6 +59,7 @@ from ..errors import InputError, NotFoundError, RenseiRoutingError
 from ..host.cache import HostCache
 from ..store.audit import AuditLog
 from ..store.backends import open_control_store
+from ..store.codec import Codec
 from ..store.home import Home
 
 __all__ = ["CACHE_BYTES", "CACHE_SIZE", "Sources", "replay_chain"]
@@ -222,27 +223,45 @@ def replay_chain(
     """
     summary = ReplaySummary()
     replay = _Replay(sources, vocabulary, redactor)
-    # Per distinct payload bytes: its outcome (bounded in count and bytes, oldest dropped first).
+    if not repeats:
+        for record in log.records(start=since, stop=stop):
+            if progress is not None and record.seq % 1_000 == 0:
+                progress(record.seq)
+            _tally(summary, record.seq, replay.outcome(record.seq, record.payload_bytes))
+        return summary
+    # Per distinct stored bytes under one codec: the outcome of the payload they read as
+    # (bounded in count and bytes, oldest dropped first). A repeated record is recognised
+    # before it is decompressed: the same stored bytes read through the same dictionaries are
+    # the same payload.
     outcomes: OrderedDict[bytes, _Outcome] = OrderedDict()
     held = 0
-    match = summary.match
-    for record in log.records(start=since, stop=stop):
-        seq = record.seq
-        if progress is not None and seq % 1_000 == 0:
-            progress(seq)
-        data = record.payload_bytes
-        outcome = outcomes.get(data) if repeats else None
-        if outcome is None:
-            outcome = replay.outcome(seq, data)
-            if repeats:
-                outcomes[data] = outcome
-                held += len(data)
+    reading: Codec | None = None
+    # Matches per kind, added to the summary at the end (a match names no record).
+    matched: dict[str, int] = {}
+    for codec, rows in log.stored_payloads(start=since, stop=stop):
+        if codec is not reading:
+            reading = codec
+            outcomes.clear()
+            held = 0
+        get = outcomes.get
+        for seq, stored in rows:
+            if progress is not None and seq % 1_000 == 0:
+                progress(seq)
+            outcome = get(stored)
+            if outcome is None:
+                outcome = replay.outcome(seq, bytes(codec.inflate(stored)))
+                outcomes[stored] = outcome
+                held += len(stored)
                 while len(outcomes) > CACHE_SIZE or held > CACHE_BYTES:
                     held -= len(outcomes.popitem(last=False)[0])
-        if outcome[0] is _MATCH:
-            match(outcome[1])
-        else:
-            _tally(summary, seq, outcome)
+            if outcome[0] is _MATCH:
+                kind = outcome[1]
+                matched[kind] = matched.get(kind, 0) + 1
+            else:
+                _tally(summary, seq, outcome)
+    for kind, count in matched.items():
+        summary.matched += count
+        summary.by_kind[kind] = summary.by_kind.get(kind, 0) + count
     return summary
 
 
