@@ -17,7 +17,8 @@ changes nothing: such a record matches or mismatches like any other.
 
 Never writes. Memory stays flat: records stream in pages, each policy set has one resolver
 stream (its memos warm for the whole replay), and bounded caches keep what repeats (a repeated
-payload is counted as it was the first time, unread; a repeated context is resolved once).
+payload is counted as it was the first time, unread: recognised by its stored bytes before it
+is decompressed; a repeated context is resolved once).
 """
 
 from __future__ import annotations
@@ -215,8 +216,10 @@ def replay_chain(
 
     A record's outcome is a function of its payload bytes alone (the policy sets and snapshots
     are looked up once, a context resolves to one decision), so a payload seen before is
-    counted as it was then without being read again; ``repeats=False`` reads every one (the
-    plain path, which tests compare this against).
+    counted as it was then without being read again, recognised by its stored bytes under the
+    same dictionaries (:meth:`.AuditLog.stored_payloads`) before any decompression;
+    ``repeats=False`` reads and decides every one through the SQL function (the plain path,
+    which tests compare this against).
 
     Raises:
         StoreError: the log cannot be read.
