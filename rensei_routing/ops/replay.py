@@ -17,7 +17,8 @@ changes nothing: such a record matches or mismatches like any other.
 
 Never writes. Memory stays flat: records stream in pages, each policy set has one resolver
 stream (its memos warm for the whole replay), and bounded caches keep what repeats (a repeated
-payload is counted as it was the first time, unread; a repeated context is resolved once).
+payload is counted as it was the first time, unread: recognised by its stored bytes before it
+is decompressed; a repeated context is resolved once).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from ..errors import InputError, NotFoundError, RenseiRoutingError
 from ..host.cache import HostCache
 from ..store.audit import AuditLog
 from ..store.backends import open_control_store
+from ..store.codec import Codec
 from ..store.home import Home
 
 __all__ = ["CACHE_BYTES", "CACHE_SIZE", "Sources", "replay_chain"]
@@ -214,35 +216,55 @@ def replay_chain(
 
     A record's outcome is a function of its payload bytes alone (the policy sets and snapshots
     are looked up once, a context resolves to one decision), so a payload seen before is
-    counted as it was then without being read again; ``repeats=False`` reads every one (the
-    plain path, which tests compare this against).
+    counted as it was then without being read again, recognised by its stored bytes under the
+    same dictionaries (:meth:`.AuditLog.stored_payloads`) before any decompression;
+    ``repeats=False`` reads and decides every one through the SQL function (the plain path,
+    which tests compare this against).
 
     Raises:
         StoreError: the log cannot be read.
     """
     summary = ReplaySummary()
     replay = _Replay(sources, vocabulary, redactor)
-    # Per distinct payload bytes: its outcome (bounded in count and bytes, oldest dropped first).
+    if not repeats:
+        for record in log.records(start=since, stop=stop):
+            if progress is not None and record.seq % 1_000 == 0:
+                progress(record.seq)
+            _tally(summary, record.seq, replay.outcome(record.seq, record.payload_bytes))
+        return summary
+    # Per distinct stored bytes under one codec: the outcome of the payload they read as
+    # (bounded in count and bytes, oldest dropped first). A repeated record is recognised
+    # before it is decompressed: the same stored bytes read through the same dictionaries are
+    # the same payload.
     outcomes: OrderedDict[bytes, _Outcome] = OrderedDict()
     held = 0
-    match = summary.match
-    for record in log.records(start=since, stop=stop):
-        seq = record.seq
-        if progress is not None and seq % 1_000 == 0:
-            progress(seq)
-        data = record.payload_bytes
-        outcome = outcomes.get(data) if repeats else None
-        if outcome is None:
-            outcome = replay.outcome(seq, data)
-            if repeats:
-                outcomes[data] = outcome
-                held += len(data)
+    reading: Codec | None = None
+    # Matches per kind, added to the summary at the end (a match names no record).
+    matched: dict[str, int] = {}
+    for codec, rows in log.stored_payloads(start=since, stop=stop):
+        if codec is not reading:
+            reading = codec
+            outcomes.clear()
+            held = 0
+        get = outcomes.get
+        for seq, stored in rows:
+            if progress is not None and seq % 1_000 == 0:
+                progress(seq)
+            outcome = get(stored)
+            if outcome is None:
+                outcome = replay.outcome(seq, bytes(codec.inflate(stored)))
+                outcomes[stored] = outcome
+                held += len(stored)
                 while len(outcomes) > CACHE_SIZE or held > CACHE_BYTES:
                     held -= len(outcomes.popitem(last=False)[0])
-        if outcome[0] is _MATCH:
-            match(outcome[1])
-        else:
-            _tally(summary, seq, outcome)
+            if outcome[0] is _MATCH:
+                kind = outcome[1]
+                matched[kind] = matched.get(kind, 0) + 1
+            else:
+                _tally(summary, seq, outcome)
+    for kind, count in matched.items():
+        summary.matched += count
+        summary.by_kind[kind] = summary.by_kind.get(kind, 0) + count
     return summary
 
 

@@ -120,6 +120,11 @@ class Codec:
             out[dict_id] = body
         return cls(out)
 
+    def reads_as(self, other: Codec) -> bool:
+        """Whether the two hold the same dictionaries under the same ids, so any stored bytes
+        read the same through either."""
+        return self._dictionaries == other._dictionaries
+
     def register(self, conn: apsw.Connection) -> None:
         """Make ``rensei_payload(payload)`` available on ``conn``."""
         # apsw types the function as variadic; this one takes exactly its one argument.

@@ -47,7 +47,7 @@ from ...errors import (
     StoreError,
     TreeError,
 )
-from ..codec import FUNCTION
+from ..codec import FUNCTION, Codec
 from ..db import store_error
 from ..home import Home
 from ..notes import publish, read_checkpoint, refuse_protected, stage
@@ -338,6 +338,21 @@ class AuditLog(LogHandle):
             stop=stop,
             newest_first=newest_first,
             batch=batch,
+        )
+
+    def stored_payloads(
+        self, *, start: int = 0, stop: int | None = None, batch: int = 10_000
+    ) -> Iterator[tuple[Codec, list[tuple[int, bytes]]]]:
+        """The payloads of :meth:`records` (oldest first) as stored, in pages of
+        ``(seq, stored bytes)`` with the codec that reads each page
+        (:func:`.segments.iter_stored`): for a reader that keys what repeats by the stored
+        bytes and inflates only what it has not seen.
+
+        Raises:
+            StoreError: the database read failed, or a sealed segment's file is missing.
+        """
+        return segments.iter_stored(
+            self._read_conn(), self._sealed, self._path, start=start, stop=stop, batch=batch
         )
 
     # -- the tree -----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from ...core.audit.chain import (
     AuditRecord,
 )
 from ...errors import StoreError
-from ..codec import FUNCTION
+from ..codec import FUNCTION, Codec
 from ..db import SEGMENT_MIN_VERSION, close_quietly, connect, store_error
 from ..home import ConnectOptions
 
@@ -54,6 +54,7 @@ __all__ = [
     "get_across",
     "head_across",
     "iter_records",
+    "iter_stored",
     "read_catalog",
     "segment_path",
     "segments_dir",
@@ -66,6 +67,7 @@ CATALOG: Final = (
 _SELECT: Final = (
     f"SELECT {', '.join(ROW_COLUMNS[:-1])}, {FUNCTION}(payload) AS payload FROM audit_records"
 )
+_SELECT_STORED: Final = "SELECT seq, payload FROM audit_records"
 _MAX_INT64: Final = 2**63 - 1
 #: The lock file every rotation, prune and recovery holds (``flock``: released by the kernel
 #: when its holder dies, so a SIGKILLed rotation never leaves it held).
@@ -232,10 +234,58 @@ def iter_records(
     Raises:
         StoreError: a database read failed or a catalogued segment file is missing.
     """
+    for _, rows in _pages(live, sealed, db_path, _SELECT, start, stop, newest_first, batch):
+        for row in rows:
+            yield AuditRecord.from_row(row)
+
+
+def iter_stored(
+    live: apsw.Connection,
+    sealed: Sealed,
+    db_path: Path,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    batch: int = 10_000,
+) -> Iterator[tuple[Codec, list[tuple[int, bytes]]]]:
+    """The records of :func:`iter_records` (oldest first) as pages of ``(seq, stored payload)``
+    with the codec that reads that page's payloads (:meth:`.Codec.inflate` gives the canonical
+    bytes): the payload as stored, compressed or not, read without the SQL function. Sources
+    whose dictionaries are the same share one codec object, so equal stored bytes under the
+    same codec are the same canonical bytes.
+
+    Raises:
+        StoreError: a database read failed or a catalogued segment file is missing.
+    """
+    codecs: dict[apsw.Connection, Codec] = {}
+    for conn, rows in _pages(live, sealed, db_path, _SELECT_STORED, start, stop, False, batch):
+        codec = codecs.get(conn)
+        if codec is None:
+            try:
+                loaded = Codec.load(conn)
+            except apsw.Error as e:
+                raise store_error("cannot read the audit log", e, db_path) from e
+            codec = next((c for c in codecs.values() if c.reads_as(loaded)), loaded)
+            codecs[conn] = codec
+        yield codec, rows
+
+
+def _pages(
+    live: apsw.Connection,
+    sealed: Sealed,
+    db_path: Path,
+    select: str,
+    start: int,
+    stop: int | None,
+    newest_first: bool,
+    batch: int,
+) -> Iterator[tuple[apsw.Connection, list[Any]]]:
+    """The pages of ``select``'s rows (seq first) for :func:`iter_records`, each with the
+    connection it was read from."""
     low = max(0, min(start, _MAX_INT64))
     high = _MAX_INT64 if stop is None else max(0, min(stop, _MAX_INT64))
     order = "DESC" if newest_first else "ASC"
-    sql = f"{_SELECT} WHERE seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
+    sql = f"{select} WHERE seq >= ? AND seq < ? ORDER BY seq {order} LIMIT ?"
     while low < high:
         try:
             with live:
@@ -243,11 +293,13 @@ def iter_records(
                 present = [s for s in catalog if not s.pruned]
                 live_first = 0 if not catalog else catalog[-1].last_seq + 1
                 source = _source(present, live_first, low, high, newest_first)
+                conn = live
                 if source is None:
                     rows = list(live.execute(sql, (max(low, live_first), high, batch)))
             if source is not None:
                 lo, hi = max(low, source.first_seq), min(high, source.last_seq + 1)
-                rows = list(sealed.conn(source).execute(sql, (lo, hi, batch)))
+                conn = sealed.conn(source)
+                rows = list(conn.execute(sql, (lo, hi, batch)))
         except apsw.Error as e:
             raise store_error("cannot read the audit log", e, db_path) from e
         if not rows:
@@ -261,8 +313,7 @@ def iter_records(
                 high = live_first  # nothing live below high: on to the sealed segments
                 continue
             return
-        for row in rows:
-            yield AuditRecord.from_row(row)
+        yield conn, rows
         if newest_first:
             high = int(rows[-1][0])
         else:
