@@ -82,12 +82,29 @@ LINE_MEMO_LIMIT: Final = 16_384
 
 
 def _head(d: RouteDecision) -> str:
+    return _policy_text(d) + _route_text(d)
+
+
+#: How many of :meth:`RouteDecision._answer_fields` :func:`_policy_text` writes (the rest are
+#: :func:`_route_text`'s).
+_POLICY_FIELDS: Final = 9
+
+
+def _policy_text(d: RouteDecision) -> str:
+    """The line's members from ``outcome`` to ``precedence_priority``."""
     return (
         f'"outcome":{_e(d.outcome)},"reason":{_e(d.reason)},'
         f'"policy_source":{_e(d.policy_source)},"policy_id":{_s(d.policy_id)},'
         f'"policy_revision":{d.policy_revision},"snapshot_hash":{_e(d.snapshot_hash)},'
         f'"snapshot_state":{_e(d.snapshot_state)},"precedence_level":{_n(d.precedence_level)},'
-        f'"precedence_priority":{_n(d.precedence_priority)},"account_id":{_s(d.account_id)},'
+        f'"precedence_priority":{_n(d.precedence_priority)},'
+    )
+
+
+def _route_text(d: RouteDecision) -> str:
+    """The line's members from ``account_id`` to ``effective_model``."""
+    return (
+        f'"account_id":{_s(d.account_id)},'
         f'"provider_binding":{_s(d.provider_binding)},"effective_model":{_s(d.effective_model)},'
     )
 
@@ -193,19 +210,18 @@ def compact_context_display(context: RouteContext, memo: MemberTexts | None = No
     return json.dumps(compact_context(context.to_dict()), ensure_ascii=False, separators=(",", ":"))
 
 
-def _brief_parts(d: RouteDecision, ex: Explanation) -> tuple[str, bool, str]:
-    """The compact JSON of a compact explanation's ``to_dict`` inside ``d`` around its
-    context's text: ``(before, compact, after)``, ``compact`` whether that text is the
-    context's compact one (:func:`compact_context_display`) or its display text. Stored by ids
-    when its winners allow, else in the earlier compact form (see :meth:`Explanation.to_dict`),
-    whose context is whole."""
+def _brief_parts(d: RouteDecision, ex: Explanation) -> tuple[bool, str]:
+    """The compact JSON of a compact explanation's ``to_dict`` inside ``d`` after
+    ``{"context":`` and its context's text: ``(compact, after)``, ``compact`` whether that
+    text is the context's compact one (:func:`compact_context_display`) or its display text.
+    Stored by ids when its winners allow, else in the earlier compact form (see
+    :meth:`Explanation.to_dict`), whose context is whole."""
     owner = d._owner()
     winners = ex._winners(owner)
     if winners is None:
         conflicting = ex.conflicting_policy_ids
         considered = ",".join([c._display or c.display_json() for c in ex.considered])
         return (
-            '{"context":',
             False,
             f',"considered":[{considered}],'
             f'"trace":"{COMPACT}","unlisted_outranked_count":{ex.unlisted_outranked_count},'
@@ -217,7 +233,6 @@ def _brief_parts(d: RouteDecision, ex: Explanation) -> tuple[str, bool, str]:
             ),
         )
     return (
-        '{"context":',
         True,
         f',"{OUTRANKED_COUNT}":{ex.unlisted_outranked_count},"trace":"{COMPACT}",'
         f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed_winners(winners, owner)}}}',
@@ -227,9 +242,9 @@ def _brief_parts(d: RouteDecision, ex: Explanation) -> tuple[str, bool, str]:
 def _brief(d: RouteDecision, ex: Explanation, members: MemberTexts | None) -> str:
     """The compact JSON of a compact explanation's ``to_dict`` inside ``d`` (see
     :func:`_brief_parts`)."""
-    before, compact, after = _brief_parts(d, ex)
+    compact, after = _brief_parts(d, ex)
     context = compact_context_display(ex.context, members) if compact else ex.context.display_text()
-    return f"{before}{context}{after}"
+    return f'{{"context":{context}{after}'
 
 
 def _remember(memo: LineMemo, key: tuple[Any, ...], text: Any) -> Any:
@@ -239,12 +254,12 @@ def _remember(memo: LineMemo, key: tuple[Any, ...], text: Any) -> Any:
     return text
 
 
-def _compact_parts(d: RouteDecision, end: str) -> tuple[str, bool, str]:
-    """A compact line of ``d`` (ending in ``end``) around its id and its context's text:
-    ``(before, compact, after)``, ``compact`` whether that text is the context's compact one
-    (:func:`compact_context_display`; else its display text), as :func:`_brief` writes it."""
-    before, compact, after = _brief_parts(d, d.explanation)
-    return (f'{_head(d)}"explanation":{before}', compact, f"{after}{end}")
+def _compact_parts(d: RouteDecision, end: str) -> tuple[bool, str]:
+    """What a compact line of ``d`` (ending in ``end``) holds after its context's text, and
+    whether that text is the context's compact one (:func:`compact_context_display`; else its
+    display text): ``(compact, after)``, as :func:`_brief` writes them."""
+    compact, after = _brief_parts(d, d.explanation)
+    return (compact, f"{after}{end}")
 
 
 def decision_line(
@@ -277,15 +292,25 @@ def decision_line(
             # A compact line is its id, its context's text and what surrounds them, which is a
             # function of the decision's fields and its explanation's parts: written once per
             # distinct answer, the explanation never built.
-            key = (*d._answer_fields(), *parts, end)
-            kept = memo.get(key) or _remember(memo, key, _compact_parts(d, end))
-            before, compact, after = kept
+            # Kept in three parts, each repeating far more often than the whole: the policy's
+            # fields, the route's, and the explanation's (a function of its parts and of the
+            # decision's policy, rung, priority and reason, see _brief_parts).
+            fields = d._answer_fields()
+            key = fields[:_POLICY_FIELDS]
+            policy = memo.get(key) or _remember(memo, key, _policy_text(d))
+            key = fields[_POLICY_FIELDS:]
+            route = memo.get(key) or _remember(memo, key, _route_text(d))
+            key = (*parts, d.policy_id, d.precedence_level, d.precedence_priority, d.reason, end)
+            compact, after = memo.get(key) or _remember(memo, key, _compact_parts(d, end))
             context = (
                 compact_context_display(d._context, members)
                 if compact
                 else d._context.display_text()
             )
-            return f'{{"decision_id":{_e(d.decision_id)},{before}{context}{after}'
+            return (
+                f'{{"decision_id":{_e(d.decision_id)},{policy}{route}"explanation":'
+                f'{{"context":{context}{after}'
+            )
     ex = d.explanation
     if memo is None:
         head = _head(d)
