@@ -258,13 +258,36 @@ class RouteContext:
         )
 
 
-#: Each slot's setter, in field order: how :func:`context_with_texts` fills a new value.
-_SETTERS: Final = tuple(RouteContext.__dict__[f.name].__set__ for f in fields(RouteContext))
-if tuple(f.name for f in fields(RouteContext)) != (
-    *CONTEXT_FIELDS,
-    "_canonical",
-    "_display",
-) or hasattr(RouteContext, "__post_init__"):  # pragma: no cover - a guard at import
+class _ContextFields:
+    """A :class:`RouteContext`'s storage, assignable: the same slots in the same order, so
+    :func:`context_with_texts` fills one with plain stores and then retypes it (CPython allows
+    ``__class__`` to be assigned between such layouts, as ``decision.decision_of`` does for a
+    decision). Nothing else ever sees this class."""
+
+    __slots__ = RouteContext.__slots__
+
+    repo: RepoIdentity | None
+    repo_class: str | None
+    principal_id: str | None
+    role: str | None
+    model_requirement: ModelRequirement | None
+    request_face: str
+    legacy_route: LegacyRoute | None
+    accounts: tuple[Account, ...]
+    _canonical: str | None
+    _display: str | None
+
+
+if (
+    tuple(f.name for f in fields(RouteContext))
+    != (
+        *CONTEXT_FIELDS,
+        "_canonical",
+        "_display",
+    )
+    or RouteContext.__slots__ != (*CONTEXT_FIELDS, "_canonical", "_display")
+    or hasattr(RouteContext, "__post_init__")
+):  # pragma: no cover - a guard at import
     raise ImportError("context_with_texts does not fill RouteContext's fields")
 
 
@@ -284,19 +307,21 @@ def context_with_texts(
     canonical_text` and :meth:`~RouteContext.display_text` set to ``canonical`` and
     ``display``, which the caller built from the same members' texts with
     :func:`context_canonical` and :func:`context_display` (a reader sharing pieces across a
-    batch). Fills the slots directly: a third of the keyword constructor's cost."""
-    ctx = object.__new__(RouteContext)
-    set_ = _SETTERS
-    set_[0](ctx, repo)
-    set_[1](ctx, repo_class)
-    set_[2](ctx, principal_id)
-    set_[3](ctx, role)
-    set_[4](ctx, model_requirement)
-    set_[5](ctx, request_face)
-    set_[6](ctx, legacy_route)
-    set_[7](ctx, accounts)
-    set_[8](ctx, canonical)
-    set_[9](ctx, display)
+    batch). Fills the slots with plain stores, then retypes the value (see
+    :class:`_ContextFields`): a fraction of the keyword constructor's cost."""
+    ctx = _ContextFields()
+    ctx.repo = repo
+    ctx.repo_class = repo_class
+    ctx.principal_id = principal_id
+    ctx.role = role
+    ctx.model_requirement = model_requirement
+    ctx.request_face = request_face
+    ctx.legacy_route = legacy_route
+    ctx.accounts = accounts
+    ctx._canonical = canonical
+    ctx._display = display
+    ctx.__class__ = RouteContext  # type: ignore[assignment]
+    assert isinstance(ctx, RouteContext)
     return ctx
 
 

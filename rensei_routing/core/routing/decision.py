@@ -246,6 +246,28 @@ class RouteDecision(_DecisionFields):
             self.effective_model,
         )
 
+    def compact_parts(self) -> tuple[Any, ...] | None:
+        """What this decision's compact explanation is built from but its context, for a
+        decision from the resolver: ``(source, matched, last, unlisted, beyond, conflicting)``
+        (as :func:`~.explanation.explanation_of` takes them). Its winners, counts and listed
+        policies are a function of these (the source by identity), so a batch writer keys
+        what repeats of a line by them (with :meth:`_answer_fields`) and never builds the
+        explanation. ``None`` for a full explanation, or a decision built another way (read
+        ``explanation`` instead)."""
+        try:
+            if not self._compact:
+                return None
+        except AttributeError:  # the keyword constructor: the explanation was given whole
+            return None
+        return (
+            self._source,
+            self._matched,
+            self._last,
+            self._unlisted,
+            self._beyond,
+            self._conflicting,
+        )
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 

@@ -71,22 +71,40 @@ def _n(value: int | None) -> str:
 
 
 #: A writer's memo (one per batch): the text of a decision's fields that repeat across a
-#: batch (its outcome, policy and route; its account lists), keyed by their values.
-#: Only strings, integers and ``None`` are keys (the types ``RouteDecision`` holds), so equal
-#: keys write alike.
-LineMemo = dict[tuple[Any, ...], str]
+#: batch (its outcome, policy and route; its account lists), keyed by their values, and of a
+#: compact line but its id and context (:func:`_compact_parts`), keyed by what it is written
+#: from. Only strings, integers, ``None``, tuples of them and a trace source (by identity) are
+#: keys, so equal keys write alike.
+LineMemo = dict[tuple[Any, ...], Any]
 
 #: Entries a line memo holds before it starts again.
 LINE_MEMO_LIMIT: Final = 16_384
 
 
 def _head(d: RouteDecision) -> str:
+    return _policy_text(d) + _route_text(d)
+
+
+#: How many of :meth:`RouteDecision._answer_fields` :func:`_policy_text` writes (the rest are
+#: :func:`_route_text`'s).
+_POLICY_FIELDS: Final = 9
+
+
+def _policy_text(d: RouteDecision) -> str:
+    """The line's members from ``outcome`` to ``precedence_priority``."""
     return (
         f'"outcome":{_e(d.outcome)},"reason":{_e(d.reason)},'
         f'"policy_source":{_e(d.policy_source)},"policy_id":{_s(d.policy_id)},'
         f'"policy_revision":{d.policy_revision},"snapshot_hash":{_e(d.snapshot_hash)},'
         f'"snapshot_state":{_e(d.snapshot_state)},"precedence_level":{_n(d.precedence_level)},'
-        f'"precedence_priority":{_n(d.precedence_priority)},"account_id":{_s(d.account_id)},'
+        f'"precedence_priority":{_n(d.precedence_priority)},'
+    )
+
+
+def _route_text(d: RouteDecision) -> str:
+    """The line's members from ``account_id`` to ``effective_model``."""
+    return (
+        f'"account_id":{_s(d.account_id)},'
         f'"provider_binding":{_s(d.provider_binding)},"effective_model":{_s(d.effective_model)},'
     )
 
@@ -134,17 +152,14 @@ def compact_legacy_display(legacy: LegacyRoute) -> str:
 
 
 #: A writer's memo (one per batch) of the two texts of a context's last two members, which
-#: readers share across a batch (an account list, a legacy route): keyed by the member's
-#: ``id``, the value holding the member itself (so its id names no other while kept), its
-#: compact JSON text as the context's display text holds it, and its compact text as
-#: :func:`compact_context` leaves it.
-MemberTexts = dict[int, tuple[Any, str, str]]
+#: readers share across a batch (an account list, a legacy route): keyed by the pair's ``id``\ s,
+#: the value holding the members themselves (so their ids name no others while kept), the end
+#: of the context's display text they make (``"legacy_route":LEGACY,"accounts":ACCOUNTS}``,
+#: see ``context_display``) and that end as :func:`compact_context` leaves it.
+MemberTexts = dict[tuple[int, int], tuple[Any, Any, str, str]]
 
 #: Entries a member-texts memo holds before it starts again.
 MEMBER_TEXTS_LIMIT: Final = 16_384
-
-_ACCOUNTS_KEY: Final = ',"accounts":'
-_LEGACY_KEY: Final = '"legacy_route":'
 
 
 def _accounts_texts(accounts: tuple[Account, ...]) -> tuple[str, str]:
@@ -160,6 +175,17 @@ def _legacy_texts(legacy: LegacyRoute | None) -> tuple[str, str]:
     return (legacy.display_json(), compact_legacy_display(legacy))
 
 
+def _ends(accounts: tuple[Account, ...], legacy: LegacyRoute | None) -> tuple[str, str]:
+    """The end of a context's display text its legacy route and accounts make, and that end
+    without their default members."""
+    shown, brief = _accounts_texts(accounts)
+    legacy_shown, legacy_brief = _legacy_texts(legacy)
+    return (
+        f'"legacy_route":{legacy_shown},"accounts":{shown}}}',
+        f'"legacy_route":{legacy_brief},"accounts":{brief}}}',
+    )
+
+
 def compact_context_display(context: RouteContext, memo: MemberTexts | None = None) -> str:
     """Compact JSON text (``json.dumps`` with ``separators=(",", ":")`` and
     ``ensure_ascii=False``) of ``compact_context(context.to_dict())``: the context's kept
@@ -169,64 +195,71 @@ def compact_context_display(context: RouteContext, memo: MemberTexts | None = No
     text = context.display_text()
     accounts, legacy = context.accounts, context.legacy_route
     if memo is None:
-        shown, brief = _accounts_texts(accounts)
-        legacy_shown, legacy_brief = _legacy_texts(legacy)
+        shown, brief = _ends(accounts, legacy)
     else:
-        if len(memo) >= MEMBER_TEXTS_LIMIT:
-            memo.clear()
-        kept = memo.get(id(accounts))
-        if kept is None or kept[0] is not accounts:
-            kept = memo[id(accounts)] = (accounts, *_accounts_texts(accounts))
-        _, shown, brief = kept
-        kept = memo.get(id(legacy))
-        if kept is None or kept[0] is not legacy:
-            kept = memo[id(legacy)] = (legacy, *_legacy_texts(legacy))
-        _, legacy_shown, legacy_brief = kept
-    # display_text ends ``"legacy_route":LEGACY,"accounts":ACCOUNTS}`` (context_display);
-    # checked, so a text of any other shape takes the encoder.
-    end = len(text) - 1 - len(shown)
-    start = end - len(_ACCOUNTS_KEY) - len(legacy_shown)
-    if (
-        text[-1:] == "}"
-        and text.startswith(shown, end)
-        and text.startswith(_ACCOUNTS_KEY, end - len(_ACCOUNTS_KEY))
-        and text.startswith(legacy_shown, start)
-        and text.startswith(_LEGACY_KEY, start - len(_LEGACY_KEY))
-    ):
-        return f"{text[:start]}{legacy_brief}{_ACCOUNTS_KEY}{brief}}}"
+        key = (id(accounts), id(legacy))
+        kept = memo.get(key)
+        if kept is None or kept[0] is not accounts or kept[1] is not legacy:
+            if len(memo) >= MEMBER_TEXTS_LIMIT:
+                memo.clear()
+            kept = memo[key] = (accounts, legacy, *_ends(accounts, legacy))
+        shown, brief = kept[2], kept[3]
+    # Checked, so a display text of any other shape takes the encoder.
+    if text.endswith(shown):
+        return f"{text[: len(text) - len(shown)]}{brief}"
     return json.dumps(compact_context(context.to_dict()), ensure_ascii=False, separators=(",", ":"))
 
 
-def _brief(d: RouteDecision, ex: Explanation, members: MemberTexts | None) -> str:
-    """The compact JSON of a compact explanation's ``to_dict`` inside ``d``: stored by ids when
-    its winners allow, else in the earlier compact form (see :meth:`Explanation.to_dict`)."""
+def _brief_parts(d: RouteDecision, ex: Explanation) -> tuple[bool, str]:
+    """The compact JSON of a compact explanation's ``to_dict`` inside ``d`` after
+    ``{"context":`` and its context's text: ``(compact, after)``, ``compact`` whether that
+    text is the context's compact one (:func:`compact_context_display`) or its display text.
+    Stored by ids when its winners allow, else in the earlier compact form (see
+    :meth:`Explanation.to_dict`), whose context is whole."""
     owner = d._owner()
     winners = ex._winners(owner)
     if winners is None:
         conflicting = ex.conflicting_policy_ids
         considered = ",".join([c._display or c.display_json() for c in ex.considered])
         return (
-            f'{{"context":{ex.context.display_text()},"considered":[{considered}],'
+            False,
+            f',"considered":[{considered}],'
             f'"trace":"{COMPACT}","unlisted_outranked_count":{ex.unlisted_outranked_count},'
             f'"unlisted_policy_count":{ex.unlisted_policy_count}'
             + (
                 f',"conflicting_policy_ids":[{",".join([_e(i) for i in conflicting])}]}}'
                 if conflicting
                 else "}"
-            )
+            ),
         )
     return (
-        f'{{"context":{compact_context_display(ex.context, members)},'
-        f'"{OUTRANKED_COUNT}":{ex.unlisted_outranked_count},"trace":"{COMPACT}",'
-        f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed_winners(winners, owner)}}}'
+        True,
+        f',"{OUTRANKED_COUNT}":{ex.unlisted_outranked_count},"trace":"{COMPACT}",'
+        f'"{UNMATCHED}":{ex.unlisted_policy_count}{listed_winners(winners, owner)}}}',
     )
 
 
-def _remember(memo: LineMemo, key: tuple[Any, ...], text: str) -> str:
+def _brief(d: RouteDecision, ex: Explanation, members: MemberTexts | None) -> str:
+    """The compact JSON of a compact explanation's ``to_dict`` inside ``d`` (see
+    :func:`_brief_parts`)."""
+    compact, after = _brief_parts(d, ex)
+    context = compact_context_display(ex.context, members) if compact else ex.context.display_text()
+    return f'{{"context":{context}{after}'
+
+
+def _remember(memo: LineMemo, key: tuple[Any, ...], text: Any) -> Any:
     if len(memo) >= LINE_MEMO_LIMIT:
         memo.clear()
     memo[key] = text
     return text
+
+
+def _compact_parts(d: RouteDecision, end: str) -> tuple[bool, str]:
+    """What a compact line of ``d`` (ending in ``end``) holds after its context's text, and
+    whether that text is the context's compact one (:func:`compact_context_display`; else its
+    display text): ``(compact, after)``, as :func:`_brief` writes them."""
+    compact, after = _brief_parts(d, d.explanation)
+    return (compact, f"{after}{end}")
 
 
 def decision_line(
@@ -242,12 +275,6 @@ def decision_line(
     ``members`` (one per batch) that of the contexts' shared members under a compact trace.
     """
     d = decision
-    ex = d.explanation
-    if memo is None:
-        head = _head(d)
-    else:
-        key = d._answer_fields()
-        head = memo.get(key) or _remember(memo, key, _head(d))
     if stamp is None:
         end = "}"
     elif stamp.ruleset_rev is None and stamp.age_ms is None and not stamp.degraded:
@@ -259,6 +286,37 @@ def decision_line(
             f'"degraded":{"true" if stamp.degraded else "false"}'
             f"{f',{_SCOPE}{_s(scope)}' if isinstance(scope, str) else ''}}}"
         )
+    if memo is not None:
+        parts = d.compact_parts()
+        if parts is not None:
+            # A compact line is its id, its context's text and what surrounds them, which is a
+            # function of the decision's fields and its explanation's parts: written once per
+            # distinct answer, the explanation never built.
+            # Kept in three parts, each repeating far more often than the whole: the policy's
+            # fields, the route's, and the explanation's (a function of its parts and of the
+            # decision's policy, rung, priority and reason, see _brief_parts).
+            fields = d._answer_fields()
+            key = fields[:_POLICY_FIELDS]
+            policy = memo.get(key) or _remember(memo, key, _policy_text(d))
+            key = fields[_POLICY_FIELDS:]
+            route = memo.get(key) or _remember(memo, key, _route_text(d))
+            key = (*parts, d.policy_id, d.precedence_level, d.precedence_priority, d.reason, end)
+            compact, after = memo.get(key) or _remember(memo, key, _compact_parts(d, end))
+            context = (
+                compact_context_display(d._context, members)
+                if compact
+                else d._context.display_text()
+            )
+            return (
+                f'{{"decision_id":{_e(d.decision_id)},{policy}{route}"explanation":'
+                f'{{"context":{context}{after}'
+            )
+    ex = d.explanation
+    if memo is None:
+        head = _head(d)
+    else:
+        key = d._answer_fields()
+        head = memo.get(key) or _remember(memo, key, _head(d))
     if ex.compact:  # as the record stores it (see Explanation.to_dict), in to_dict's order
         brief = _brief(d, ex, members)
         return f'{{"decision_id":{_e(d.decision_id)},{head}"explanation":{brief}{end}'
