@@ -78,9 +78,8 @@ def test_the_kept_homes_replay_the_same_read_as_stored(name: str, tmp_path: Path
     assert [seq for seq, _, _ in _stored(home)] == seqs  # every record, in order, in pages
 
 
-@settings(
+@settings(  # a health check list replaces the suite profile's, so it names too_slow again
     max_examples=25,
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
