@@ -1,5 +1,10 @@
 """The benchmark command line: pick benchmarks, run them, print the table, write the JSON file.
 
+Each benchmark runs in a Python process of its own, started after ``os.sync()`` has written
+out what the benchmarks before it left in the page cache: no benchmark inherits another's heap,
+caches, open databases or pending disk writes, so a full run measures each as ``--only NAME``
+does, whatever ran before it. (``--same-process`` runs them all in this one, for a profiler.)
+
 A ``--quick`` run measures at smoke sizes, which no target is stated for: its table prints
 every target as not applicable, and its count of missed targets is 0.
 
@@ -13,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Sequence
@@ -41,7 +48,16 @@ from . import (
     bench_validation,
     bench_verify,
 )
-from .harness import BenchResult, CheckError, Config, format_table, machine_info
+from .harness import (
+    BenchResult,
+    CheckError,
+    Config,
+    Figure,
+    Growth,
+    format_table,
+    machine_info,
+    subprocess_env,
+)
 
 __all__ = ["BENCHMARKS", "DEFAULT_OUT", "main"]
 
@@ -90,6 +106,13 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_OUT,
         help="JSON result file (default: benchmarks/results/latest.json)",
     )
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="run every benchmark in this process (for a profiler), not each in its own",
+    )
+    # A benchmark's own process: run NAME alone and write its result to a JSON file.
+    parser.add_argument("--child", nargs=2, metavar=("NAME", "RESULT"), help=argparse.SUPPRESS)
     return parser
 
 
@@ -103,6 +126,51 @@ def _run_one(bench: ModuleType, cfg: Config) -> BenchResult:
         res = BenchResult(name=bench.NAME, title=bench.TITLE, error=traceback.format_exc())
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _result_of(doc: dict[str, Any]) -> BenchResult:
+    """A :class:`BenchResult` read back from its ``to_dict()`` JSON."""
+    return BenchResult(
+        **{
+            **doc,
+            "figures": [Figure(**f) for f in doc["figures"]],
+            "growth": [
+                Growth(what=g["what"], unit=g["unit"], points=[tuple(p) for p in g["points"]])
+                for g in doc["growth"]
+            ],
+        }
+    )
+
+
+def _run_isolated(bench: ModuleType, cfg: Config) -> BenchResult:
+    """``bench`` run in a fresh process (see the module docstring), after ``os.sync()``."""
+    if hasattr(os, "sync"):
+        os.sync()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rensei-bench-result-") as tmp:
+        out = Path(tmp, "result.json")
+        flags = [flag for flag, on in (("--quick", cfg.quick), ("--large", cfg.large)) if on]
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks", *flags, "--child", bench.NAME, str(out)],
+            env=subprocess_env(),
+            check=False,
+        )
+        if out.exists():
+            return _result_of(json.loads(out.read_text(encoding="utf-8")))
+    return BenchResult(
+        name=bench.NAME,
+        title=bench.TITLE,
+        error=f"its process exited with status {done.returncode} before writing a result",
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _child(name: str, out: Path, cfg: Config) -> int:
+    """Run the benchmark ``name`` in this process and write its result to ``out``."""
+    bench = {b.NAME: b for b in BENCHMARKS}[name]
+    res = _run_one(bench, cfg)
+    out.write_text(json.dumps(res.to_dict()) + "\n", encoding="utf-8")
+    return 0
 
 
 def _targets(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
@@ -125,6 +193,11 @@ def _targets(results: Sequence[BenchResult]) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cfg = Config(quick=args.quick, large=args.large)
+    if args.child:
+        if args.child[0] not in {b.NAME for b in BENCHMARKS}:
+            _parser().error(f"no benchmark named {args.child[0]!r}")
+        return _child(args.child[0], Path(args.child[1]), cfg)
+    run = _run_one if args.same_process else _run_isolated
     selected = [b for b in BENCHMARKS if args.only is None or b.NAME in args.only]
     machine = machine_info()
     mode = "quick" if cfg.quick else ("full + large" if cfg.large else "full")
@@ -138,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[BenchResult] = []
     for i, bench in enumerate(selected, 1):
         print(f"[{i}/{len(selected)}] {bench.NAME}: {bench.TITLE}", file=sys.stderr, flush=True)
-        res = _run_one(bench, cfg)
+        res = run(bench, cfg)
         if cfg.quick:  # every target is stated for a full run's sizes
             for fig in res.figures:
                 fig.not_applicable()
