@@ -371,7 +371,7 @@ class Enforcer(SeamService):
                 arm_seq=canary.arm_seq,
             ):
                 outcome.stale = True
-                return iter(())
+                return []
             # Only a refusal can newly trip the rate (an answer that is not one adds a decision
             # and no refusal), so the window is counted only then, or for a trip's record.
             decisions = refusals = 0
@@ -403,7 +403,7 @@ class Enforcer(SeamService):
                     detail=None if not corrupt else "the pinned revision does not load",
                 )
                 pairs.append((recorded_at, encode_payload(trip, redactor)))
-            return iter(pairs)
+            return pairs  # a list: the append links it at once
 
         return build
 
