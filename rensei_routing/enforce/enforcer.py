@@ -119,7 +119,9 @@ class _Outcome:
 class Enforcer(SeamService):
     """Answers spawns of one initialised home against its armed canaries, live: an arm, disarm
     or trip by any process applies from the next call. Opens the database only when the hint
-    says something may be armed; keeps its connections and the pinned revisions it loaded.
+    says something may be armed; keeps its connections, the pinned revisions it loaded, and
+    per question asked (a spawn and the stage its seam's classifier named) the route, the
+    decision under each pin and that decision's record but its time.
 
     Raises (constructor):
         HomeError: the home is not initialised.
