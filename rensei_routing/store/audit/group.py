@@ -152,6 +152,7 @@ class Committer:
         "_cond",
         "_deadline",
         "_leader",
+        "_lock",
         "_missing",
         "_queue",
         "_recent",
@@ -163,7 +164,7 @@ class Committer:
     )
 
     def __init__(self) -> None:
-        lock = threading.Lock()
+        self._lock = lock = threading.Lock()  # taken directly: a C-level ``with``
         self._cond = threading.Condition(lock)  # a job is done, or no leader: callers wait
         self._arrived = threading.Condition(lock)  # a job was queued: the leader may wait
         self._queue: list[Job] = []
@@ -190,7 +191,7 @@ class Committer:
         """Queue ``job`` and return once it is done (its outcome set on it): committed by
         whichever caller leads, or by this one on ``log``'s writer connection."""
         me = job.caller = threading.get_ident()
-        with self._cond:
+        with self._lock:
             if self._leader == me:
                 raise StoreError(
                     "cannot append to the audit log from inside an append's transaction"
@@ -217,7 +218,7 @@ class Committer:
         try:
             commit(log, batch, self._take_queued, queue=self)
         finally:
-            with self._cond:
+            with self._lock:
                 self.last_s = time.monotonic() - start - self._waited
                 for j in batch:
                     if not j.committed and j.error is None:  # the leader was interrupted
@@ -233,7 +234,7 @@ class Committer:
         (whether there was one), up to :data:`MAX_JOBS` in all. With none queued, it first
         waits for a caller of the last transaction that this one lacks (see the module
         docstring), until the deadline set when it became the leader."""
-        with self._cond:
+        with self._lock:
             room = MAX_JOBS - len(batch)
             if room <= 0:
                 return False
