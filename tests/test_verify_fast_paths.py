@@ -313,3 +313,19 @@ def test_a_damaged_row_reaches_the_walk_as_the_plain_rows_bring_it(log_path: Pat
     for bad in (fast, plain):
         result = walk_range(iter(bad), {}, expected=0, prev=GENESIS_HASH, parsed_below=0)
         assert (result.first_broken_seq, result.reason) == (300, "unparseable-record")
+
+
+@settings(max_examples=30, deadline=None)
+@given(start=st.one_of(st.sampled_from([0, 1, 31, 32, 255, 4095]), st.integers(0, 5_000)))
+def test_one_leaf_at_a_time_adds_exactly_the_hashes_leaf_by_leaf_adds(start: int) -> None:
+    """A live append adds one record hash per call: its own path, held to the reference over
+    a run of such calls (each subtree it completes, up to the one the run ends in)."""
+    edge = _edge_at(start)
+    fast = treecheck.Extender(list(edge), start)
+    plain = treecheck.Extender(list(edge), start)
+    for at in range(start, start + 300):
+        fast.add([HASHES[at]])
+        plain.add_plain([HASHES[at]])
+        assert fast.take() == plain.take()
+        assert fast.size == plain.size == at + 1
+    assert fast._edge == plain._edge

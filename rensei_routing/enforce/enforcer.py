@@ -31,7 +31,12 @@ from ..core.enforce.bound import (
     bound_of,
     transport_bound,
 )
-from ..core.enforce.records import encode_decision_record, trip_record
+from ..core.enforce.records import (
+    RecordTemplate,
+    decision_template,
+    encode_decision_record,
+    trip_record,
+)
 from ..core.enforce.route import ENFORCED, LEGACY_COMPATIBLE, EnforcedRoute
 from ..core.enforce.trip import (
     DEFAULT_TRIP_WINDOW_S,
@@ -52,11 +57,11 @@ from ..core.routing.ids import ScanMemo
 from ..core.routing.policy import PolicySnapshot
 from ..core.routing.resolver import RECORD_TRACE, explain
 from ..core.routing.vocabulary import DEFAULT_VOCABULARY, Vocabulary
-from ..core.shadow.compare import ActualRoute
+from ..core.shadow.compare import ActualRoute, Stage
 from ..core.shadow.facts import micros_of
-from ..core.shadow.spawn import Spawn
+from ..core.shadow.spawn import Spawn, spawn_route
 from ..errors import EnforcementRefused, NotFoundError, StoreError
-from ..plugins.manager import SeamRegistry
+from ..plugins.manager import SeamRegistry, safe_classify
 from ..shadow.recorder import utc_now
 from ..shadow.seam import SeamService
 from ..store import enforcement as state
@@ -77,6 +82,27 @@ _RETRIES: Final = 3
 #: in this many of an Enforcer's (its first included), and at every refusal (before the window
 #: is counted); the count only reads rows inside the window, so the ones left are never counted.
 FORGET_EVERY: Final = 64
+#: The most questions (a spawn and the stage its seam's classifier named) an Enforcer keeps
+#: the route and decisions of (all forgotten when it is full).
+ASKED_LIMIT: Final = 256
+
+#: A kept decision: the decision, its answer, account and model, and its record's template
+#: (``None``: the record takes the plain path).
+_Made = tuple[RouteDecision, str, str | None, str | None, RecordTemplate | None]
+
+
+class _Asked:
+    """One question asked before: the seam it was routed at, its context and actual route
+    (:func:`spawn_route` of the spawn, that seam and the deciding stage), and the decisions
+    made on it, by pin (repository, revision, policy hash)."""
+
+    __slots__ = ("actual", "context", "made", "seam")
+
+    def __init__(self, seam: object, context: RouteContext, actual: ActualRoute) -> None:
+        self.seam = seam
+        self.context = context
+        self.actual = actual
+        self.made: dict[tuple[str, int, str], _Made] = {}
 
 
 class _Outcome:
@@ -93,7 +119,9 @@ class _Outcome:
 class Enforcer(SeamService):
     """Answers spawns of one initialised home against its armed canaries, live: an arm, disarm
     or trip by any process applies from the next call. Opens the database only when the hint
-    says something may be armed; keeps its connections and the pinned revisions it loaded.
+    says something may be armed; keeps its connections, the pinned revisions it loaded, and
+    per question asked (a spawn and the stage its seam's classifier named) the route, the
+    decision under each pin and that decision's record but its time.
 
     Raises (constructor):
         HomeError: the home is not initialised.
@@ -101,7 +129,7 @@ class Enforcer(SeamService):
         OSError: the hint file cannot be created or mapped.
     """
 
-    __slots__ = ("_armed", "_hint", "_loaded", "_noted", "_scan")
+    __slots__ = ("_armed", "_asked", "_hint", "_loaded", "_noted", "_scan")
 
     def __init__(
         self,
@@ -119,6 +147,8 @@ class Enforcer(SeamService):
         #: (the same arm), so only an answer of "not governed" needs them read afresh.
         self._armed: dict[str, Canary] | None = None
         self._noted = 0  # the decisions this Enforcer has recorded
+        #: The questions asked before, by spawn and deciding stage (see :meth:`_route`).
+        self._asked: dict[tuple[Spawn, Stage], _Asked] = {}
         self._scan = ScanMemo(redactor)  # the redaction pre-check of its records' strings
         home.info()
         armed_now = False
@@ -147,7 +177,7 @@ class Enforcer(SeamService):
     def _governed(self, spawn: Spawn) -> EnforcedRoute | NotGoverned:
         if self._hint is _CLOSED:
             raise StoreError("this Enforcer is closed")
-        routed: tuple[RouteContext, ActualRoute] | None = None
+        routed: _Asked | None = None
         reads = 0
         while True:
             armed = self._armed
@@ -163,51 +193,76 @@ class Enforcer(SeamService):
                     continue
                 return bound
             if routed is None:
-                routed = self.route(spawn)
-            outside = transport_bound(routed[1].transport)
+                routed = self._route(spawn)
+            outside = transport_bound(routed.actual.transport)
             if outside is not None:
                 if not reads:  # answered only from canaries read for this call
                     self._armed = None
                     continue
                 return outside
-            answer = self._decide(spawn, bound, *routed)
+            answer = self._decide(spawn, bound, routed)
             if answer is not None:
                 return answer
             self._armed = None  # the canary changed before the write: read them again
 
-    def _decide(
-        self, spawn: Spawn, canary: Canary, context: RouteContext, actual: ActualRoute
-    ) -> EnforcedRoute | None:
+    def _route(self, spawn: Spawn) -> _Asked:
+        """:meth:`route` of ``spawn``, kept: the seam's classifier runs at every call (a
+        plugin's), and its context and actual route (pure functions of the spawn, the seam and
+        the stage the classifier named) are the ones kept for the same question at the same
+        seam.
+
+        Raises:
+            UnknownSeamError: the spawn's seam is not registered.
+        """
+        seam = self._registry.get(spawn.seam)
+        deciding = safe_classify(self._registry, seam.name, spawn.resolved_stages(seam))
+        key = (spawn, deciding)
+        try:
+            asked = self._asked.get(key)
+        except TypeError:  # a value built by hand that does not hash: nothing kept
+            return _Asked(seam, *spawn_route(spawn, seam, deciding))
+        if asked is None or asked.seam is not seam:
+            asked = _Asked(seam, *spawn_route(spawn, seam, deciding))
+            if len(self._asked) >= ASKED_LIMIT:
+                self._asked.clear()
+            self._asked[key] = asked
+        return asked
+
+    def _decide(self, spawn: Spawn, canary: Canary, asked: _Asked) -> EnforcedRoute | None:
         """Decide under the pinned revision and record it; ``None`` when the canary changed
         before the record could be written (nothing written: the caller reads again)."""
+        actual = asked.actual
         snapshot = self._pinned(canary)
-        decision = explain(
-            context,
-            PolicySnapshot.empty() if snapshot is None else snapshot,
-            snapshot_state=STATE_CORRUPT if snapshot is None else STATE_OK,
-            vocabulary=self._vocabulary,
-            redactor=self._redactor,
-            trace=RECORD_TRACE,
-        )
-        answer, account, model = _answer(decision, actual)
+        # Deciding is pure (the context, the pinned snapshot, this Enforcer's vocabulary and
+        # redactor), and so is the record but its time: the same question under the same pin
+        # is answered and written from what the first one left.
+        pin = (canary.repo, canary.revision, canary.policy_hash)
+        made = None if snapshot is None else asked.made.get(pin)
+        if made is None:
+            made = self._make(spawn, canary, snapshot, asked.context, actual)
+            if snapshot is not None:
+                if len(asked.made) >= ASKED_LIMIT:
+                    asked.made.clear()
+                asked.made[pin] = made
+        decision, answer, account, model, template = made
         recorded_at = self._clock()
-        # Encoded here, not in the append's builder: the builder runs in the write transaction,
-        # which the appends of every thread share (a commit's leader runs them one after another).
-        encoded = encode_decision_record(
-            self._redactor,
-            self._scan,
-            recorded_at=recorded_at,
-            seam=spawn.seam,
-            principal_id=spawn.principal_id,
-            repo=canary.repo,
-            answer=answer,
-            provider=actual.provider,
-            account_id=account,
-            model=model,
-            revision=canary.revision,
-            policy_hash=canary.policy_hash,
-            decision=decision,
-        )
+        encoded = None if template is None else template.encode(self._redactor, recorded_at)
+        if encoded is None:
+            encoded = encode_decision_record(
+                self._redactor,
+                self._scan,
+                recorded_at=recorded_at,
+                seam=spawn.seam,
+                principal_id=spawn.principal_id,
+                repo=canary.repo,
+                answer=answer,
+                provider=actual.provider,
+                account_id=account,
+                model=model,
+                revision=canary.revision,
+                policy_hash=canary.policy_hash,
+                decision=decision,
+            )
         outcome = _Outcome()
         refused = answer in (HELD, REJECTED)
         build = self._writer(
@@ -247,6 +302,44 @@ class Enforcer(SeamService):
             seq=seq,
         )
 
+    def _make(
+        self,
+        spawn: Spawn,
+        canary: Canary,
+        snapshot: PolicySnapshot | None,
+        context: RouteContext,
+        actual: ActualRoute,
+    ) -> _Made:
+        """The decision on ``context`` under the pinned ``snapshot`` (``None``: it does not
+        load), its answer, and its record's template (``None``: the record takes the plain
+        path, see :func:`decision_template`)."""
+        decision = explain(
+            context,
+            PolicySnapshot.empty() if snapshot is None else snapshot,
+            snapshot_state=STATE_CORRUPT if snapshot is None else STATE_OK,
+            vocabulary=self._vocabulary,
+            redactor=self._redactor,
+            trace=RECORD_TRACE,
+        )
+        answer, account, model = _answer(decision, actual)
+        # Written here, not in the append's builder: the builder runs in the write transaction,
+        # which the appends of every thread share (a commit's leader runs them one after another).
+        template = decision_template(
+            self._redactor,
+            self._scan,
+            seam=spawn.seam,
+            principal_id=spawn.principal_id,
+            repo=canary.repo,
+            answer=answer,
+            provider=actual.provider,
+            account_id=account,
+            model=model,
+            revision=canary.revision,
+            policy_hash=canary.policy_hash,
+            decision=decision,
+        )
+        return decision, answer, account, model, template
+
     def _writer(
         self,
         canary: Canary,
@@ -280,7 +373,7 @@ class Enforcer(SeamService):
                 arm_seq=canary.arm_seq,
             ):
                 outcome.stale = True
-                return iter(())
+                return []
             # Only a refusal can newly trip the rate (an answer that is not one adds a decision
             # and no refusal), so the window is counted only then, or for a trip's record.
             decisions = refusals = 0
@@ -312,7 +405,7 @@ class Enforcer(SeamService):
                     detail=None if not corrupt else "the pinned revision does not load",
                 )
                 pairs.append((recorded_at, encode_payload(trip, redactor)))
-            return iter(pairs)
+            return pairs  # a list: the append links it at once
 
         return build
 
@@ -349,6 +442,7 @@ class Enforcer(SeamService):
             self._hint.close()
         self._hint = _CLOSED
         self._loaded.clear()
+        self._asked.clear()
         self._armed = None
 
 

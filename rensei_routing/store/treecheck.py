@@ -180,16 +180,20 @@ class Extender:
             TypeError: a record hash is not a string.
         """
         hashes = record_hashes if type(record_hashes) is list else list(record_hashes)
+        if len(hashes) == 1:  # one record (a live append's): its leaf and the nodes it completes
+            leaf = _BLOCK_COPY(_LEAF_START)
+            _BLOCK_UPDATE(leaf, _UNHEX(_DROP(hashes[0], SHA256_PREFIX)))
+            self._join(_BLOCK_DIGEST(leaf), 0)
+            return
         leaves = list(map(_BLOCK_COPY, itertools.repeat(_LEAF_START, len(hashes))))
         _drain(map(_BLOCK_UPDATE, leaves, map(_UNHEX, map(_DROP, hashes, _PREFIXES))))
         level = list(map(_BLOCK_DIGEST, leaves))
-        n, edge, out = self.size, self._edge, self._pending
+        out = self._pending
         at = 0
-        for height in blocks(n, len(level)):
+        for height in blocks(self.size, len(level)):
             width = 1 << height
             if height == 0:
                 h = level[at]
-                out += h
             else:
                 nodes = level[at : at + width]
                 row = nodes
@@ -198,17 +202,24 @@ class Extender:
                     nodes += row
                 out += b"".join(_in_postorder(height)(nodes))
                 h = row[0]
-            # the subtree's root joins the edge, as leaf ``n + width - 1`` completes it
-            lv, m = height, n >> height
-            while m & 1:
-                h = _SHA(_NODE + edge[lv] + h).digest()
-                out += h
-                lv += 1
-                m >>= 1
-            edge[lv] = h
-            n += width
+            self._join(h, height)  # the subtree's root joins the edge
             at += width
-        self.size = n
+
+    def _join(self, h: bytes, height: int) -> None:
+        """The root ``h`` of the complete subtree of ``2**height`` leaves that starts at leaf
+        ``size`` joins the edge, as its last leaf completes it: the nodes it completes are
+        hashed and stored after it (a leaf is stored here, a larger subtree by the caller)."""
+        out, edge = self._pending, self._edge
+        if not height:
+            out += h
+        lv, m = height, self.size >> height
+        while m & 1:
+            h = _SHA(_NODE + edge[lv] + h).digest()
+            out += h
+            lv += 1
+            m >>= 1
+        edge[lv] = h
+        self.size += 1 << height
 
     def add_plain(self, record_hashes: Iterable[str]) -> None:
         """:meth:`add`, one leaf at a time (the reference for it).

@@ -27,8 +27,10 @@ __all__ = [
     "SCHEMA_VERSION",
     "TRIP_ACTOR",
     "TRIP_RECORD",
+    "RecordTemplate",
     "arm_record",
     "decision_record",
+    "decision_template",
     "disarm_record",
     "encode_decision_record",
     "enforced_view",
@@ -140,6 +142,111 @@ def encode_decision_record(
     ``scan`` (a memo of ``redactor``'s, kept across calls) answers the redaction pre-check from
     the strings the record holds, each scanned once per memo (see :class:`ScanMemo`); without
     it the record's whole text is scanned, as :func:`encode_payload_plain` does."""
+    fields: dict[str, Any] = {
+        "seam": seam,
+        "principal_id": principal_id,
+        "repo": repo,
+        "answer": answer,
+        "provider": provider,
+        "account_id": account_id,
+        "model": model,
+        "revision": revision,
+        "policy_hash": policy_hash,
+        "decision": decision,
+    }
+    data: bytes | None = None
+    if scan is None:
+        template = _template(redactor, None, **fields)
+        if template is not None:
+            data = template.splice(recorded_at)
+            if data is not None and redactor.might_match(data.decode("utf-8")):
+                data = None  # the whole text is scanned, as the plain encoder does
+    else:
+        template = decision_template(redactor, scan, **fields)
+        data = None if template is None else template.encode(redactor, recorded_at)
+    if data is not None:
+        return data
+    return encode_payload_plain(decision_record(recorded_at=recorded_at, **fields), redactor)
+
+
+class RecordTemplate:
+    """The stored bytes of one enforced decision's record around its time: every request with
+    the same decision, envelope and redactor stores ``head`` + the time's JSON string +
+    ``tail`` (:func:`decision_template` makes one; :meth:`encode` writes a record from it)."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self, head: bytes, tail: bytes) -> None:
+        self.head = head
+        self.tail = tail
+
+    def splice(self, recorded_at: str) -> bytes | None:
+        """The record's bytes at ``recorded_at`` (``None``: a lone surrogate in it)."""
+        try:
+            return b"".join((self.head, json_string(recorded_at).encode("utf-8"), self.tail))
+        except UnicodeEncodeError:  # the plain encoder's fallback decides
+            return None
+
+    def encode(self, redactor: Redactor, recorded_at: str) -> bytes | None:
+        """:func:`encode_decision_record`'s bytes at ``recorded_at``, or ``None`` when the
+        redactor might change the time (the caller takes the plain path)."""
+        if redactor.might_match(recorded_at):
+            return None
+        return self.splice(recorded_at)
+
+
+def decision_template(
+    redactor: Redactor,
+    scan: ScanMemo,
+    *,
+    seam: str,
+    principal_id: str | None,
+    repo: str,
+    answer: str,
+    provider: str,
+    account_id: str | None,
+    model: str | None,
+    revision: int,
+    policy_hash: str,
+    decision: RouteDecision,
+) -> RecordTemplate | None:
+    """The record of :func:`encode_decision_record` with these values, whatever its time, or
+    ``None`` when the redactor might change one of its strings but the time (``scan``
+    answers the pre-check) or a value is outside what is written directly: such a record
+    takes the plain path."""
+    return _template(
+        redactor,
+        scan,
+        seam=seam,
+        principal_id=principal_id,
+        repo=repo,
+        answer=answer,
+        provider=provider,
+        account_id=account_id,
+        model=model,
+        revision=revision,
+        policy_hash=policy_hash,
+        decision=decision,
+    )
+
+
+def _template(
+    redactor: Redactor,
+    scan: ScanMemo | None,
+    *,
+    seam: str,
+    principal_id: str | None,
+    repo: str,
+    answer: str,
+    provider: str,
+    account_id: str | None,
+    model: str | None,
+    revision: int,
+    policy_hash: str,
+    decision: RouteDecision,
+) -> RecordTemplate | None:
+    """:func:`decision_template`; with no ``scan`` no string is checked here (the caller
+    scans the whole text)."""
     envelope: dict[str, Any] = {}
     _envelope(
         envelope,
@@ -153,48 +260,28 @@ def encode_decision_record(
         _implied_of(answer, decision),
     )
     _lineage(envelope, decision, revision, policy_hash)
-    if scan is None:
-        suspect = False  # the whole text is scanned below
-    else:
-        # Every string of the record: the decision's, then the envelope's keys and values (a
-        # value that varies per call, the time, is scanned without being remembered).
-        suspect = (
-            scan.record_may_redact(decision, None)
-            or scan.may_redact(ENVELOPE_KEYS)
-            or scan.may_redact(
-                (DECISION_RECORD, seam, answer, principal_id, repo, provider, account_id, model)
-            )
-            or scan.may_redact((policy_hash,))
-            or redactor.might_match(recorded_at)
+    # Every string of the record but its time: the decision's, then the envelope's keys and
+    # values.
+    if scan is not None and (
+        scan.record_may_redact(decision, None)
+        or scan.may_redact(ENVELOPE_KEYS)
+        or scan.may_redact(
+            (DECISION_RECORD, seam, answer, principal_id, repo, provider, account_id, model)
         )
-    data = None if suspect else _direct(envelope, recorded_at, seam, answer, decision)
-    if data is not None and (scan is not None or not redactor.might_match(data.decode("utf-8"))):
-        return data
-    return encode_payload_plain(
-        decision_record(
-            recorded_at=recorded_at,
-            seam=seam,
-            principal_id=principal_id,
-            repo=repo,
-            answer=answer,
-            provider=provider,
-            account_id=account_id,
-            model=model,
-            revision=revision,
-            policy_hash=policy_hash,
-            decision=decision,
-        ),
-        redactor,
-    )
+        or scan.may_redact((policy_hash,))
+    ):
+        return None
+    return _direct(envelope, seam, answer, decision)
 
 
 def _direct(
-    envelope: dict[str, Any], recorded_at: str, seam: str, answer: str, decision: RouteDecision
-) -> bytes | None:
-    """The record's RFC 8785 bytes, written in its members' order (``answer``, ``decision``,
-    ``lineage``, ``principal_id``, ``record_type``, ``recorded_at``, ``repo``, ``route``,
-    ``schema_version``, ``seam``; the optional ones as ``envelope`` holds them), or ``None``
-    for a value outside what this writes (it is left to the plain encoder)."""
+    envelope: dict[str, Any], seam: str, answer: str, decision: RouteDecision
+) -> RecordTemplate | None:
+    """The record's RFC 8785 bytes before and after its time, written in its members' order
+    (``answer``, ``decision``, ``lineage``, ``principal_id``, ``record_type``, ``recorded_at``,
+    ``repo``, ``route``, ``schema_version``, ``seam``; the optional ones as ``envelope`` holds
+    them), or ``None`` for a value outside what this writes (it is left to the plain
+    encoder)."""
     if not envelope.keys() <= _DIRECT_KEYS:
         return None
     lineage = envelope.get("lineage")
@@ -211,7 +298,9 @@ def _direct(
         parts += (',"lineage":{', ",".join(members), "}")
     if "principal_id" in envelope:
         parts += (',"principal_id":', json_string(envelope["principal_id"]))
-    parts += (',"record_type":"', DECISION_RECORD, '","recorded_at":', json_string(recorded_at))
+    parts += (',"record_type":"', DECISION_RECORD, '","recorded_at":')
+    head = "".join(parts)
+    parts = []
     if "repo" in envelope:
         parts += (',"repo":', json_string(envelope["repo"]))
     route = envelope.get("route")
@@ -220,7 +309,7 @@ def _direct(
         parts += (',"route":{', ",".join(members), "}")
     parts += (f',"schema_version":{SCHEMA_VERSION},"seam":', json_string(seam), "}")
     try:
-        return "".join(parts).encode("utf-8")
+        return RecordTemplate(head.encode("utf-8"), "".join(parts).encode("utf-8"))
     except UnicodeEncodeError:  # a lone surrogate: the plain encoder's fallback decides
         return None
 

@@ -152,17 +152,19 @@ class Committer:
         "_cond",
         "_deadline",
         "_leader",
+        "_lock",
         "_missing",
         "_queue",
         "_recent",
         "_tip",
         "_waited",
+        "_waiting",
         "generation",
         "last_s",
     )
 
     def __init__(self) -> None:
-        lock = threading.Lock()
+        self._lock = lock = threading.Lock()  # taken directly: a C-level ``with``
         self._cond = threading.Condition(lock)  # a job is done, or no leader: callers wait
         self._arrived = threading.Condition(lock)  # a job was queued: the leader may wait
         self._queue: list[Job] = []
@@ -173,6 +175,7 @@ class Committer:
         self._missing: set[int] = set()
         self._deadline = 0.0
         self._waited = 0.0  # how long the current leader waited for them, in seconds
+        self._waiting = 0  # the callers waiting on ``_cond`` (none: nobody to notify)
         #: How long the last leader's transaction took (its sync included, its waits not).
         self.last_s = 0.0
         self._tip: _Tip | None = None  # read and written by the leader only
@@ -188,7 +191,7 @@ class Committer:
         """Queue ``job`` and return once it is done (its outcome set on it): committed by
         whichever caller leads, or by this one on ``log``'s writer connection."""
         me = job.caller = threading.get_ident()
-        with self._cond:
+        with self._lock:
             if self._leader == me:
                 raise StoreError(
                     "cannot append to the audit log from inside an append's transaction"
@@ -197,7 +200,11 @@ class Committer:
             if self._missing:  # the leader may be waiting for it
                 self._arrived.notify()
             while not job.done and self._leader is not None:
-                self._cond.wait()
+                self._waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._waiting -= 1
             if job.done:
                 return
             self._leader = me
@@ -209,24 +216,25 @@ class Committer:
             self._waited = 0.0
         start = time.monotonic()
         try:
-            commit(log, batch, self._take_queued)
+            commit(log, batch, self._take_queued, queue=self)
         finally:
-            with self._cond:
+            with self._lock:
                 self.last_s = time.monotonic() - start - self._waited
                 for j in batch:
                     if not j.committed and j.error is None:  # the leader was interrupted
                         j.error = StoreError("the audit append was interrupted: nothing written")
                     j.done = True
-                self._recent = frozenset(j.caller for j in batch)
+                self._recent = frozenset([j.caller for j in batch])
                 self._leader = None
-                self._cond.notify_all()
+                if self._waiting:  # one thread appending alone wakes nobody
+                    self._cond.notify_all()
 
     def _take_queued(self, batch: list[Job]) -> bool:
         """The leader's, before it commits: move every job queued meanwhile onto ``batch``
         (whether there was one), up to :data:`MAX_JOBS` in all. With none queued, it first
         waits for a caller of the last transaction that this one lacks (see the module
         docstring), until the deadline set when it became the leader."""
-        with self._cond:
+        with self._lock:
             room = MAX_JOBS - len(batch)
             if room <= 0:
                 return False
@@ -288,14 +296,19 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def commit(
-    log: LogHandle, batch: list[Job], take: Callable[[list[Job]], bool] | None = None
+    log: LogHandle,
+    batch: list[Job],
+    take: Callable[[list[Job]], bool] | None = None,
+    *,
+    queue: Committer | None = None,
 ) -> None:
     """Run ``batch`` in one write transaction on ``log``'s writer (see the module docstring);
     sets every job's outcome, never raises for a job's own failure. ``take(batch)`` (the
     leader's :meth:`Committer._take_queued`), called once the jobs so far have run, adds the
     jobs queued meanwhile to ``batch`` and says whether it did: they run in this transaction
-    too, before its commit."""
-    queue = queue_of(log)
+    too, before its commit. ``queue`` is ``log``'s committer, when the caller holds it."""
+    if queue is None:
+        queue = queue_of(log)
     try:
         conn = log._write_conn()
     except Exception as e:  # the writer cannot be opened: nothing runs
@@ -388,6 +401,17 @@ def _run(
         if not encoded:  # the change alone (a heartbeat): nothing to link
             job.first = 0
             return
+    if job.stamped is not None:
+        pairs = job.stamped(conn, first, prev)
+        if type(pairs) is list and len(pairs) <= APPEND_CHUNK:  # one chunk (a builder's few)
+            rows = link_stamped(pairs, seq=first, prev_hash=prev)
+            if rows:
+                _insert(conn, rows, grow, compress)
+                if job.keep:
+                    job.rows.extend(rows)
+                prev = rows[-1][4]
+            job.count, job.head = len(rows), prev
+            return
     link: Callable[[int, str], list[Row]]
     if job.stamped is None:  # every record at ``recorded_at``, checked before it was queued
         blobs, at = iter(encoded), job.recorded_at
@@ -397,21 +421,31 @@ def _run(
             return link_rows(chunk, seq=seq, prev_hash=head, recorded_at=at)
 
     else:
-        pairs = iter(job.stamped(conn, first, prev))  # a list too, read once
+        chunks = iter(pairs)  # a list too, read once
 
         def link(seq: int, head: str) -> list[Row]:
             return link_stamped(
-                list(itertools.islice(pairs, APPEND_CHUNK)), seq=seq, prev_hash=head
+                list(itertools.islice(chunks, APPEND_CHUNK)), seq=seq, prev_hash=head
             )
 
     count = 0
     while rows := link(first + count, prev):
-        conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
-        if grow is not None:
-            grow.add([r[4] for r in rows])
-            grow.flush()
+        _insert(conn, rows, grow, compress)
         count += len(rows)
         prev = rows[-1][4]
         if job.keep:
             job.rows.extend(rows)
     job.count, job.head = count, prev
+
+
+def _insert(
+    conn: apsw.Connection,
+    rows: list[Row],
+    grow: tree.Appender | None,
+    compress: Callable[[bytes], bytes],
+) -> None:
+    """Insert linked ``rows`` (their payloads compressed) and grow the tree by them."""
+    conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
+    if grow is not None:
+        grow.add([r[4] for r in rows])
+        grow.flush()
