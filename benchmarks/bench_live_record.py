@@ -22,7 +22,11 @@ p50, p95 and p99 per request are reported; these rows carry no target.
   thread's records/s. The 100-policy row is printed without a target: there the default record
   still carries the full per-policy trace (~13 KB), whose encoding is CPU under the GIL, so on
   two cores the threads are bound by it, not by the syncs they share. Every answer's record is
-  checked present and the chain verifies.
+  checked present and the chain verifies. In these rows every request asks the same question
+  (one spawn, repeated), so an Enforcer answers all but its first from the question's kept
+  decision and record template (docs/enforcement.md). A further row, without a target, asks a
+  new question at every request (each spawn's principal its own), so every request decides and
+  encodes afresh: the shared commits where nothing is kept.
 
 A ``--quick`` run measures at smoke sizes: its target is printed as not applicable.
 Reproduce: ``python -m benchmarks --only live-record``.
@@ -36,10 +40,12 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from rensei_routing.core.enforce.gate import GateBar
 from rensei_routing.core.enforce.route import EnforcedRoute
+from rensei_routing.core.shadow.spawn import Spawn
 from rensei_routing.enforce import Enforcer, arm
 from rensei_routing.shadow.recorder import ShadowRecorder
 from rensei_routing.store.audit import AuditLog
@@ -150,10 +156,25 @@ def _latency_figures(
     return out
 
 
-def _rate(home: Home, threads: int, per_thread: int) -> tuple[float, list[int]]:
-    """Records/s of ``threads`` threads answering ``per_thread`` requests each (an Enforcer
-    each, opened and warmed before the clock starts), and the seqs they were answered with."""
+def _fresh_spawns(tag: str, count: int) -> list[Spawn]:
+    """``count`` spawns, each a question of its own (its principal named ``tag`` and its
+    index): no Enforcer has decided any of them before."""
     spawn = _spawn()
+    return [replace(spawn, principal_id=f"implementer-{tag}-{i}") for i in range(count)]
+
+
+def _rate(
+    home: Home, threads: int, per_thread: int, *, fresh: str | None = None
+) -> tuple[float, list[int]]:
+    """Records/s of ``threads`` threads answering ``per_thread`` requests each (an Enforcer
+    each, opened and warmed before the clock starts), and the seqs they were answered with.
+    ``fresh`` (a tag no other round uses): every request a new question
+    (:func:`_fresh_spawns`, built before the clock starts); else the same spawn every time."""
+    spawn = _spawn()
+    asks = [
+        [spawn] * per_thread if fresh is None else _fresh_spawns(f"{fresh}-{k}", per_thread)
+        for k in range(threads)
+    ]
     seqs: list[list[int]] = [[] for _ in range(threads)]
     with ExitStack() as stack:
         enforcers = [
@@ -166,8 +187,8 @@ def _rate(home: Home, threads: int, per_thread: int) -> tuple[float, list[int]]:
         def work(k: int) -> None:
             start_line.wait()
             mine, enforce = seqs[k], enforcers[k].enforce
-            for _ in range(per_thread):
-                answer = enforce(spawn)
+            for asked in asks[k]:
+                answer = enforce(asked)
                 mine.append(answer.seq if isinstance(answer, EnforcedRoute) else -1)
 
         workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
@@ -181,15 +202,18 @@ def _rate(home: Home, threads: int, per_thread: int) -> tuple[float, list[int]]:
     return threads * per_thread / elapsed, [s for mine in seqs for s in mine]
 
 
-def _threads(res: BenchResult, tmp: Path, cfg: Config, policies: int, held: bool) -> None:
-    home = _armed_home(tmp, f"threads-{policies}", policies)
+def _threads(
+    res: BenchResult, tmp: Path, cfg: Config, policies: int, held: bool, *, fresh: bool = False
+) -> None:
+    home = _armed_home(tmp, f"threads-{policies}{'-fresh' if fresh else ''}", policies)
     single = 40 if cfg.quick else 300
     each = 20 if cfg.quick else 200
     answered: list[int] = []
     rates: dict[str, list[float]] = {"one": [], "eight": []}
-    for which, threads, per in (("one", 1, single), ("eight", THREADS, each), ("one", 1, single)):
+    rounds = (("one", 1, single), ("eight", THREADS, each), ("one", 1, single))
+    for n, (which, threads, per) in enumerate(rounds):
         progress(f"{NAME}: {threads} thread(s) x {per:,} requests, {policies:,} policies")
-        rate, seqs = _rate(home, threads, per)
+        rate, seqs = _rate(home, threads, per, fresh=f"{n}" if fresh else None)
         rates[which].append(rate)
         answered += seqs
     with AuditLog.open(home) as log:
@@ -208,7 +232,8 @@ def _threads(res: BenchResult, tmp: Path, cfg: Config, policies: int, held: bool
     target = f">= {THREAD_TARGET:.0f}x"
     res.figures.append(
         Figure(
-            case=f"{THREADS} threads recording durably, {policies:,} policies",
+            case=f"{THREADS} threads recording durably, {policies:,} policies"
+            + (", a new question every request" if fresh else ""),
             value=eight,
             unit="records/s",
             baseline=one,
@@ -217,7 +242,8 @@ def _threads(res: BenchResult, tmp: Path, cfg: Config, policies: int, held: bool
             target=(target + (" (full run: n/a at --quick)" if cfg.quick else "")) if held else "",
             passed=None if cfg.quick or not held else ratio >= THREAD_TARGET,
             note=f"{THREADS} x {each:,} requests vs 1 x {single:,} (before and after, mean); "
-            "each thread an Enforcer of its own, every request a durable record",
+            "each thread an Enforcer of its own, every request a durable record"
+            + ("; each request's spawn a principal of its own: nothing kept" if fresh else ""),
         )
     )
 
@@ -244,6 +270,7 @@ def run(cfg: Config) -> BenchResult:
                 res.figures.extend(_latency_figures(row, size, ours, base, label))
         for i, policies in enumerate(THREAD_POLICIES):
             _threads(res, Path(tmp), cfg, policies, held=i == 0)
+        _threads(res, Path(tmp), cfg, THREAD_POLICIES[0], held=False, fresh=True)
     res.notes.append(
         "each request: Enforcer.enforce of one gateway spawn of acme/widgets, the canary pinned "
         "to a revision of that many policies (one claims the repository), answered after its "
