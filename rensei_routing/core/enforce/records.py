@@ -156,7 +156,7 @@ def encode_decision_record(
     }
     data: bytes | None = None
     if scan is None:
-        template = _template(redactor, None, **fields)
+        template = decision_template(redactor, None, **fields)
         if template is not None:
             data = template.splice(recorded_at)
             if data is not None and redactor.might_match(data.decode("utf-8")):
@@ -197,7 +197,7 @@ class RecordTemplate:
 
 def decision_template(
     redactor: Redactor,
-    scan: ScanMemo,
+    scan: ScanMemo | None,
     *,
     seam: str,
     principal_id: str | None,
@@ -213,40 +213,8 @@ def decision_template(
     """The record of :func:`encode_decision_record` with these values, whatever its time, or
     ``None`` when the redactor might change one of its strings but the time (``scan``
     answers the pre-check) or a value is outside what is written directly: such a record
-    takes the plain path."""
-    return _template(
-        redactor,
-        scan,
-        seam=seam,
-        principal_id=principal_id,
-        repo=repo,
-        answer=answer,
-        provider=provider,
-        account_id=account_id,
-        model=model,
-        revision=revision,
-        policy_hash=policy_hash,
-        decision=decision,
-    )
-
-
-def _template(
-    redactor: Redactor,
-    scan: ScanMemo | None,
-    *,
-    seam: str,
-    principal_id: str | None,
-    repo: str,
-    answer: str,
-    provider: str,
-    account_id: str | None,
-    model: str | None,
-    revision: int,
-    policy_hash: str,
-    decision: RouteDecision,
-) -> RecordTemplate | None:
-    """:func:`decision_template`; with no ``scan`` no string is checked here (the caller
-    scans the whole text)."""
+    takes the plain path. With no ``scan`` no string is checked here (the caller scans the
+    whole text)."""
     envelope: dict[str, Any] = {}
     _envelope(
         envelope,
