@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from .context import RouteContext
 from .explanation import (
+    COMPACT_RIVALS,
     MATCHED,
     OUTRANKED,
     POLICY_DISABLED,
@@ -39,10 +40,27 @@ from .policy import (
     rank_key,
 )
 
-__all__ = ["ALL", "Compiled", "TraceSource", "compile_index", "context_keys"]
+__all__ = [
+    "ALL",
+    "FIRST_LOOK",
+    "WINNERS_ONLY",
+    "Compiled",
+    "TraceSource",
+    "compile_index",
+    "context_keys",
+]
 
 #: "No limit" for candidate lookups (more than any snapshot holds).
 ALL: Final = 1 << 62
+
+#: Candidates read first under a compact trace: the winners and their ties, then
+#: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
+#: the first look.
+FIRST_LOOK: Final = COMPACT_RIVALS + 4
+
+#: A compact trace lists only the winners and their ties (no outranked rivals), which
+#: :meth:`Compiled.best` reads directly; otherwise :meth:`Compiled.read` takes the general loop.
+WINNERS_ONLY: Final = COMPACT_RIVALS == 0
 
 
 def context_keys(ctx: RouteContext) -> tuple[Any, ...]:
@@ -338,6 +356,48 @@ class Compiled:
             return tuple(sorted((*winners, *extra))), count + more
         # Positions are rank order: the lower first position holds the better level.
         return (extra if extra[0] < winners[0] else winners), count + more
+
+    def read(
+        self,
+        repo: str | None,
+        rest: tuple[Any, ...],
+        full: bool,
+        matches: dict[tuple[Any, ...], tuple[Sequence[int], int]],
+        bests: dict[tuple[Any, ...], tuple[tuple[int, ...], int, Any]],
+    ) -> tuple[Sequence[int], int, int, int]:
+        """``(listed, winners, unlisted, beyond)`` of a trace for the keys ``(repo, *rest)``:
+        the candidates it lists (every match under a full trace; under a compact one the
+        winners, every tie, then ``COMPACT_RIVALS`` outranked), how many of them win, and,
+        compact only, how many policies go unlisted and how many matches beyond the listed
+        ones are counted. ``matches`` and ``bests``: the batch's
+        memos of the open group's (see :meth:`lookup`, :meth:`best`)."""
+        if WINNERS_ONLY and not full:
+            # The compact trace's usual case: read as far as the ties go.
+            winning, count = self.best(repo, rest, bests)
+            return winning, len(winning), len(self.policies) - count, count - len(winning)
+        levels = self.levels
+        # The general loop: a compact trace reads only the first candidates (and counts the
+        # rest) unless ties fill the first look; a full one reads them all.
+        limit = first_look = ALL if full else FIRST_LOOK
+        while True:
+            matched, total = self.lookup(
+                repo, rest, limit, matches if limit == first_look else None
+            )
+            winners = 0
+            if matched:
+                best = levels[matched[0]]
+                for pos in matched:
+                    if levels[pos] != best:
+                        break
+                    winners += 1
+            if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
+                break
+            limit = ALL
+        if full:
+            return matched, winners, 0, 0
+        # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
+        beyond = max(0, total - winners - COMPACT_RIVALS)
+        return matched[: winners + COMPACT_RIVALS], winners, len(self.policies) - total, beyond
 
 
 def compile_index(snapshot: PolicySnapshot) -> Compiled:

@@ -43,9 +43,9 @@ from .decision import (
     decision_of,
 )
 from .eligibility import judge_accounts
-from .explanation import COMPACT_RIVALS, RejectedAccount
+from .explanation import RejectedAccount
 from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id
-from .index import ALL, Compiled, TraceSource, compile_index, context_keys
+from .index import Compiled, TraceSource, compile_index, context_keys
 from .members import CANONICAL, ModelRequirement, question_texts, repo_json
 from .policy import PolicySnapshot, RoutingAction
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
@@ -76,15 +76,6 @@ def record_trace(trace: Trace) -> Trace:
     taken as given."""
     return RECORD_TRACE if trace == "auto" else trace
 
-
-#: Candidates read first under a compact trace: the winners and their ties, then
-#: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
-#: the first look.
-_FIRST_LOOK: Final = COMPACT_RIVALS + 4
-
-#: A compact trace lists only the winners and their ties (no outranked rivals), which
-#: :meth:`~.index.Compiled.best` reads directly.
-_WINNERS_ONLY: Final = COMPACT_RIVALS == 0
 
 #: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
 _CALLS_KEPT: Final = 8
@@ -309,33 +300,6 @@ def _won(
     return won
 
 
-def _candidates(
-    compiled: Compiled, call: _Call, repo_key: str | None, rest: tuple[Any, ...]
-) -> tuple[Sequence[int], int, int]:
-    """``(matched, total, winners)`` for the keys ``(repo_key, *rest)``: the candidates read
-    (every one under a full trace; under a compact one the first few, more only when ties fill
-    the first look), how many match in all, and how many of the first tie at the best level.
-    The general path: a compact trace listing only its winners takes :meth:`Compiled.best`."""
-    levels = compiled.levels
-    # A compact trace reads only the first candidates (and counts the rest) unless ties
-    # fill the first look; a full one reads them all.
-    limit = first_look = ALL if call.full else _FIRST_LOOK
-    while True:
-        matched, total = compiled.lookup(
-            repo_key, rest, limit, call.open_matches if limit == first_look else None
-        )
-        winners = 0
-        if matched:
-            best = levels[matched[0]]
-            for pos in matched:
-                if levels[pos] != best:
-                    break
-                winners += 1
-        if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
-            return matched, total, winners
-        limit = ALL
-
-
 def _ask(
     ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
 ) -> _Answer:
@@ -353,24 +317,10 @@ def _ask(
     repo_key = repo_value if repo_version == CANONICAL else None
     levels = compiled.levels
     full_trace = call.full
-    matched: Sequence[int]
-    if _WINNERS_ONLY and not full_trace:
-        # A compact trace lists the winners (every tie) and counts the rest: the index reads
-        # as far as the ties go (see :func:`_candidates`, the general path).
-        listed, total = compiled.best(repo_key, rest, call.open_best)
-        matched = listed
-        winners = len(listed)
-        unlisted = len(compiled.policies) - total
-        beyond = total - winners
-    else:
-        matched, total, winners = _candidates(compiled, call, repo_key, rest)
-        unlisted = beyond = 0
-        if not full_trace:
-            unlisted = len(compiled.policies) - total
-            # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
-            beyond = max(0, total - winners - COMPACT_RIVALS)
-            matched = matched[: winners + COMPACT_RIVALS]
-        listed = tuple(matched)
+    matched, winners, unlisted, beyond = compiled.read(
+        repo_key, rest, full_trace, call.open_matches, call.open_best
+    )
+    listed = tuple(matched)
     last = matched[winners - 1] if winners else -1
     level = priority = policy_id = winner = model = failed = gate = None
     conflicting: tuple[str, ...] = ()
@@ -394,23 +344,8 @@ def _ask(
     if len(kept) >= MEMO_LIMIT:
         kept.clear()
     listed = kept.setdefault(listed, listed)
-    answer: _Answer = (
-        (repo_key, *rest) if full_trace else (),
-        listed,
-        unlisted,
-        beyond,
-        last,
-        level,
-        priority,
-        policy_id,
-        conflicting,
-        winner,
-        model,
-        failed,
-        gate,
-        clean,
-        piece,
-    )
+    answer: _Answer = ((repo_key, *rest) if full_trace else (), listed, unlisted, beyond, last)
+    answer += (level, priority, policy_id, conflicting, winner, model, failed, gate, clean, piece)
     questions = call.questions
     if len(questions) >= MEMO_LIMIT:
         questions.clear()
@@ -452,23 +387,8 @@ def _resolve(
             None if requirement is None else requirement.value,
         )
         answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
-    (
-        keys,
-        listed,
-        unlisted,
-        beyond,
-        last,
-        level,
-        priority,
-        policy_id,
-        conflicting,
-        winner,
-        model,
-        failed,
-        gate,
-        clean,
-        piece,
-    ) = answer
+    keys, listed, unlisted, beyond, last, level, priority = answer[:7]
+    policy_id, conflicting, winner, model, failed, gate, clean, piece = answer[7:]
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
