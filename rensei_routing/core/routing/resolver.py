@@ -45,7 +45,7 @@ from .decision import (
 from .eligibility import judge_accounts
 from .explanation import RejectedAccount
 from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id
-from .index import Compiled, TraceSource, compile_index, context_keys
+from .index import ALL, Compiled, TraceSource, compile_index, context_keys
 from .members import CANONICAL, ModelRequirement, question_texts, repo_json
 from .policy import PolicySnapshot, RoutingAction
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
@@ -317,9 +317,22 @@ def _ask(
     repo_key = repo_value if repo_version == CANONICAL else None
     levels = compiled.levels
     full_trace = call.full
-    matched, winners, unlisted, beyond = compiled.read(
-        repo_key, rest, full_trace, call.open_matches, call.open_best
-    )
+    matched: Sequence[int]
+    if full_trace:
+        # Every candidate, the winners the leading run at the best level (Compiled.read's
+        # full case, written out: the small snapshots a full trace serves ask it most).
+        matched = compiled.lookup(repo_key, rest, ALL, call.open_matches)[0]
+        winners = unlisted = beyond = 0
+        if matched:
+            best = levels[matched[0]]
+            for pos in matched:
+                if levels[pos] != best:
+                    break
+                winners += 1
+    else:
+        matched, winners, unlisted, beyond = compiled.read(
+            repo_key, rest, False, call.open_matches, call.open_best
+        )
     listed = tuple(matched)
     last = matched[winners - 1] if winners else -1
     level = priority = policy_id = winner = model = failed = gate = None
