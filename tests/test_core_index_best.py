@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain_batch
-from rensei_routing.core.routing import index
+from rensei_routing.core.routing import index, resolver
 from rensei_routing.core.routing.index import ALL, Compiled, context_keys
 
 from .strategies import context_dicts, policy_dicts
@@ -91,6 +91,7 @@ def test_a_tie_across_a_repo_and_the_open_rules_lists_both_in_rank_order() -> No
 
 def _general(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(index, "WINNERS_ONLY", False)
+    monkeypatch.setattr(resolver, "WINNERS_ONLY", False)
 
 
 @settings(max_examples=150)

@@ -45,7 +45,7 @@ from .decision import (
 from .eligibility import judge_accounts
 from .explanation import RejectedAccount
 from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id
-from .index import ALL, Compiled, TraceSource, compile_index, context_keys
+from .index import ALL, WINNERS_ONLY, Compiled, TraceSource, compile_index, context_keys
 from .members import CANONICAL, ModelRequirement, question_texts, repo_json
 from .policy import PolicySnapshot, RoutingAction
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
@@ -329,6 +329,11 @@ def _ask(
                 if levels[pos] != best:
                     break
                 winners += 1
+    elif WINNERS_ONLY:
+        # A compact trace's usual case (Compiled.read's, written out): as far as the ties go.
+        matched, total = compiled.best(repo_key, rest, call.open_best)
+        winners = len(matched)
+        unlisted, beyond = len(compiled.policies) - total, total - winners
     else:
         matched, winners, unlisted, beyond = compiled.read(
             repo_key, rest, False, call.open_matches, call.open_best
@@ -400,8 +405,8 @@ def _resolve(
             None if requirement is None else requirement.value,
         )
         answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
-    keys, listed, unlisted, beyond, last, level, priority = answer[:7]
-    policy_id, conflicting, winner, model, failed, gate, clean, piece = answer[7:]
+    (keys, listed, unlisted, beyond, last, level, priority,
+     policy_id, conflicting, winner, model, failed, gate, clean, piece) = answer  # fmt: skip
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
