@@ -1,6 +1,7 @@
-"""A snapshot's policies indexed for the resolver: candidate lookup by bitmask, and the
-per-policy trace built from it. Pure: no I/O, no clock; the index is a function of the
-immutable snapshot, kept on it (``PolicySnapshot._compiled``) once built.
+"""A snapshot's policies indexed for the resolver: candidate lookup by bitmask (every
+candidate, or as far as a compact trace's winners and their ties go), and the per-policy trace
+built from it. Pure: no I/O, no clock; the index is a function of the immutable snapshot, kept
+on it (``PolicySnapshot._compiled``) once built.
 
 For each match dimension, a bitmask of the policies whose set is empty (matches anything) and
 one per value. Bits are numbered in rank order ``(rung, -priority, id)``, so the lowest set bit
