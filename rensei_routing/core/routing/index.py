@@ -1,6 +1,7 @@
-"""A snapshot's policies indexed for the resolver: candidate lookup by bitmask, and the
-per-policy trace built from it. Pure: no I/O, no clock; the index is a function of the
-immutable snapshot, kept on it (``PolicySnapshot._compiled``) once built.
+"""A snapshot's policies indexed for the resolver: candidate lookup by bitmask (every
+candidate, or as far as a compact trace's winners and their ties go), and the per-policy trace
+built from it. Pure: no I/O, no clock; the index is a function of the immutable snapshot, kept
+on it (``PolicySnapshot._compiled``) once built.
 
 For each match dimension, a bitmask of the policies whose set is empty (matches anything) and
 one per value. Bits are numbered in rank order ``(rung, -priority, id)``, so the lowest set bit
@@ -16,6 +17,7 @@ from typing import Any, Final
 
 from .context import RouteContext
 from .explanation import (
+    COMPACT_RIVALS,
     MATCHED,
     OUTRANKED,
     POLICY_DISABLED,
@@ -39,10 +41,27 @@ from .policy import (
     rank_key,
 )
 
-__all__ = ["ALL", "Compiled", "TraceSource", "compile_index", "context_keys"]
+__all__ = [
+    "ALL",
+    "FIRST_LOOK",
+    "WINNERS_ONLY",
+    "Compiled",
+    "TraceSource",
+    "compile_index",
+    "context_keys",
+]
 
 #: "No limit" for candidate lookups (more than any snapshot holds).
 ALL: Final = 1 << 62
+
+#: Candidates read first under a compact trace: the winners and their ties, then
+#: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
+#: the first look.
+FIRST_LOOK: Final = COMPACT_RIVALS + 4
+
+#: A compact trace lists only the winners and their ties (no outranked rivals), which
+#: :meth:`Compiled.best` reads directly; otherwise :meth:`Compiled.read` takes the general loop.
+WINNERS_ONLY: Final = COMPACT_RIVALS == 0
 
 
 def context_keys(ctx: RouteContext) -> tuple[Any, ...]:
@@ -93,10 +112,16 @@ class _Group:
     so local bit order is rank order too.
     """
 
-    __slots__ = ("enabled", "lookup", "members", "wild")
+    __slots__ = ("enabled", "levels", "lookup", "members", "wild")
 
-    def __init__(self, members: Sequence[int], policies: Sequence[RoutingPolicy]) -> None:
+    def __init__(
+        self,
+        members: Sequence[int],
+        policies: Sequence[RoutingPolicy],
+        levels: Sequence[tuple[int, int]],
+    ) -> None:
         self.members = tuple(members)
+        self.levels = tuple([levels[pos] for pos in self.members])
         self.enabled = 0
         group = [policies[pos] for pos in self.members]
         for bit, policy in enumerate(group):
@@ -106,6 +131,44 @@ class _Group:
         # Tuples: a large snapshot builds thousands of groups, and the collector stops
         # tracking a tuple of plain values (its dicts hold only values and masks).
         self.wild, self.lookup = tuple(wild), tuple(lookup)
+
+    def best(self, rest: tuple[Any, ...]) -> tuple[tuple[int, ...], int, Any]:
+        """``(winners, count, level)``: the global positions of the best enabled members
+        matching ``rest`` (every one tied at the best level), how many match in all, and that
+        level (``None``: none match). :meth:`matched` read as far as the ties go, in one pass."""
+        # :meth:`matched`'s intersection, written out again (a call here is a tenth of it).
+        wild, lookup = self.wild, self.lookup
+        repo_class, role, principal, requirement, face = rest
+        mask = self.enabled & (
+            wild[0] if repo_class is None else lookup[0].get(repo_class, wild[0])
+        )
+        if mask:
+            mask &= wild[1] if role is None else lookup[1].get(role, wild[1])
+        if mask:
+            mask &= wild[2] if principal is None else lookup[2].get(principal, wild[2])
+        if mask:
+            mask &= wild[3] if requirement is None else lookup[3].get(requirement, wild[3])
+        if mask:
+            mask &= wild[4] if face is None else lookup[4].get(face, wild[4])
+        if not mask:
+            return (), 0, None
+        members, levels = self.members, self.levels
+        low = mask & -mask
+        bit = low.bit_length() - 1
+        level = levels[bit]
+        rest_mask = mask ^ low
+        if not rest_mask or levels[(rest_mask & -rest_mask).bit_length() - 1] != level:
+            # The usual case: one winner (equal levels are adjacent in rank order).
+            return (members[bit],), mask.bit_count(), level
+        winners = [members[bit]]
+        while rest_mask:
+            low = rest_mask & -rest_mask
+            bit = low.bit_length() - 1
+            if levels[bit] != level:
+                break
+            winners.append(members[bit])
+            rest_mask ^= low
+        return tuple(winners), mask.bit_count(), level
 
     def matched(self, rest: tuple[Any, ...], limit: int) -> tuple[list[int], int]:
         """Global positions of the first ``limit`` (best) enabled members matching ``rest``
@@ -147,6 +210,7 @@ class Compiled:
     __slots__ = (
         "_considered",
         "_groups",
+        "_shared",
         "by_repo",
         "calls",
         "kept",
@@ -181,8 +245,9 @@ class Compiled:
                 open_members.append(pos)
             for repo in pol.match.repo_ids:
                 self.by_repo.setdefault(repo, []).append(pos)
-        self.open = _Group(open_members, self.policies)
+        self.open = _Group(open_members, self.policies, self.levels)
         self._groups: dict[str, _Group] = {}
+        self._shared: dict[tuple[int, ...], _Group] = {}
         self._considered: dict[tuple[int, str], ConsideredPolicy] = {}
         #: The resolver's per-call state for single ``explain`` calls, kept across calls so
         #: their memos stay warm (the resolver owns the keys and the values).
@@ -242,12 +307,98 @@ class Compiled:
                 members = self.by_repo.get(repo)
                 if members is None:
                     return found, count
-                group = self._groups[repo] = _Group(members, self.policies)
+                group = self._groups[repo] = self._group(members)
             extra, more = group.matched(rest, limit)
             if extra:
                 found = tuple(sorted([*found, *extra])[:limit]) if found else tuple(extra)
                 count += more
         return found, count
+
+    def _group(self, members: list[int]) -> _Group:
+        """The group of the repo whose policies are ``members``: one per distinct list (the
+        repos one policy names share their policies' group)."""
+        key = tuple(members)
+        group = self._shared.get(key)
+        if group is None:
+            group = self._shared[key] = _Group(key, self.policies, self.levels)
+        return group
+
+    def best(
+        self,
+        repo: str | None,
+        rest: tuple[Any, ...],
+        memo: dict[tuple[Any, ...], tuple[tuple[int, ...], int, Any]],
+    ) -> tuple[tuple[int, ...], int]:
+        """``(winners, count)``: the rank positions of the best enabled policies matching the
+        keys ``(repo, *rest)`` (every one tied at the best level, in rank order) and how many
+        match in all; what :meth:`lookup` gives read as far as the ties go. ``memo`` keeps the
+        open group's by ``rest``, as :meth:`lookup`'s does."""
+        opened = memo.get(rest)
+        if opened is None:
+            if len(memo) >= MEMO_LIMIT:
+                memo.clear()
+            opened = memo[rest] = self.open.best(rest)
+        winners, count, level = opened
+        if repo is None:
+            return winners, count
+        group = self._groups.get(repo)
+        if group is None:
+            members = self.by_repo.get(repo)
+            if members is None:
+                return winners, count
+            group = self._groups[repo] = self._group(members)
+        extra, more, extra_level = group.best(rest)
+        if not more:
+            return winners, count
+        if not count:
+            return extra, more
+        if extra_level == level:
+            # Tied across the two groups (equal rungs and priorities): in rank order.
+            return tuple(sorted((*winners, *extra))), count + more
+        # Positions are rank order: the lower first position holds the better level.
+        return (extra if extra[0] < winners[0] else winners), count + more
+
+    def read(
+        self,
+        repo: str | None,
+        rest: tuple[Any, ...],
+        full: bool,
+        matches: dict[tuple[Any, ...], tuple[Sequence[int], int]],
+        bests: dict[tuple[Any, ...], tuple[tuple[int, ...], int, Any]],
+    ) -> tuple[Sequence[int], int, int, int]:
+        """``(listed, winners, unlisted, beyond)`` of a trace for the keys ``(repo, *rest)``:
+        the candidates it lists (every match under a full trace; under a compact one the
+        winners, every tie, then ``COMPACT_RIVALS`` outranked), how many of them win, and,
+        compact only, how many policies go unlisted and how many matches beyond the listed
+        ones are counted. ``matches`` and ``bests``: the batch's
+        memos of the open group's (see :meth:`lookup`, :meth:`best`)."""
+        if WINNERS_ONLY and not full:
+            # The compact trace's usual case: read as far as the ties go.
+            winning, count = self.best(repo, rest, bests)
+            return winning, len(winning), len(self.policies) - count, count - len(winning)
+        levels = self.levels
+        # The general loop: a compact trace reads only the first candidates (and counts the
+        # rest) unless ties fill the first look; a full one reads them all.
+        limit = first_look = ALL if full else FIRST_LOOK
+        while True:
+            matched, total = self.lookup(
+                repo, rest, limit, matches if limit == first_look else None
+            )
+            winners = 0
+            if matched:
+                best = levels[matched[0]]
+                for pos in matched:
+                    if levels[pos] != best:
+                        break
+                    winners += 1
+            if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
+                break
+            limit = ALL
+        if full:
+            return matched, winners, 0, 0
+        # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
+        beyond = max(0, total - winners - COMPACT_RIVALS)
+        return matched[: winners + COMPACT_RIVALS], winners, len(self.policies) - total, beyond
 
 
 def compile_index(snapshot: PolicySnapshot) -> Compiled:

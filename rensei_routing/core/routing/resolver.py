@@ -43,9 +43,9 @@ from .decision import (
     decision_of,
 )
 from .eligibility import judge_accounts
-from .explanation import COMPACT_RIVALS, RejectedAccount
+from .explanation import RejectedAccount
 from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id
-from .index import ALL, Compiled, TraceSource, compile_index, context_keys
+from .index import ALL, WINNERS_ONLY, Compiled, TraceSource, compile_index, context_keys
 from .members import CANONICAL, ModelRequirement, question_texts, repo_json
 from .policy import PolicySnapshot, RoutingAction
 from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
@@ -76,11 +76,6 @@ def record_trace(trace: Trace) -> Trace:
     taken as given."""
     return RECORD_TRACE if trace == "auto" else trace
 
-
-#: Candidates read first under a compact trace: the winners and their ties, then
-#: ``COMPACT_RIVALS`` rivals (none: they are counted); more are read only when the ties fill
-#: the first look.
-_FIRST_LOOK: Final = COMPACT_RIVALS + 4
 
 #: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
 _CALLS_KEPT: Final = 8
@@ -123,6 +118,7 @@ class _Call:
         "lanes",
         "listed",
         "memo",
+        "open_best",
         "open_matches",
         "parts",
         "questions",
@@ -150,6 +146,8 @@ class _Call:
         self.memo = ScanMemo(redactor)
         self.trace_source = TraceSource(compiled, full)
         self.open_matches: dict[tuple[Any, ...], tuple[Sequence[int], int]] = {}
+        #: The open group's best by the context's keys on dimensions 2..6 (compact traces).
+        self.open_best: dict[tuple[Any, ...], tuple[tuple[int, ...], int, Any]] = {}
         #: What a winner decides by its rank position and the requirement (see :func:`_won`).
         self.won: dict[tuple[int, str | None, str | None], tuple[Any, ...]] = {}
         self.lanes: dict[tuple[str, str, str | None], tuple[str, ...] | None] = {}
@@ -319,29 +317,27 @@ def _ask(
     repo_key = repo_value if repo_version == CANONICAL else None
     levels = compiled.levels
     full_trace = call.full
-    # A compact trace reads only the first candidates (and counts the rest) unless ties
-    # fill the first look; a full one reads them all.
-    limit = first_look = ALL if full_trace else _FIRST_LOOK
-    while True:
-        matched, total = compiled.lookup(
-            repo_key, rest, limit, call.open_matches if limit == first_look else None
-        )
-        winners = 0
+    matched: Sequence[int]
+    if full_trace:
+        # Every candidate, the winners the leading run at the best level (Compiled.read's
+        # full case, written out: the small snapshots a full trace serves ask it most).
+        matched = compiled.lookup(repo_key, rest, ALL, call.open_matches)[0]
+        winners = unlisted = beyond = 0
         if matched:
             best = levels[matched[0]]
             for pos in matched:
                 if levels[pos] != best:
                     break
                 winners += 1
-        if len(matched) == total or winners + COMPACT_RIVALS < len(matched):
-            break
-        limit = ALL
-    unlisted = beyond = 0
-    if not full_trace:
-        unlisted = len(compiled.policies) - total
-        # Bounded: the winners (every tie), then the nearest COMPACT_RIVALS outranked.
-        beyond = max(0, total - winners - COMPACT_RIVALS)
-        matched = matched[: winners + COMPACT_RIVALS]
+    elif WINNERS_ONLY:
+        # A compact trace's usual case (Compiled.read's, written out): as far as the ties go.
+        matched, total = compiled.best(repo_key, rest, call.open_best)
+        winners = len(matched)
+        unlisted, beyond = len(compiled.policies) - total, total - winners
+    else:
+        matched, winners, unlisted, beyond = compiled.read(
+            repo_key, rest, False, call.open_matches, call.open_best
+        )
     listed = tuple(matched)
     last = matched[winners - 1] if winners else -1
     level = priority = policy_id = winner = model = failed = gate = None
@@ -409,8 +405,8 @@ def _resolve(
             None if requirement is None else requirement.value,
         )
         answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
-    keys, listed, unlisted, beyond, last, level, priority = answer[:7]
-    policy_id, conflicting, winner, model, failed, gate, clean, piece = answer[7:]
+    (keys, listed, unlisted, beyond, last, level, priority,
+     policy_id, conflicting, winner, model, failed, gate, clean, piece) = answer  # fmt: skip
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
