@@ -33,8 +33,8 @@ Concurrency: one process at a time, under the segments' lock (``wait=False``: a 
 finds it held skips, the holder or the next writer past the threshold checkpoints), and the
 row is inserted only if no checkpoint of that size is stored yet (through the process's commit
 queue, in the write transaction its appends share: a write transaction of its own would wait
-behind theirs), so two writers deciding at once store one checkpoint per head (and an Ed25519 signature of the same body is the same
-bytes). A failure here is not the append's (it committed): the process stops trying, keeps the
+behind theirs), so two writers deciding at once store one checkpoint per head (and an Ed25519
+signature of the same body is the same bytes). A failure here is not the append's (it committed): the process stops trying, keeps the
 message in ``AuditLog.auto_checkpoint_error``, and the next writer past the threshold tries.
 """
 
