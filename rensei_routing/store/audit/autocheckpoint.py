@@ -29,13 +29,14 @@ seq, as it would below any checkpoint.) Records other processes appended are wal
 parsed. ``append_encoded``/``append_stamped`` (bytes the caller vouches for) are walked too,
 unless the caller says they are its own (``own=True``).
 
-Concurrency: one process at a time, under the segments' lock (``wait=False``: a writer that
-finds it held skips, the holder or the next writer past the threshold checkpoints), and the
-row is inserted only if no checkpoint of that size is stored yet (through the process's commit
-queue, in the write transaction its appends share: a write transaction of its own would wait
-behind theirs), so two writers deciding at once store one checkpoint per head (and an Ed25519
-signature of the same body is the same bytes). A failure here is not the append's (it committed): the process stops trying, keeps the
-message in ``AuditLog.auto_checkpoint_error``, and the next writer past the threshold tries.
+Concurrency: one process at a time, under the segments' lock (``wait=False``: a writer that finds
+it held skips, the holder or the next writer past the threshold checkpoints), and the row is
+inserted only if no checkpoint of that size is stored yet (through the process's commit queue, in
+the write transaction its appends share: a write transaction of its own would wait behind theirs),
+so two writers deciding at once store one checkpoint per head (and an Ed25519 signature of the same
+body is the same bytes). A failure here is not the append's (it committed): the process stops
+trying, keeps the message in ``AuditLog.auto_checkpoint_error``, and the next writer past the
+threshold tries.
 """
 
 from __future__ import annotations
