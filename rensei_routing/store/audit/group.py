@@ -4,24 +4,26 @@ inserts the records; the checks before it and the work after it (timestamps, enc
 automatic checkpoint, the rotation) stay :class:`.log.AuditLog`'s.
 
 Every append of a process (whatever :class:`.log.AuditLog` object it goes through, in whatever
-thread) becomes a :class:`Job` handed to the :class:`Committer` of its database file (keyed by
-the file's resolved path and the VFS). The first caller to find no commit running becomes the
-**leader**: it takes every job queued at that moment, its own included, and on its own log's
-writer connection runs them in one ``BEGIN IMMEDIATE`` transaction, in queue order, each inside
-its own ``SAVEPOINT``: a job that raises is rolled back alone (its caller gets its error, typed
-as before), the others go on from the head the last good job left. (A transaction's first job,
-when it is the only one, runs without a savepoint: its failure rolls the transaction back.) Then
-one ``COMMIT`` (one sync, under ``synchronous=FULL``) makes them all durable, and each caller is
-woken with its own result. Callers that queue while the leader's jobs run join its transaction:
-before it commits, the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all)
-and runs them too; only those queued during the ``COMMIT`` itself wait for the next leader,
-which takes them all. So a call still returns only once its own record is durable, and N callers
-waiting at once cost one sync, not N. When the last transaction held the jobs of several threads
-and the queue is empty before the ``COMMIT``, the leader first waits for those of them this
-transaction does not hold yet (each is likely deciding its next request), at most half as long
-as the last transaction took and never more than :data:`MAX_PAUSE_S`: without it, threads
-appending at once split into two alternating half-size groups and pay twice the syncs. One
-thread appending alone (or threads taking turns, one append at a time) never waits.
+thread) becomes a :class:`Job` handed to the :class:`Committer` of its database file (keyed by the
+file's resolved path and the VFS). The first caller to find no commit running becomes the
+**leader**: it takes every job queued at that moment, its own included, and on its own log's writer
+connection runs them in one ``BEGIN IMMEDIATE`` transaction, in queue order, each inside its own
+``SAVEPOINT``: a job that raises is rolled back alone (its caller gets its error, typed as before),
+the others go on from the head the last good job left. (A transaction's first job, when it is the
+only one, runs without a savepoint: its failure rolls the transaction back.) Then one ``COMMIT``
+(one sync, under ``synchronous=FULL``) makes them all durable, and each caller is woken with its
+own result. Callers that queue while the leader's jobs run join its transaction: before it commits,
+the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all) and runs them too; only
+those queued during the ``COMMIT`` itself wait for the next leader: the first of them, handed the
+lead when the commit is done, takes them all. Each waiting caller sleeps on a lock of its own,
+released once, when its job is done or when it is handed the lead (so a commit wakes exactly the
+callers it served, not every waiter). So a call still returns only once its own record is durable,
+and N callers waiting at once cost one sync, not N. When the last transaction held the jobs of
+several threads and the queue is empty before the ``COMMIT``, the leader first waits for those of
+them this transaction does not hold yet (each is likely deciding its next request), at most half as
+long as the last transaction took and never more than :data:`MAX_PAUSE_S`: without it, threads
+appending at once split into two alternating half-size groups and pay twice the syncs. One thread
+appending alone (or threads taking turns, one append at a time) never waits.
 
 What holds as before: seqs are given in queue order, each job's records are contiguous and
 linked to the one before; the head is known inside the write transaction, so other processes
