@@ -301,7 +301,7 @@ def test_the_leader_waits_for_a_caller_of_the_last_transaction_until_its_deadlin
 
     def queue_late() -> None:
         time.sleep(0.05)
-        with committer._lock:
+        with committer._cond:
             late.caller = 7
             committer._queue.append(late)
             committer._arrived.notify()
@@ -488,61 +488,3 @@ def test_two_processes_of_eight_threads_keep_one_chain_through_a_sigkill(tmp_pat
             for seq, who in acked:
                 assert log.get(seq).payload == {"who": who}
         assert {who[0] for who in _whos(log)} == {"a", "b"}
-
-
-class _Interrupted:
-    """A caller's wake-up lock whose wait a signal interrupts (as ``KeyboardInterrupt`` in the
-    main thread would)."""
-
-    def acquire(self) -> bool:
-        raise KeyboardInterrupt
-
-
-def test_an_interrupted_caller_leaves_the_queue_and_hands_on_a_lead_it_was_given() -> None:
-    committer = group.Committer()
-    me = threading.get_ident()
-    # Not taken by a leader yet: it leaves the queue, typed, and the leader is untouched.
-    job = group.Job(recorded_at="mine", caller=me)
-    committer._queue.append(job)
-    committer._leader = 12345
-    with pytest.raises(KeyboardInterrupt):
-        committer._wait(job, _Interrupted())
-    assert committer._queue == [] and committer._leader == 12345
-    assert job.done and isinstance(job.error, StoreError)
-    # Handed the lead as it was interrupted: the lead passes to the next caller queued, whose
-    # wake-up is released; with nobody queued, to nobody.
-    job = group.Job(recorded_at="mine", caller=me)
-    nxt = group.Job(recorded_at="next", caller=67890)
-    nxt.wake = threading.Lock()
-    nxt.wake.acquire()
-    committer._queue[:] = [job, nxt]
-    committer._leader = me
-    with pytest.raises(KeyboardInterrupt):
-        committer._wait(job, _Interrupted())
-    assert committer._queue == [nxt] and committer._leader == 67890
-    assert nxt.wake is None  # released once, by the hand-over
-    committer._queue.clear()
-    committer._leader = me
-    job = group.Job(recorded_at="mine", caller=me)
-    with pytest.raises(KeyboardInterrupt):
-        committer._wait(job, _Interrupted())
-    assert committer._leader is None
-
-
-def test_the_lead_passes_to_the_first_caller_queued_and_wakes_only_it() -> None:
-    committer = group.Committer()
-    first, second = group.Job(caller=111), group.Job(caller=222)
-    locks = [threading.Lock(), threading.Lock()]
-    for job, lock in zip((first, second), locks, strict=True):
-        lock.acquire()
-        job.wake = lock
-    committer._queue[:] = [first, second]
-    committer._leader = 999
-    committer._hand_on()
-    assert committer._leader == 111 and first.wake is None
-    assert locks[0].acquire(blocking=False)  # woken
-    assert second.wake is locks[1] and not locks[1].acquire(blocking=False)  # still asleep
-    assert committer._queue == [first, second]  # the new leader takes them
-    committer._queue.clear()
-    committer._hand_on()
-    assert committer._leader is None

@@ -4,26 +4,24 @@ inserts the records; the checks before it and the work after it (timestamps, enc
 automatic checkpoint, the rotation) stay :class:`.log.AuditLog`'s.
 
 Every append of a process (whatever :class:`.log.AuditLog` object it goes through, in whatever
-thread) becomes a :class:`Job` handed to the :class:`Committer` of its database file (keyed by the
-file's resolved path and the VFS). The first caller to find no commit running becomes the
-**leader**: it takes every job queued at that moment, its own included, and on its own log's writer
-connection runs them in one ``BEGIN IMMEDIATE`` transaction, in queue order, each inside its own
-``SAVEPOINT``: a job that raises is rolled back alone (its caller gets its error, typed as before),
-the others go on from the head the last good job left. (A transaction's first job, when it is the
-only one, runs without a savepoint: its failure rolls the transaction back.) Then one ``COMMIT``
-(one sync, under ``synchronous=FULL``) makes them all durable, and each caller is woken with its
-own result. Callers that queue while the leader's jobs run join its transaction: before it commits,
-the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all) and runs them too; only
-those queued during the ``COMMIT`` itself wait for the next leader: the first of them, handed the
-lead when the commit is done, takes them all. Each waiting caller sleeps on a lock of its own,
-released once, when its job is done or when it is handed the lead (so a commit wakes exactly the
-callers it served, not every waiter). So a call still returns only once its own record is durable,
-and N callers waiting at once cost one sync, not N. When the last transaction held the jobs of
-several threads and the queue is empty before the ``COMMIT``, the leader first waits for those of
-them this transaction does not hold yet (each is likely deciding its next request), at most half as
-long as the last transaction took and never more than :data:`MAX_PAUSE_S`: without it, threads
-appending at once split into two alternating half-size groups and pay twice the syncs. One thread
-appending alone (or threads taking turns, one append at a time) never waits.
+thread) becomes a :class:`Job` handed to the :class:`Committer` of its database file (keyed by
+the file's resolved path and the VFS). The first caller to find no commit running becomes the
+**leader**: it takes every job queued at that moment, its own included, and on its own log's
+writer connection runs them in one ``BEGIN IMMEDIATE`` transaction, in queue order, each inside
+its own ``SAVEPOINT``: a job that raises is rolled back alone (its caller gets its error, typed
+as before), the others go on from the head the last good job left. (A transaction's first job,
+when it is the only one, runs without a savepoint: its failure rolls the transaction back.) Then
+one ``COMMIT`` (one sync, under ``synchronous=FULL``) makes them all durable, and each caller is
+woken with its own result. Callers that queue while the leader's jobs run join its transaction:
+before it commits, the leader takes every job queued meanwhile (up to :data:`MAX_JOBS` in all)
+and runs them too; only those queued during the ``COMMIT`` itself wait for the next leader,
+which takes them all. So a call still returns only once its own record is durable, and N callers
+waiting at once cost one sync, not N. When the last transaction held the jobs of several threads
+and the queue is empty before the ``COMMIT``, the leader first waits for those of them this
+transaction does not hold yet (each is likely deciding its next request), at most half as long
+as the last transaction took and never more than :data:`MAX_PAUSE_S`: without it, threads
+appending at once split into two alternating half-size groups and pay twice the syncs. One
+thread appending alone (or threads taking turns, one append at a time) never waits.
 
 What holds as before: seqs are given in queue order, each job's records are contiguous and
 linked to the one before; the head is known inside the write transaction, so other processes
@@ -130,7 +128,6 @@ class Job:
     committed: bool = False
     done: bool = False
     caller: int = 0  # the thread that queued it
-    wake: Any = None  # the lock its caller sleeps on (held until the job is done or it leads)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -152,6 +149,7 @@ class Committer:
     __slots__ = (
         "__weakref__",
         "_arrived",
+        "_cond",
         "_deadline",
         "_leader",
         "_lock",
@@ -160,12 +158,14 @@ class Committer:
         "_recent",
         "_tip",
         "_waited",
+        "_waiting",
         "generation",
         "last_s",
     )
 
     def __init__(self) -> None:
         self._lock = lock = threading.Lock()  # taken directly: a C-level ``with``
+        self._cond = threading.Condition(lock)  # a job is done, or no leader: callers wait
         self._arrived = threading.Condition(lock)  # a job was queued: the leader may wait
         self._queue: list[Job] = []
         self._leader: int | None = None  # the committing thread's ident
@@ -175,6 +175,7 @@ class Committer:
         self._missing: set[int] = set()
         self._deadline = 0.0
         self._waited = 0.0  # how long the current leader waited for them, in seconds
+        self._waiting = 0  # the callers waiting on ``_cond`` (none: nobody to notify)
         #: How long the last leader's transaction took (its sync included, its waits not).
         self.last_s = 0.0
         self._tip: _Tip | None = None  # read and written by the leader only
@@ -196,39 +197,17 @@ class Committer:
                     "cannot append to the audit log from inside an append's transaction"
                 )
             self._queue.append(job)
-            if self._leader is None:
-                self._leader = me
-                wake = None
-            else:  # a leader runs: it does this job, or hands this caller the lead
-                job.wake = wake = _allocate()
-                wake.acquire()
-                if self._missing:  # the leader may be waiting for it
-                    self._arrived.notify()
-        if wake is not None:
-            self._wait(job, wake)
+            if self._missing:  # the leader may be waiting for it
+                self._arrived.notify()
+            while not job.done and self._leader is not None:
+                self._waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._waiting -= 1
             if job.done:
                 return
-        self._lead(log, job)
-
-    def _wait(self, job: Job, wake: Any) -> None:
-        """Sleep until the leader has done ``job`` or handed this caller the lead. Interrupted
-        (a signal in the main thread), the job leaves the queue if no leader has taken it yet,
-        and a lead handed over meanwhile goes to the next caller queued."""
-        try:
-            wake.acquire()
-        except BaseException:
-            with self._lock:
-                if job in self._queue:
-                    self._queue.remove(job)
-                    job.error, job.done = StoreError("the audit append was interrupted"), True
-                if self._leader == threading.get_ident():
-                    self._hand_on()
-            raise
-
-    def _lead(self, log: LogHandle, job: Job) -> None:
-        """Commit every job queued now (``job``'s among them) and those queued while it runs,
-        then wake their callers and hand the lead to the first caller queued after them."""
-        with self._lock:
+            self._leader = me
             batch, self._queue = self._queue, []
             self._missing.clear()
             if len(self._recent) > 1:  # callers at once: those not here yet may be coming
@@ -246,22 +225,9 @@ class Committer:
                         j.error = StoreError("the audit append was interrupted: nothing written")
                     j.done = True
                 self._recent = frozenset([j.caller for j in batch])
-                self._hand_on()
-            for j in batch:
-                if j.wake is not None:
-                    j.wake.release()
-
-    def _hand_on(self) -> None:
-        """Under the lock: the lead passes to the first caller queued (woken to take it), or
-        to nobody when none is."""
-        if self._queue:
-            first = self._queue[0]
-            self._leader = first.caller
-            assert first.wake is not None  # queued while a leader ran: it sleeps on its own lock
-            first.wake.release()
-            first.wake = None  # woken once: the leader's own job is released by nobody
-        else:
-            self._leader = None
+                self._leader = None
+                if self._waiting:  # one thread appending alone wakes nobody
+                    self._cond.notify_all()
 
     def _take_queued(self, batch: list[Job]) -> bool:
         """The leader's, before it commits: move every job queued meanwhile onto ``batch``
@@ -289,8 +255,6 @@ class Committer:
             self._missing.difference_update(j.caller for j in taken)
             return True
 
-
-_allocate = threading.Lock  # a caller's wake-up: one lock of its own, taken before it sleeps
 
 #: How many forks this process is from the one that imported this module: a committer made
 #: before a fork is never used after it (a lock it held stays held in the child).
