@@ -27,7 +27,10 @@ p50, p95 and p99 per request are reported; these rows carry no target.
   (one spawn, repeated), so an Enforcer answers all but its first from the question's kept
   decision and record template (docs/enforcement.md). A further row, without a target, asks a
   new question at every request (each spawn's principal its own), so every request decides and
-  encodes afresh: the shared commits where nothing is kept.
+  encodes afresh: the shared commits where nothing is kept. A last row, also without a target,
+sets ``[audit] checkpoint_every = 1000`` on its home, so the threads pass automatic checkpoints
+while they record: each is signed after the append that reaches it and stored in the write
+transaction the threads share, and the row checks they all were.
 
 A ``--quick`` run measures at smoke sizes: its target is printed as not applicable.
 Reproduce: ``python -m benchmarks --only live-record``.
@@ -67,6 +70,8 @@ THREAD_POLICIES = (1_000, 100)
 #: Eight threads recording durably: at least this many times one thread's records/s.
 THREAD_TARGET = 4.0
 WARM = 20
+#: The row whose threads pass automatic checkpoints: one every this many records.
+CHECKPOINT_ROW_EVERY = 1_000
 
 
 def _armed_home(root: Path, name: str, policies: int) -> Home:
@@ -204,9 +209,19 @@ def _rate(
 
 
 def _threads(
-    res: BenchResult, tmp: Path, cfg: Config, policies: int, held: bool, *, fresh: bool = False
+    res: BenchResult,
+    tmp: Path,
+    cfg: Config,
+    policies: int,
+    held: bool,
+    *,
+    fresh: bool = False,
+    checkpoint_every: int | None = None,
 ) -> None:
-    home = _armed_home(tmp, f"threads-{policies}{'-fresh' if fresh else ''}", policies)
+    tag = "-fresh" if fresh else f"-cp{checkpoint_every}" if checkpoint_every else ""
+    home = _armed_home(tmp, f"threads-{policies}{tag}", policies)
+    if checkpoint_every is not None:
+        home.config_path.write_text(f"[audit]\ncheckpoint_every = {checkpoint_every}\n")
     single = 40 if cfg.quick else 300
     each = 20 if cfg.quick else 200
     answered: list[int] = []
@@ -219,6 +234,12 @@ def _threads(
         answered += seqs
     with AuditLog.open(home) as log:
         stored = {r.seq: r.payload.get("record_type") for r in log.records()}
+        if checkpoint_every is not None:
+            signed = log._read_conn().execute("SELECT count(*) FROM audit_checkpoints").get
+            res.check(
+                int(signed) >= log.count() // checkpoint_every,
+                f"an automatic checkpoint stored every {checkpoint_every:,} records",
+            )
         res.check(
             -1 not in answered and len(set(answered)) == len(answered),
             f"{len(answered):,} requests answered, each with a record of its own",
@@ -234,7 +255,12 @@ def _threads(
     res.figures.append(
         Figure(
             case=f"{THREADS} threads recording durably, {policies:,} policies"
-            + (", a new question every request" if fresh else ""),
+            + (", a new question every request" if fresh else "")
+            + (
+                f", an automatic checkpoint every {checkpoint_every:,} records"
+                if checkpoint_every
+                else ""
+            ),
             value=eight,
             unit="records/s",
             baseline=one,
@@ -272,6 +298,14 @@ def run(cfg: Config) -> BenchResult:
         for i, policies in enumerate(THREAD_POLICIES):
             _threads(res, Path(tmp), cfg, policies, held=i == 0)
         _threads(res, Path(tmp), cfg, THREAD_POLICIES[0], held=False, fresh=True)
+        _threads(
+            res,
+            Path(tmp),
+            cfg,
+            THREAD_POLICIES[0],
+            held=False,
+            checkpoint_every=CHECKPOINT_ROW_EVERY // (10 if cfg.quick else 1),
+        )
     res.notes.append(
         "each request: Enforcer.enforce of one gateway spawn of acme/widgets, the canary pinned "
         "to a revision of that many policies (one claims the repository), answered after its "

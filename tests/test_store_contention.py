@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from rensei_routing.cli import cli
 from rensei_routing.errors import BusyTimeoutError, HomeError
-from rensei_routing.store import db, practice
+from rensei_routing.store import busy, db, practice
 from rensei_routing.store.audit import AuditLog
 from rensei_routing.store.home import Home
 from rensei_routing.store.locks import parse_proc_locks
@@ -219,12 +219,12 @@ def test_busy_timeout_comes_from_the_home_config(tmp_path: Path) -> None:
     assert home.connect_options().busy_timeout_ms == 2500
     conn = home.connect()
     try:
-        assert conn.pragma("busy_timeout") == 2500
+        assert busy.busy_timeout_ms(conn) == 2500
     finally:
         conn.close()
     with AuditLog.open(home) as log:
-        assert log._read_conn().pragma("busy_timeout") == 2500
-        assert log._write_conn().pragma("busy_timeout") == 2500
+        assert busy.busy_timeout_ms(log._read_conn()) == 2500
+        assert busy.busy_timeout_ms(log._write_conn()) == 2500
 
 
 @pytest.mark.parametrize(

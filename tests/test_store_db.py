@@ -11,7 +11,7 @@ import pytest
 
 import rensei_routing
 from rensei_routing.errors import SchemaVersionError, StoreError
-from rensei_routing.store import db, practice
+from rensei_routing.store import busy, db, practice
 
 from .conftest import read_only_view
 
@@ -30,7 +30,7 @@ def test_every_connection_gets_wal_full_sync_and_best_practice(tmp_path: Path, w
         assert conn.pragma("synchronous") == 2  # FULL
         assert conn.pragma("foreign_keys") == 1
         assert conn.pragma("recursive_triggers") == 1
-        assert conn.pragma("busy_timeout") == db.DEFAULT_BUSY_TIMEOUT_MS  # not apsw's 100 ms
+        assert busy.busy_timeout_ms(conn) == db.DEFAULT_BUSY_TIMEOUT_MS  # not apsw's 100 ms
         assert conn.pragma("application_id") == db.APPLICATION_ID
         assert conn.pragma("user_version") == db.SCHEMA_VERSION
         assert conn.transaction_mode == ("IMMEDIATE" if write else "DEFERRED")

@@ -1,8 +1,10 @@
 """Opening the home SQLite database with apsw: per-connection settings, identity check, migrations.
 Owns the schema; must not hold business logic, and never touches process-wide apsw state.
 
-Every connection is made by :func:`_connection`, which sets the busy timeout before any
-statement runs, so no first read (WAL recovery, the schema check) fails on a lock without waiting.
+Every connection is made by :func:`_connection`, which sets its busy handler before any
+statement runs, so no first read (WAL recovery, the schema check) fails on a lock without
+waiting; the handler waits as SQLite's own does, but with the interpreter lock released
+(:mod:`.busy` says why).
 Each then gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no
 double-quoted strings, ...) applied to it alone and ``PRAGMA synchronous=FULL`` (a commit that
 returned survives power loss, so a lost commit can never look like tampering); writers also get
@@ -35,7 +37,7 @@ import apsw
 
 from ..core.timestamps import format_age
 from ..errors import BusyTimeoutError, DiskFullError, SchemaVersionError, StoreError
-from . import practice
+from . import busy, practice
 from .codec import Codec, migrate_dictionaries
 from .locks import describe_holders
 from .practice import BEST_PRACTICE
@@ -424,10 +426,11 @@ def connect(
 
 
 def _connection(name: str, flags: int, busy_timeout_ms: int, vfs: str | None) -> apsw.Connection:
-    """The one place a connection is made: its busy timeout is set before any statement runs,
-    so no first read (WAL recovery, the schema check) ever fails on a lock without waiting."""
+    """The one place a connection is made: its busy handler (:mod:`.busy`) is set before
+    any statement runs, so no first read (WAL recovery, the schema check) ever fails on a lock
+    without waiting, and no wait holds the interpreter lock."""
     conn = apsw.Connection(name, flags=flags, vfs=vfs)
-    conn.set_busy_timeout(busy_timeout_ms)
+    busy.wait_patiently(conn, busy_timeout_ms)
     return conn
 
 

@@ -29,12 +29,14 @@ seq, as it would below any checkpoint.) Records other processes appended are wal
 parsed. ``append_encoded``/``append_stamped`` (bytes the caller vouches for) are walked too,
 unless the caller says they are its own (``own=True``).
 
-Concurrency: one process at a time, under the segments' lock (``wait=False``: a writer that
-finds it held skips, the holder or the next writer past the threshold checkpoints), and the
-row is inserted only if no checkpoint of that size is stored yet, so two writers deciding at
-once store one checkpoint per head (and an Ed25519 signature of the same body is the same
-bytes). A failure here is not the append's (it committed): the process stops trying, keeps the
-message in ``AuditLog.auto_checkpoint_error``, and the next writer past the threshold tries.
+Concurrency: one process at a time, under the segments' lock (``wait=False``: a writer that finds
+it held skips, the holder or the next writer past the threshold checkpoints), and the row is
+inserted only if no checkpoint of that size is stored yet (through the process's commit queue, in
+the write transaction its appends share: a write transaction of its own would wait behind theirs),
+so two writers deciding at once store one checkpoint per head (and an Ed25519 signature of the same
+body is the same bytes). A failure here is not the append's (it committed): the process stops
+trying, keeps the message in ``AuditLog.auto_checkpoint_error``, and the next writer past the
+threshold tries.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from ...core.audit.verdict import Reason
 from ...errors import AuditError, CheckpointFormatError, RenseiRoutingError
 from ..codec import FUNCTION
 from ..home import Home
-from . import tree
+from . import group, tree
 from .attest import sign
 from .handle import LogHandle
 from .rotation import _key, audit_record_count
@@ -169,16 +171,21 @@ def _checkpoint(log: LogHandle, every: int) -> Checkpoint | None:
             f"{result.reason} ({result.detail})"
         )
     cp = sign(key, log.origin, result.records_checked, result.head_hash, STRICT_PAYLOADS, root)
-    writer = log._write_conn()
-    try:
-        with writer:
-            writer.execute(
-                "INSERT INTO audit_checkpoints(size, head_hash, note) SELECT ?, ?, ? "
-                "WHERE NOT EXISTS (SELECT 1 FROM audit_checkpoints WHERE size = ?)",
-                (cp.size, result.head_hash, cp.to_text(), cp.size),
-            )
-    except apsw.Error as e:
-        raise log._write_failed("cannot store the automatic checkpoint", e) from e
+
+    def store(conn: apsw.Connection) -> tuple[()]:
+        conn.execute(
+            "INSERT INTO audit_checkpoints(size, head_hash, note) SELECT ?, ?, ? "
+            "WHERE NOT EXISTS (SELECT 1 FROM audit_checkpoints WHERE size = ?)",
+            (cp.size, result.head_hash, cp.to_text(), cp.size),
+        )
+        return ()  # a change alone: no record
+
+    # Stored through the commit queue, in a transaction the appends of this process share: a
+    # write transaction of its own would wait for theirs, which follow one another back to back.
+    job = group.Job(within=store)
+    group.queue_of(log).run(log, job)
+    if job.error is not None:
+        raise job.error
     log._checkpointed = max(log._checkpointed, cp.size)
     log._vouched = [v for v in log._vouched if v[1] >= cp.size]
     return cp
