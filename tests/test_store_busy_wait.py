@@ -9,6 +9,10 @@ real threads."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -159,3 +163,50 @@ def test_threads_appending_while_one_stores_an_automatic_checkpoint_never_stall(
         assert len(sizes) >= threads * each // 40 - 1 and all(s >= 40 for s in sizes)
         result = log.verify()
         assert result.ok and result.records_checked == threads * each
+
+
+_HOLDER = """
+import sys, time
+import apsw
+conn = apsw.Connection(sys.argv[1])
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO audit_checkpoints(size, head_hash, note) VALUES (-1, 'x', 'x')")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("how", ["append", "execute"])
+def test_ctrl_c_ends_a_wait_at_once_as_a_keyboard_interrupt(tmp_path: Path, how: str) -> None:
+    """A lock held by another process, the main thread waiting for it with a 20 s timeout (an
+    audit append, whose transaction begins under ``with conn:``, or a plain statement): a SIGINT
+    ends the wait as ``KeyboardInterrupt``, not a busy timeout, and nothing is written."""
+    home = Home(tmp_path / "h")
+    home.init(org="acme")
+    home.config_path.write_text("[store]\nbusy_timeout = 20\n")
+    path = home.db_path
+    log = AuditLog.open(home)
+    log.append({"first": True}, recorded_at=T)  # its writer is open before the lock is taken
+    waiter = db.connect(path, write=True, busy_timeout_ms=20_000)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            if how == "append":
+                log.append({"second": True}, recorded_at=T)
+            else:
+                waiter.execute("INSERT INTO meta(key, value) VALUES ('x', 'y')")
+        assert time.monotonic() - start < 5
+    finally:
+        timer.cancel()
+        holder.kill()
+        holder.communicate()
+    waiter.close()
+    log.close()
+    with AuditLog.open(home) as log:
+        assert log.count() == 1 and log.verify().ok

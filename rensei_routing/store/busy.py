@@ -8,7 +8,9 @@ of this process holding the write lock on another connection then cannot run the
 to commit, and the waiter waits its whole timeout and fails: eight threads appending while one
 of them stored an automatic checkpoint stalled their process 30 s at a time. With this handler
 the waiter sleeps with the interpreter lock released, and the holder finishes. The handler runs
-only when a lock is busy: an uncontended statement never calls it.
+only when a lock is busy: an uncontended statement never calls it. A Ctrl-C during a wait ends
+it at once (SQLite's own wait held it off until the timeout); :func:`.db.store_error` raises it
+again where apsw reports it as a busy error.
 """
 
 from __future__ import annotations

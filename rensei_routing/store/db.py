@@ -518,7 +518,9 @@ def store_error(what: str, error: Exception, db_path: Path | str, *, hint: str =
 
     A full disk is a :class:`DiskFullError` naming the home; a lock held past the busy timeout
     is a :class:`BusyTimeoutError` naming the holder (where the OS can tell) and what to do;
-    anything else a :class:`StoreError` with SQLite's message.
+    anything else a :class:`StoreError` with SQLite's message. A wait for a lock that Ctrl-C
+    ended (apsw reports it as a busy error under ``with conn:``) raises the
+    ``KeyboardInterrupt`` again.
     """
     path = Path(db_path)
     home = path.parent
@@ -532,6 +534,8 @@ def store_error(what: str, error: Exception, db_path: Path | str, *, hint: str =
             "disk, or raise the database size limit, then retry); nothing was written"
         )
     if isinstance(error, apsw.BusyError):
+        if isinstance(error.__context__, KeyboardInterrupt):  # Ctrl-C ended the wait
+            raise error.__context__
         which = "it" if str(path) in what else str(path)
         return BusyTimeoutError(
             f"{what}: {which} stayed locked longer than the busy timeout"
