@@ -211,3 +211,49 @@ def test_stop_ends_the_server_even_when_the_wake_up_pipe_fails() -> None:
     assert not server._thread.is_alive()
     with pytest.raises(FetchError):
         fetch_snapshot(f"http://127.0.0.1:{server.port}", token="t", timeout_s=2)
+
+
+def test_stopping_while_a_worker_finishes_a_response_leaves_it_a_usable_wake_up_pipe(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker that has sent its response wakes the loop one last time; here ``stop(drain_s=0)``
+    runs between its check that the connection is open and that wake-up (held there until the
+    loop has ended, as a loaded machine can). The wake-up pipe must still be open: it was closed
+    with the loop's connections, and waitress logged "Exception when servicing" with a
+    traceback (and a closed descriptor may already be another file's). The pipe is closed by
+    ``stop`` once the worker is done."""
+    import os
+
+    from rensei_routing.control.listener import serve_in_thread as serve_app
+
+    answered = threading.Event()
+    pulling = threading.Event()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        start_response("200 OK", [("Content-Length", "2")])
+        answered.set()
+        return [b"ok"]
+
+    server = serve_app(app, host="127.0.0.1", port=0)
+    trigger = server._server.trigger
+    pipe = list(trigger._fds)
+    pull = server._server.pull_trigger
+
+    def late_pull(*args: Any) -> None:
+        if answered.is_set() and threading.current_thread().name.startswith("waitress"):
+            pulling.set()
+            server._thread.join(10)  # the loop has ended (and closed what it closes)
+        pull(*args)
+
+    server._server.pull_trigger = late_pull
+    caplog.set_level("INFO", logger="waitress")
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=10) as response:
+        assert response.read() == b"ok"
+    assert pulling.wait(10)
+    server.stop(drain_s=0, timeout=10)
+    assert not server._thread.is_alive()
+    assert not [r for r in caplog.records if "Exception when servicing" in r.getMessage()]
+    assert trigger._closed  # closed by stop, after the worker
+    for fd in pipe:
+        with pytest.raises(OSError):
+            os.fstat(fd)

@@ -193,6 +193,13 @@ class RunningServer:
             for channel in list(self._server.active_channels.values()):
                 with contextlib.suppress(OSError):
                     channel.handle_close()  # closes its buffers too (close_all does not)
+            # The wake-up pipe outlives the loop: a worker finishing a response pulls it, and
+            # a closed pipe's descriptor may already be another file's. :meth:`stop` closes it
+            # once the workers are done.
+            trigger = self._server.trigger
+            for fd, dispatcher in list(self._map.items()):
+                if dispatcher is trigger:
+                    del self._map[fd]
             wasyncore.close_all(self._map, ignore_all=True)
 
     def _drain(self) -> None:
@@ -229,7 +236,13 @@ class RunningServer:
         with contextlib.suppress(OSError):
             self._server.trigger.pull_trigger()
         self._thread.join(timeout + drain + _POLL_S)
-        self._server.task_dispatcher.shutdown()
+        dispatcher = self._server.task_dispatcher
+        dispatcher.shutdown()
+        # Closed only when neither the loop polls it nor a worker can pull it: a worker still
+        # running past the shutdown's wait keeps it open (a pipe left, never a stray write).
+        if not self._thread.is_alive() and not dispatcher.threads:
+            with contextlib.suppress(OSError):
+                self._server.trigger.close()
 
 
 def serve_in_thread(
