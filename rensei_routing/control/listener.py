@@ -5,7 +5,9 @@ Owns three promises (docs/operations.md "Serving"):
 
 - **Sockets belong to the loop thread.** Only the loop thread opens, polls and closes them.
   :meth:`RunningServer.stop` sets a flag and wakes the loop; if the wake-up pipe is unusable the
-  loop sees the flag at its next poll timeout (one second) and closes everything itself.
+  loop sees the flag at its next poll timeout (one second) and closes everything itself. The
+  wake-up pipe, which the workers write to as well, is closed by :meth:`RunningServer.stop`
+  once the loop and the workers are done.
 - **Stopping drains.** The loop closes the listening socket, closes idle and half-received
   connections, lets every connection with a request in flight send its whole response, and
   ends when none is left or the drain deadline passes (then it closes what remains).
