@@ -323,6 +323,20 @@ class Compiled:
             group = self._shared[key] = _Group(key, self.policies, self.levels)
         return group
 
+    def group_of(self, repo: str | None) -> _Group | None:
+        """The group of the policies naming the canonical repo id ``repo``, or ``None`` when
+        no policy names it (or there is none): its candidates are the open group's alone. Two
+        repos have the same candidates for any other keys exactly when this is the same."""
+        if repo is None:
+            return None
+        group = self._groups.get(repo)
+        if group is None:
+            members = self.by_repo.get(repo)
+            if members is None:
+                return None
+            group = self._groups[repo] = self._group(members)
+        return group
+
     def best(
         self,
         repo: str | None,
@@ -333,20 +347,23 @@ class Compiled:
         keys ``(repo, *rest)`` (every one tied at the best level, in rank order) and how many
         match in all; what :meth:`lookup` gives read as far as the ties go. ``memo`` keeps the
         open group's by ``rest``, as :meth:`lookup`'s does."""
+        return self.best_in(self.group_of(repo), rest, memo)
+
+    def best_in(
+        self,
+        group: _Group | None,
+        rest: tuple[Any, ...],
+        memo: dict[tuple[Any, ...], tuple[tuple[int, ...], int, Any]],
+    ) -> tuple[tuple[int, ...], int]:
+        """:meth:`best` of a repo whose :meth:`group_of` is ``group``."""
         opened = memo.get(rest)
         if opened is None:
             if len(memo) >= MEMO_LIMIT:
                 memo.clear()
             opened = memo[rest] = self.open.best(rest)
         winners, count, level = opened
-        if repo is None:
-            return winners, count
-        group = self._groups.get(repo)
         if group is None:
-            members = self.by_repo.get(repo)
-            if members is None:
-                return winners, count
-            group = self._groups[repo] = self._group(members)
+            return winners, count
         extra, more, extra_level = group.best(rest)
         if not more:
             return winners, count
@@ -428,6 +445,10 @@ class TraceSource:
             return tuple(
                 compiled.considered(pos, MATCHED if pos <= last else OUTRANKED) for pos in matched
             )
+        if not keys:
+            # A batch's decisions share their answers across repos and keep no keys: the
+            # context's own, read now.
+            keys = context_keys(context)
         found = set(matched)
         out = []
         for pos, policy in enumerate(compiled.policies):

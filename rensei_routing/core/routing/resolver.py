@@ -111,17 +111,17 @@ class _Call:
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
     __slots__ = (
+        "answered",
+        "answers",
         "full",
         "gates",
         "ids",
         "judged",
         "lanes",
-        "listed",
         "memo",
         "open_best",
         "open_matches",
         "parts",
-        "questions",
         "redactor",
         "rejections",
         "repos",
@@ -159,14 +159,18 @@ class _Call:
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
         ] = {}
-        #: Answers by question (see :func:`_resolve`): a batch's repeat even when its contexts
-        #: are distinct (the accounts and the legacy route are not part of the question).
-        self.questions: dict[tuple[str | None, ...], _Answer] = {}
+        #: Answers by question (see :func:`_resolve`): one dict of them per repo group (the
+        #: policies naming a repo; ``None``: none), by the question's other members, so the
+        #: repos naming the same policies share their answers (the repo's own text is added per
+        #: decision), and a batch's questions repeat even when its contexts are distinct (the
+        #: accounts and the legacy route are not part of the question). ``answered`` counts
+        #: them all: at :data:`MEMO_LIMIT` every dict is emptied.
+        self.answers: dict[Any, dict[tuple[str | None, ...], _Answer]] = {}
+        self.answered = 0
         #: What a question's members but its repo decide (see :func:`_part`).
         self.parts: dict[tuple[str | None, ...], tuple[Any, ...]] = {}
         #: What a repo decides (see :func:`_repo`), and one object per distinct candidate list.
-        self.repos: dict[tuple[str | None, str | None], tuple[Any, ...]] = {}
-        self.listed: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.repos: dict[tuple[str | None, str | None], _Repo] = {}
         # One object per distinct gate: memo keys compare them by identity.
         self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         #: The id's fast path: the preimage's pieces that repeat (:class:`~.ids.IdPieces`).
@@ -226,38 +230,53 @@ def _model_step(
 
 
 #: What a context's question (all but its accounts and legacy route) decides on one call's
-#: snapshot: ``(keys, listed, unlisted, beyond, last, level, priority, policy_id, conflicting,
-#: winner, model, failed, gate, clean)``, the first five the explanation's trace (``keys``
-#: empty for a compact one, which never reads them: its decisions keep no copy), the rest
-#: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
-#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor,
-#: ``winner`` its rank position; then ``piece``, the UTF-8 of the question's part of the id
-#: preimage (:func:`~.ids.id_question`). Flat, and only strings, numbers and tuples of them: the
-#: collector stops tracking an answer in the young generations, so a batch's kept answers
-#: never reach the old one (whose full collections walk every context and decision).
+#: snapshot, its repo given by the repo's group (see :meth:`~.index.Compiled.group_of`):
+#: ``(listed, unlisted, beyond, last, level, priority, policy_id, conflicting, winner, model,
+#: failed, gate, won_clean, clean, before, after)``, the first four the explanation's trace (a
+#: full one reads the context's keys from the context), the next nine the winner's (none:
+#: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate`` its
+#: accounts' ``(lock, pool, lane)``, ``won_clean`` its strings known clean for the redactor,
+#: ``winner`` its rank position; then the members' (see :data:`_Part`): ``clean``, their
+#: strings known clean, and ``before`` and ``after``, the UTF-8 of the question's part of the
+#: id preimage (:func:`~.ids.id_question`) around the repo's text. Flat, and only strings,
+#: numbers and tuples of them: the collector stops tracking an answer in the young
+#: generations, so a batch's kept answers never reach the old one (whose full collections
+#: walk every context and decision).
 _Answer = tuple[Any, ...]
 #: A corrupt snapshot's: nothing asked.
-_UNANSWERED = ((), (), 0, 0, -1, None, None, None, (), None, None, None, None, False, b"")
+_UNANSWERED = ((), 0, 0, -1, None, None, None, (), None, None, None, None, False, False, b"", b"")
+
+#: What a repo decides (see :func:`_repo`): ``(text, clean, answers, key, group)``.
+_Repo = tuple[Any, ...]
+#: The repo key of a context without one.
+_NO_REPO: Final = (None, None)
+#: A corrupt snapshot's repo: nothing asked.
+_UNASKED: Final[_Repo] = (b"null", False, {}, None, None)
 
 
 #: What a question's members other than its repo decide, kept by them (see :func:`_part`):
-#: ``(rest, before, after, clean)``, ``rest`` the context's keys on dimensions 2..6 (see
-#: :func:`~.index.context_keys`), ``before`` and ``after`` the UTF-8 of the id's question
-#: piece around the repo's text (:func:`~.members.question_texts`), ``clean`` whether those
-#: members' strings are known clean for the redactor. Flat, like :data:`_Answer`.
+#: ``(rest, tail, opened)``, ``rest`` the context's keys on dimensions 2..6 (see
+#: :func:`~.index.context_keys`), ``tail`` the end of its :data:`_Answer` (``(clean, before,
+#: after)``: whether those members' strings are known clean for the redactor, and the UTF-8 of
+#: the id's question piece around the repo's text, :func:`~.members.question_texts`),
+#: ``opened`` the open group's best for ``rest`` (:meth:`~.index._Group.best`). Flat, like
+#: :data:`_Answer`.
 _Part = tuple[Any, ...]
 
 
-def _part(ctx: RouteContext, call: _Call, members: tuple[str | None, ...]) -> _Part:
+def _part(
+    ctx: RouteContext, compiled: Compiled, call: _Call, members: tuple[str | None, ...]
+) -> _Part:
     """The :data:`_Part` of ``ctx``, whose question's members but its repo are ``members``."""
     before, after = question_texts(
         ctx.model_requirement, ctx.principal_id, ctx.repo_class, ctx.request_face, ctx.role
     )
+    rest = context_keys(ctx)[1:]
+    clean = not call.memo.may_redact((*members, call.state))
     part: _Part = (
-        context_keys(ctx)[1:],
-        before.encode("utf-8"),
-        after.encode("utf-8"),
-        not call.memo.may_redact((*members, call.state)),
+        rest,
+        (clean, before.encode("utf-8"), after.encode("utf-8")),
+        compiled.open.best(rest),
     )
     parts = call.parts
     if len(parts) >= MEMO_LIMIT:
@@ -266,10 +285,26 @@ def _part(ctx: RouteContext, call: _Call, members: tuple[str | None, ...]) -> _P
     return part
 
 
-def _repo(ctx: RouteContext, call: _Call, repo: tuple[str | None, str | None]) -> tuple[Any, ...]:
-    """``(text, clean)`` of ``ctx``'s repo (given as ``repo``, its value and version): the UTF-8
-    of its JSON text in the id's question piece, and whether its strings are known clean."""
-    kept = (repo_json(ctx.repo).encode("utf-8"), not call.memo.may_redact(repo))
+def _repo(
+    ctx: RouteContext, compiled: Compiled, call: _Call, repo: tuple[str | None, str | None]
+) -> _Repo:
+    """``(text, clean, answers, key, group)`` of ``ctx``'s repo (given as ``repo``, its value
+    and version): the UTF-8 of its JSON text in the id's question piece, whether its strings
+    are known clean, the answers kept for its group (see :attr:`_Call.answers`), its key on
+    the repo dimension (its value when canonical) and its group."""
+    value, version = repo
+    key = value if version == CANONICAL else None
+    group = compiled.group_of(key)
+    answers = call.answers.get(group)
+    if answers is None:
+        answers = call.answers[group] = {}
+    kept = (
+        repo_json(ctx.repo).encode("utf-8"),
+        not call.memo.may_redact(repo),
+        answers,
+        key,
+        group,
+    )
     repos = call.repos
     if len(repos) >= MEMO_LIMIT:
         repos.clear()
@@ -301,42 +336,53 @@ def _won(
 
 
 def _ask(
-    ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
+    ctx: RouteContext,
+    compiled: Compiled,
+    call: _Call,
+    repo: _Repo,
+    members: tuple[str | None, ...],
 ) -> _Answer:
     """Steps 1 to 4 of SEMANTICS ``explain`` for ``ctx``, and the model half of step 5 for the
-    winning policy: the :data:`_Answer`, remembered by ``question`` (``ctx``'s members it
-    depends on, as given)."""
+    winning policy: the :data:`_Answer`, remembered in its repo's group's answers (``repo``,
+    see :func:`_repo`) by ``members`` (``ctx``'s other members it depends on, as given)."""
     # What the question's members but its repo decide repeats across a batch even where
     # whole questions do not (a large snapshot names thousands of repositories).
-    principal, repo_class, role, face, repo_value, repo_version, kind, value = question
-    members = (principal, repo_class, role, face, kind, value)
-    part = call.parts.get(members) or _part(ctx, call, members)
-    rest, before, after, part_clean = part
-    repo = (repo_value, repo_version)
-    texts = call.repos.get(repo) or _repo(ctx, call, repo)
-    repo_key = repo_value if repo_version == CANONICAL else None
-    levels = compiled.levels
-    full_trace = call.full
+    rest, tail, opened = call.parts.get(members) or _part(ctx, compiled, call, members)
     matched: Sequence[int]
-    if full_trace:
+    if call.full:
         # Every candidate, the winners the leading run at the best level (Compiled.read's
         # full case, written out: the small snapshots a full trace serves ask it most).
-        matched = compiled.lookup(repo_key, rest, ALL, call.open_matches)[0]
+        matched = compiled.lookup(repo[3], rest, ALL, call.open_matches)[0]
         winners = unlisted = beyond = 0
         if matched:
+            levels = compiled.levels
             best = levels[matched[0]]
             for pos in matched:
                 if levels[pos] != best:
                     break
                 winners += 1
     elif WINNERS_ONLY:
-        # A compact trace's usual case (Compiled.read's, written out): as far as the ties go.
-        matched, total = compiled.best(repo_key, rest, call.open_best)
+        # A compact trace's usual case (Compiled.best_in's, written out: the open group's
+        # best is kept with the members): as far as the ties go.
+        matched, total, level = opened
+        group = repo[4]
+        if group is not None:
+            extra, more, extra_level = group.best(rest)
+            if more:
+                if not total:
+                    matched = extra
+                elif extra_level == level:
+                    # Tied across the two groups (equal rungs and priorities): in rank order.
+                    matched = tuple(sorted((*matched, *extra)))
+                elif extra[0] < matched[0]:
+                    # Positions are rank order: the lower first holds the better level.
+                    matched = extra
+                total += more
         winners = len(matched)
         unlisted, beyond = len(compiled.policies) - total, total - winners
     else:
         matched, winners, unlisted, beyond = compiled.read(
-            repo_key, rest, False, call.open_matches, call.open_best
+            repo[3], rest, False, call.open_matches, call.open_best
         )
     listed = tuple(matched)
     last = matched[winners - 1] if winners else -1
@@ -345,29 +391,23 @@ def _ask(
     won_clean = True
     if winners:
         policies = compiled.policies
-        level, priority = levels[matched[0]]
+        level, priority = compiled.levels[matched[0]]
         if winners > 1 and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1:
             conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
         else:
             winner = matched[0]
             # What the winner decides depends only on it and the requirement, which repeat.
-            key = (winner, kind, value)
+            key = (winner, members[4], members[5])
             won = call.won.get(key) or _won(ctx, compiled, call, key)
             policy_id, model, failed, gate, won_clean = won
-    clean = part_clean and texts[1] and won_clean
-    piece = before + texts[0] + after
-    # One object per distinct list of candidates, so a batch's answers share them (and the
-    # collector sees no new container for a list it saw before).
-    kept = call.listed
-    if len(kept) >= MEMO_LIMIT:
-        kept.clear()
-    listed = kept.setdefault(listed, listed)
-    answer: _Answer = ((repo_key, *rest) if full_trace else (), listed, unlisted, beyond, last)
-    answer += (level, priority, policy_id, conflicting, winner, model, failed, gate, clean, piece)
-    questions = call.questions
-    if len(questions) >= MEMO_LIMIT:
-        questions.clear()
-    questions[question] = answer
+    answer: _Answer = (listed, unlisted, beyond, last, level, priority, policy_id, conflicting)
+    answer += (winner, model, failed, gate, won_clean, *tail)
+    if call.answered >= MEMO_LIMIT:
+        for kept_answers in call.answers.values():
+            kept_answers.clear()
+        call.answered = 0
+    call.answered += 1
+    repo[2][members] = answer
     return answer
 
 
@@ -391,22 +431,24 @@ def _resolve(
     trace_source: TraceSource | None = call.trace_source
     if state == STATE_CORRUPT:
         answer = _UNANSWERED
+        kept = _UNASKED
     else:
-        # The question: the members the answer depends on, as given.
+        # The question: the members the answer depends on, as given: the repo (by its group),
+        # then the others.
         repo, requirement = ctx.repo, ctx.model_requirement
-        question = (
+        repo_id = _NO_REPO if repo is None else (repo.value, repo.version)
+        kept = call.repos.get(repo_id) or _repo(ctx, compiled, call, repo_id)
+        members = (
             ctx.principal_id,
             ctx.repo_class,
             ctx.role,
             ctx.request_face,
-            None if repo is None else repo.value,
-            None if repo is None else repo.version,
             None if requirement is None else requirement.kind,
             None if requirement is None else requirement.value,
         )
-        answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
-    (keys, listed, unlisted, beyond, last, level, priority,
-     policy_id, conflicting, winner, model, failed, gate, clean, piece) = answer  # fmt: skip
+        answer = kept[2].get(members) or _ask(ctx, compiled, call, kept, members)
+    (listed, unlisted, beyond, last, level, priority, policy_id, conflicting,
+     winner, model, failed, gate, won_clean, clean, before, after) = answer  # fmt: skip
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
@@ -450,7 +492,7 @@ def _resolve(
     did = pieces.decision_id(
         ctx,
         accounts,
-        piece if clean else None,
+        before + kept[0] + after if clean and won_clean and kept[1] else None,
         account_id,
         model,
         outcome,
@@ -481,7 +523,7 @@ def _resolve(
         unlisted,
         beyond,
         trace_source,
-        keys,
+        (),
         listed,
         last,
         not call.full,
