@@ -468,21 +468,21 @@ def _resolve(
         # canonical text is their whole value), which repeat. They are judged even when the
         # model step failed, so the explanation says whether any account could have served.
         source = SOURCE_MANAGED
-        action = compiled.policies[winner].action
         judged_key = (gate, accounts)
         judged = call.judged.get(judged_key)
         if judged is None:
             if len(call.judged) >= MEMO_LIMIT:
                 call.judged.clear()
             judged = call.judged[judged_key] = judge_accounts(
-                ctx.accounts, action, gate[2], call.rejected
+                ctx.accounts, compiled.policies[winner].action, gate[2], call.rejected
             )
         eligible, rejected, chosen, chosen_binding, lane_excluded = judged
         if failed is not None:
             outcome, reason = failed
             model = None
         elif chosen is None:
-            outcome = REJECTED if action.on_unavailable == "reject" else HELD
+            on_unavailable = compiled.policies[winner].action.on_unavailable
+            outcome = REJECTED if on_unavailable == "reject" else HELD
             reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
             model = None
         else:
