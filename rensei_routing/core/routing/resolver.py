@@ -21,12 +21,10 @@ from typing import Any, Final, Literal
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import RouteContext
 from .decision import (
-    CAPABILITY_UNMAPPED,
     HELD,
     LEGACY_RUNG,
     LITERAL_FAMILY_UNSATISFIABLE,
     MATCHED_POLICY,
-    MODEL_NOT_ALLOWED,
     NO_ELIGIBLE_ACCOUNT,
     NO_LEGACY_ROUTE,
     NO_POLICY_APPLIES,
@@ -47,8 +45,9 @@ from .explanation import RejectedAccount
 from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id
 from .index import ALL, WINNERS_ONLY, Compiled, TraceSource, compile_index, context_keys
 from .members import CANONICAL, ModelRequirement, question_texts, repo_json
-from .policy import PolicySnapshot, RoutingAction
-from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
+from .model_step import model_step, provider_lane
+from .policy import PolicySnapshot
+from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [
     "FULL_TRACE_LIMIT",
@@ -79,31 +78,6 @@ def record_trace(trace: Trace) -> Trace:
 
 #: Kept calls per snapshot (a state x trace x vocabulary x redactor each) before starting again.
 _CALLS_KEPT: Final = 8
-
-
-def _lane(
-    requirement: ModelRequirement | None, mapped: str | None, vocabulary: Vocabulary
-) -> frozenset[str] | None:
-    """The provider bindings that alone may serve this decision, or ``None`` for any lane.
-
-    SEMANTICS step 5, "The Anthropic lane is required when": a literal family always keeps its
-    family's lane (an honest mapping stays on it; a dishonest one is rejected anyway). Otherwise
-    an explicit mapping decides by the mapped model's provenance (a capability included), and
-    without one a concrete id decides by its own. A bare alias (``opus``, ``sonnet``,
-    ``haiku``) counts as the provenance it stands for, as a requirement and as a mapped model.
-    """
-    if requirement is None:
-        return None
-    if requirement.kind == LITERAL_FAMILY:
-        family = vocabulary.literal_families.get(requirement.value.lower())
-        return frozenset() if family is None else family.provenance.provider_bindings
-    if mapped is not None:
-        provenance = vocabulary.lane_provenance(mapped)
-    elif requirement.kind == CONCRETE_MODEL:
-        provenance = vocabulary.lane_provenance(requirement.value)
-    else:
-        return None
-    return None if provenance is None else provenance.provider_bindings
 
 
 class _Call:
@@ -197,36 +171,9 @@ class _Call:
         except KeyError:
             if len(self.lanes) >= MEMO_LIMIT:
                 self.lanes.clear()
-            lane = _lane(requirement, mapped, self.vocabulary)
+            lane = provider_lane(requirement, mapped, self.vocabulary)
             kept = self.lanes[key] = None if lane is None else tuple(sorted(lane))
             return kept
-
-
-def _model_step(
-    action: RoutingAction, requirement: ModelRequirement, call: _Call
-) -> tuple[str | None, tuple[str, str] | None, tuple[str, ...] | None]:
-    """The model half of SEMANTICS step 5 for one winning action: ``(model, failure, lane)``,
-    the failure an ``(outcome, reason)`` pair, the lane the bindings that alone may serve."""
-    model: str | None = None
-    mapped = action.mapped_model(requirement.key)
-    failed: tuple[str, str] | None = None
-    if mapped is not None:
-        if requirement.kind == LITERAL_FAMILY and not call.vocabulary.satisfied_by(
-            requirement.kind, requirement.value, mapped
-        ):
-            failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
-        elif not action.allows(mapped):
-            failed = (REJECTED, MODEL_NOT_ALLOWED)
-        else:
-            model = mapped
-    elif requirement.kind == CONCRETE_MODEL:
-        if action.allows(requirement.value):
-            model = requirement.value
-        else:
-            failed = (REJECTED, MODEL_NOT_ALLOWED)
-    elif requirement.kind == CAPABILITY:
-        failed = (HELD, CAPABILITY_UNMAPPED)
-    return model, failed, call.lane(requirement, mapped)
 
 
 #: What a context's question (all but its accounts and legacy route) decides on one call's
@@ -317,14 +264,14 @@ def _won(
 ) -> tuple[Any, ...]:
     """``(policy_id, model, failed, gate, clean)`` of the winning policy at rank position
     ``key[0]`` for ``ctx``, whose requirement's kind and value are ``key[1:]``: the model half
-    of step 5 (see :func:`_model_step`), the gate its accounts are judged by (see
+    of step 5 (see :func:`~.model_step.model_step`), the gate its accounts are judged by (see
     :data:`_Answer`), and whether its id and model are known clean for the redactor."""
     first = compiled.policies[key[0]]
     policy_id, action = first.id, first.action
     model = failed = lane = None
     requirement = ctx.model_requirement
     if requirement is not None:
-        model, failed, lane = _model_step(action, requirement, call)
+        model, failed, lane = model_step(action, requirement, call.vocabulary, call.lane)
     gate = (action.provider_lock, action.account_pool, lane)
     gate = call.gates.setdefault(gate, gate)
     won = (policy_id, model, failed, gate, not call.memo.may_redact((policy_id, model)))
