@@ -16,7 +16,7 @@ from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain_
 from rensei_routing.core.canonical import canonical_bytes
 from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.routing import resolver
-from rensei_routing.core.routing.ids import id_head, id_question, id_tail
+from rensei_routing.core.routing.ids import IdPieces, ScanMemo, id_head, id_question, id_tail
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 
 from .strategies import context_dicts, plain_decision_id, policy_dicts, redactor_also
@@ -152,3 +152,29 @@ def test_each_piece_holding_a_trigger_takes_the_general_writer() -> None:
         assert {d.reason for d in batched} >= {"matched-policy"}
         for doc, d in zip(_COVERING * 2, batched, strict=True):
             assert d.decision_id == plain_decision_id(doc, d, redactor), (redactor, doc)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([None, "claude-opus-4-1", 'we"ird\\model']),
+            st.sampled_from(["selected", "held", "rejected"]),
+            st.sampled_from([None, "p-1", "p-2", "p\u00e9-3"]),
+            st.sampled_from(["matched-policy", "no-eligible-account"]),
+            st.sampled_from([0, 7, 2**53 - 1]),
+            st.sampled_from(["sha256:00", "sha256:" + "ab" * 32]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from(["ok", "absent", "corrupt"]),
+)
+def test_kept_tails_are_the_tail_text(keys, state) -> None:
+    """A batch's tails, written from the kept text around each policy id, are :func:`id_tail`
+    (the keys repeat their models, outcomes, reasons and snapshots across policies)."""
+    pieces = IdPieces(ScanMemo(DEFAULT_REDACTOR), state)
+    for key in keys:
+        model, outcome, policy_id, reason, revision, snapshot_hash = key
+        plain = id_tail(model, outcome, policy_id, revision, reason, snapshot_hash, state)
+        assert pieces.tail(key) == plain.encode("utf-8")

@@ -35,7 +35,7 @@ from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import CONTEXT_FIELDS, RouteContext
 from .decision import DECISION_FIELDS, STAMP_FIELDS, RouteDecision
 from .explanation import COMPACT, EXPLANATION_MEMBERS, UNMATCHED, full_context
-from .members import Account, LegacyRoute, question_texts, repo_json
+from .members import Account, LegacyRoute, id_head, id_tail, id_tail_end, question_texts, repo_json
 
 __all__ = [
     "ID_FIELDS",
@@ -284,6 +284,7 @@ class IdPieces:
     __slots__ = (
         "account_lists",
         "account_texts",
+        "ends",
         "heads",
         "legacy_texts",
         "memo",
@@ -302,6 +303,9 @@ class IdPieces:
         self.legacy_texts: dict[tuple[Any, ...], str] = {}
         self.heads: dict[tuple[Any, ...], Any] = {}
         self.tails: dict[tuple[Any, ...], bytes | bool] = {}
+        #: The text of :func:`id_tail` before its policy id, by model and outcome, and after
+        #: it (:func:`id_tail_end`), by revision, reason and snapshot hash.
+        self.ends: dict[tuple[Any, ...], str] = {}
 
     @staticmethod
     def list_key(accounts: tuple[Account, ...]) -> tuple[Any, ...]:
@@ -414,8 +418,21 @@ class IdPieces:
         if 0 <= revision <= _MAX_SAFE_INT and not self.memo.may_redact(
             (model, outcome, policy_id, reason, snapshot_hash, state)
         ):
-            text = id_tail(model, outcome, policy_id, revision, reason, snapshot_hash, state)
-            tail = text.encode("utf-8")
+            # id_tail around the policy id, its two sides kept (a batch's models, outcomes,
+            # reasons and snapshot repeat; escaping the snapshot hash was a third of the cost).
+            ends = self.ends
+            if len(ends) >= MEMO_LIMIT:
+                ends.clear()
+            start = ends.get((model, outcome))
+            if start is None:
+                start = ends[(model, outcome)] = (
+                    f'"effective_model":{_s(model)},"outcome":{_e(outcome)},"policy_id":'
+                )
+            end_key = (revision, reason, snapshot_hash)
+            end = ends.get(end_key)
+            if end is None:
+                end = ends[end_key] = id_tail_end(revision, reason, snapshot_hash, state)
+            tail = (start + _s(policy_id) + end).encode("utf-8")
         if len(self.tails) >= MEMO_LIMIT:
             self.tails.clear()
         self.tails[key] = tail
@@ -519,21 +536,6 @@ def _decision_id(
     return SHA256_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def id_head(account_id: str | None, accounts: str, legacy: str) -> str:
-    """The RFC 8785 text of an id preimage up to its context's ``model_requirement`` member:
-    its account id, then the context's ``accounts`` (its entries' canonical texts joined with
-    commas) and ``legacy_route`` (its canonical text, or ``null``), trailing comma included.
-
-    ``id_head + id_question + id_tail`` is the preimage :func:`decision_id` hashes when there
-    is nothing to redact; a batch hashes each distinct head once and carries on from a copy of
-    the hash's state (the resolver's fast path; the tests check the three make the preimage).
-    """
-    return (
-        f'{{"account_id":{_s(account_id)},"context":{{"accounts":[{accounts}],'
-        f'"legacy_route":{legacy},'
-    )
-
-
 def id_question(context: RouteContext) -> str:
     """The RFC 8785 text of an id preimage from its context's ``model_requirement`` member to
     the context's end, closing brace and comma included: the members a context's question
@@ -544,24 +546,6 @@ def id_question(context: RouteContext) -> str:
         c.model_requirement, c.principal_id, c.repo_class, c.request_face, c.role
     )
     return before + repo_json(c.repo) + after
-
-
-def id_tail(
-    effective_model: str | None,
-    outcome: str,
-    policy_id: str | None,
-    policy_revision: int,
-    reason: str,
-    snapshot_hash: str,
-    snapshot_state: str,
-) -> str:
-    """The RFC 8785 text of an id preimage after its context, closing brace included."""
-    return (
-        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
-        f'"policy_id":{_s(policy_id)},"policy_revision":{policy_revision},'
-        f'"reason":{_e(reason)},"snapshot_hash":{_e(snapshot_hash)},'
-        f'"snapshot_state":{_e(snapshot_state)}}}'
-    )
 
 
 def record_decision_id(record: Any, *, redactor: Redactor = DEFAULT_REDACTOR) -> str:

@@ -33,10 +33,8 @@ from .explanation import (
 )
 from .ids import MEMO_LIMIT
 from .policy import (
-    MATCH_DIMENSIONS,
     PolicySnapshot,
     RoutingPolicy,
-    dimension_index,
     policy_canonical,
     rank_key,
 )
@@ -105,6 +103,10 @@ def _mismatch(policy: RoutingPolicy, ctx: RouteContext, keys: tuple[Any, ...]) -
     return None
 
 
+#: The values' masks of a dimension no member of a group constrains (never written).
+_NO_VALUES: Final[dict[Any, int]] = {}
+
+
 class _Group:
     """Policies sharing one repo id (or naming none), bit-indexed on the other five dimensions.
 
@@ -112,7 +114,7 @@ class _Group:
     so local bit order is rank order too.
     """
 
-    __slots__ = ("enabled", "levels", "lookup", "members", "wild")
+    __slots__ = ("dims", "enabled", "levels", "lookup", "members", "wild")
 
     def __init__(
         self,
@@ -120,36 +122,66 @@ class _Group:
         policies: Sequence[RoutingPolicy],
         levels: Sequence[tuple[int, int]],
     ) -> None:
-        self.members = tuple(members)
-        self.levels = tuple([levels[pos] for pos in self.members])
-        self.enabled = 0
-        group = [policies[pos] for pos in self.members]
-        for bit, policy in enumerate(group):
+        # What :func:`~.policy.dimension_index` gives over MATCH_DIMENSIONS[1:], written
+        # out in one pass over the members: a large snapshot builds thousands of small groups
+        # inside the batch that first reads it, and the general loop cost several times this.
+        self.members = members = tuple(members)
+        self.levels = tuple(map(levels.__getitem__, members))
+        enabled = 0
+        wild = [0, 0, 0, 0, 0]
+        found: list[dict[Any, int] | None] = [None, None, None, None, None]
+        bit = 1
+        for pos in members:
+            policy = policies[pos]
             if policy.enabled:
-                self.enabled |= 1 << bit
-        wild, lookup = dimension_index(group, MATCH_DIMENSIONS[1:])
+                enabled |= bit
+            m = policy.match
+            for d, values in enumerate(
+                (
+                    m.repo_classes,
+                    m.roles,
+                    m.principal_ids,
+                    m.match_keys(),
+                    m.request_faces,
+                )
+            ):
+                if values:
+                    table = found[d]
+                    if table is None:
+                        table = found[d] = {}
+                    for value in values:
+                        table[value] = table.get(value, 0) | bit
+                else:
+                    wild[d] |= bit
+            bit <<= 1
+        self.enabled = enabled
         # Tuples: a large snapshot builds thousands of groups, and the collector stops
-        # tracking a tuple of plain values (its dicts hold only values and masks).
-        self.wild, self.lookup = tuple(wild), tuple(lookup)
+        # tracking a tuple of plain values (its dicts hold only values and masks). A
+        # dimension no member constrains shares one empty table.
+        lookup = tuple(
+            [
+                _NO_VALUES if table is None else {v: mask | w for v, mask in table.items()}
+                for table, w in zip(found, wild, strict=True)
+            ]
+        )
+        self.wild, self.lookup = tuple(wild), lookup
+        # The dimensions some member constrains, each as (its index in ``rest``, values'
+        # masks, wild mask): on the others every member matches anything, so :meth:`best`
+        # reads nothing of them (a large snapshot's repo groups constrain one or two).
+        every = bit - 1
+        self.dims = tuple([(d, lookup[d], wild[d]) for d in range(5) if wild[d] != every])
 
     def best(self, rest: tuple[Any, ...]) -> tuple[tuple[int, ...], int, Any]:
         """``(winners, count, level)``: the global positions of the best enabled members
         matching ``rest`` (every one tied at the best level), how many match in all, and that
         level (``None``: none match). :meth:`matched` read as far as the ties go, in one pass."""
-        # :meth:`matched`'s intersection, written out again (a call here is a tenth of it).
-        wild, lookup = self.wild, self.lookup
-        repo_class, role, principal, requirement, face = rest
-        mask = self.enabled & (
-            wild[0] if repo_class is None else lookup[0].get(repo_class, wild[0])
-        )
-        if mask:
-            mask &= wild[1] if role is None else lookup[1].get(role, wild[1])
-        if mask:
-            mask &= wild[2] if principal is None else lookup[2].get(principal, wild[2])
-        if mask:
-            mask &= wild[3] if requirement is None else lookup[3].get(requirement, wild[3])
-        if mask:
-            mask &= wild[4] if face is None else lookup[4].get(face, wild[4])
+        # :meth:`matched`'s intersection over the dimensions some member constrains only.
+        mask = self.enabled
+        for d, table, wild in self.dims:
+            value = rest[d]
+            mask &= wild if value is None else table.get(value, wild)
+            if not mask:
+                return (), 0, None
         if not mask:
             return (), 0, None
         members, levels = self.members, self.levels
@@ -323,6 +355,20 @@ class Compiled:
             group = self._shared[key] = _Group(key, self.policies, self.levels)
         return group
 
+    def group_of(self, repo: str | None) -> _Group | None:
+        """The group of the policies naming the canonical repo id ``repo``, or ``None`` when
+        no policy names it (or there is none): its candidates are the open group's alone. Two
+        repos have the same candidates for any other keys exactly when this is the same."""
+        if repo is None:
+            return None
+        group = self._groups.get(repo)
+        if group is None:
+            members = self.by_repo.get(repo)
+            if members is None:
+                return None
+            group = self._groups[repo] = self._group(members)
+        return group
+
     def best(
         self,
         repo: str | None,
@@ -333,20 +379,23 @@ class Compiled:
         keys ``(repo, *rest)`` (every one tied at the best level, in rank order) and how many
         match in all; what :meth:`lookup` gives read as far as the ties go. ``memo`` keeps the
         open group's by ``rest``, as :meth:`lookup`'s does."""
+        return self.best_in(self.group_of(repo), rest, memo)
+
+    def best_in(
+        self,
+        group: _Group | None,
+        rest: tuple[Any, ...],
+        memo: dict[tuple[Any, ...], tuple[tuple[int, ...], int, Any]],
+    ) -> tuple[tuple[int, ...], int]:
+        """:meth:`best` of a repo whose :meth:`group_of` is ``group``."""
         opened = memo.get(rest)
         if opened is None:
             if len(memo) >= MEMO_LIMIT:
                 memo.clear()
             opened = memo[rest] = self.open.best(rest)
         winners, count, level = opened
-        if repo is None:
-            return winners, count
-        group = self._groups.get(repo)
         if group is None:
-            members = self.by_repo.get(repo)
-            if members is None:
-                return winners, count
-            group = self._groups[repo] = self._group(members)
+            return winners, count
         extra, more, extra_level = group.best(rest)
         if not more:
             return winners, count
@@ -428,6 +477,10 @@ class TraceSource:
             return tuple(
                 compiled.considered(pos, MATCHED if pos <= last else OUTRANKED) for pos in matched
             )
+        if not keys:
+            # A batch's decisions share their answers across repos and keep no keys: the
+            # context's own, read now.
+            keys = context_keys(context)
         found = set(matched)
         out = []
         for pos, policy in enumerate(compiled.policies):

@@ -1,6 +1,8 @@
 """The members of a routing context: repository identity, model requirement, account and legacy
 route, each a frozen value with its general reader (``from_dict``, every failure naming the field
-path) and the JSON texts the encoders keep on it.
+path) and the JSON texts the encoders keep on it; and the texts of a decision id's preimage
+around a context's members (:func:`question_texts`, :func:`id_head`, :func:`id_tail`), which
+:mod:`.ids` hashes.
 
 Pure: no I/O, no clock. Knows nothing of the context that holds them (:mod:`.context`) nor of the
 quick readers (:mod:`._quick_members`); ``redacted=True`` reads a member as the audit log stored
@@ -441,4 +443,43 @@ def accounts_texts(accounts: tuple[Account, ...]) -> tuple[str, str]:
     return (
         f"[{','.join([a.canonical_json() for a in accounts])}]",
         f"[{','.join([a.display_json() for a in accounts])}]",
+    )
+
+
+def id_head(account_id: str | None, accounts: str, legacy: str) -> str:
+    """The RFC 8785 text of an id preimage up to its context's ``model_requirement`` member:
+    its account id, then the context's ``accounts`` (its entries' canonical texts joined with
+    commas) and ``legacy_route`` (its canonical text, or ``null``), trailing comma included.
+
+    ``id_head + id_question + id_tail`` is the preimage :func:`.ids.decision_id` hashes when there
+    is nothing to redact; a batch hashes each distinct head once and carries on from a copy of
+    the hash's state (the resolver's fast path; the tests check the three make the preimage).
+    """
+    return (
+        f'{{"account_id":{_s(account_id)},"context":{{"accounts":[{accounts}],'
+        f'"legacy_route":{legacy},'
+    )
+
+
+def id_tail(
+    effective_model: str | None,
+    outcome: str,
+    policy_id: str | None,
+    policy_revision: int,
+    reason: str,
+    snapshot_hash: str,
+    snapshot_state: str,
+) -> str:
+    """The RFC 8785 text of an id preimage after its context, closing brace included."""
+    return (
+        f'"effective_model":{_s(effective_model)},"outcome":{_e(outcome)},'
+        f'"policy_id":{_s(policy_id)}'
+    ) + id_tail_end(policy_revision, reason, snapshot_hash, snapshot_state)
+
+
+def id_tail_end(policy_revision: int, reason: str, snapshot_hash: str, snapshot_state: str) -> str:
+    """The end of :func:`id_tail` after the policy id: what a batch's decisions share most."""
+    return (
+        f',"policy_revision":{policy_revision},"reason":{_e(reason)},'
+        f'"snapshot_hash":{_e(snapshot_hash)},"snapshot_state":{_e(snapshot_state)}}}'
     )

@@ -21,12 +21,10 @@ from typing import Any, Final, Literal
 from ..redact import DEFAULT_REDACTOR, Redactor
 from .context import RouteContext
 from .decision import (
-    CAPABILITY_UNMAPPED,
     HELD,
     LEGACY_RUNG,
     LITERAL_FAMILY_UNSATISFIABLE,
     MATCHED_POLICY,
-    MODEL_NOT_ALLOWED,
     NO_ELIGIBLE_ACCOUNT,
     NO_LEGACY_ROUTE,
     NO_POLICY_APPLIES,
@@ -47,8 +45,9 @@ from .explanation import RejectedAccount
 from .ids import MEMO_LIMIT, IdPieces, ScanMemo, decision_id
 from .index import ALL, WINNERS_ONLY, Compiled, TraceSource, compile_index, context_keys
 from .members import CANONICAL, ModelRequirement, question_texts, repo_json
-from .policy import PolicySnapshot, RoutingAction
-from .vocabulary import CAPABILITY, CONCRETE_MODEL, DEFAULT_VOCABULARY, LITERAL_FAMILY, Vocabulary
+from .model_step import model_step, provider_lane
+from .policy import PolicySnapshot
+from .vocabulary import DEFAULT_VOCABULARY, Vocabulary
 
 __all__ = [
     "FULL_TRACE_LIMIT",
@@ -81,47 +80,22 @@ def record_trace(trace: Trace) -> Trace:
 _CALLS_KEPT: Final = 8
 
 
-def _lane(
-    requirement: ModelRequirement | None, mapped: str | None, vocabulary: Vocabulary
-) -> frozenset[str] | None:
-    """The provider bindings that alone may serve this decision, or ``None`` for any lane.
-
-    SEMANTICS step 5, "The Anthropic lane is required when": a literal family always keeps its
-    family's lane (an honest mapping stays on it; a dishonest one is rejected anyway). Otherwise
-    an explicit mapping decides by the mapped model's provenance (a capability included), and
-    without one a concrete id decides by its own. A bare alias (``opus``, ``sonnet``,
-    ``haiku``) counts as the provenance it stands for, as a requirement and as a mapped model.
-    """
-    if requirement is None:
-        return None
-    if requirement.kind == LITERAL_FAMILY:
-        family = vocabulary.literal_families.get(requirement.value.lower())
-        return frozenset() if family is None else family.provenance.provider_bindings
-    if mapped is not None:
-        provenance = vocabulary.lane_provenance(mapped)
-    elif requirement.kind == CONCRETE_MODEL:
-        provenance = vocabulary.lane_provenance(requirement.value)
-    else:
-        return None
-    return None if provenance is None else provenance.provider_bindings
-
-
 class _Call:
     """What one ``explain`` / ``explain_batch`` call fixes for all its decisions, and a memo of
     the lanes it computed (keyed by requirement and mapped model; dropped with the call)."""
 
     __slots__ = (
+        "answered",
+        "answers",
         "full",
         "gates",
         "ids",
         "judged",
         "lanes",
-        "listed",
         "memo",
         "open_best",
         "open_matches",
         "parts",
-        "questions",
         "redactor",
         "rejections",
         "repos",
@@ -159,14 +133,18 @@ class _Call:
             tuple[Any, ...],
             tuple[tuple[str, ...], tuple[RejectedAccount, ...], str | None, str | None, bool],
         ] = {}
-        #: Answers by question (see :func:`_resolve`): a batch's repeat even when its contexts
-        #: are distinct (the accounts and the legacy route are not part of the question).
-        self.questions: dict[tuple[str | None, ...], _Answer] = {}
+        #: Answers by question (see :func:`_resolve`): one dict of them per repo group (the
+        #: policies naming a repo; ``None``: none), by the question's other members, so the
+        #: repos naming the same policies share their answers (the repo's own text is added per
+        #: decision), and a batch's questions repeat even when its contexts are distinct (the
+        #: accounts and the legacy route are not part of the question). ``answered`` counts
+        #: them all: at :data:`MEMO_LIMIT` every dict is emptied.
+        self.answers: dict[Any, dict[tuple[str | None, ...], _Answer]] = {}
+        self.answered = 0
         #: What a question's members but its repo decide (see :func:`_part`).
         self.parts: dict[tuple[str | None, ...], tuple[Any, ...]] = {}
         #: What a repo decides (see :func:`_repo`), and one object per distinct candidate list.
-        self.repos: dict[tuple[str | None, str | None], tuple[Any, ...]] = {}
-        self.listed: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.repos: dict[tuple[str | None, str | None], _Repo] = {}
         # One object per distinct gate: memo keys compare them by identity.
         self.gates: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         #: The id's fast path: the preimage's pieces that repeat (:class:`~.ids.IdPieces`).
@@ -193,71 +171,59 @@ class _Call:
         except KeyError:
             if len(self.lanes) >= MEMO_LIMIT:
                 self.lanes.clear()
-            lane = _lane(requirement, mapped, self.vocabulary)
+            lane = provider_lane(requirement, mapped, self.vocabulary)
             kept = self.lanes[key] = None if lane is None else tuple(sorted(lane))
             return kept
 
 
-def _model_step(
-    action: RoutingAction, requirement: ModelRequirement, call: _Call
-) -> tuple[str | None, tuple[str, str] | None, tuple[str, ...] | None]:
-    """The model half of SEMANTICS step 5 for one winning action: ``(model, failure, lane)``,
-    the failure an ``(outcome, reason)`` pair, the lane the bindings that alone may serve."""
-    model: str | None = None
-    mapped = action.mapped_model(requirement.key)
-    failed: tuple[str, str] | None = None
-    if mapped is not None:
-        if requirement.kind == LITERAL_FAMILY and not call.vocabulary.satisfied_by(
-            requirement.kind, requirement.value, mapped
-        ):
-            failed = (REJECTED, LITERAL_FAMILY_UNSATISFIABLE)
-        elif not action.allows(mapped):
-            failed = (REJECTED, MODEL_NOT_ALLOWED)
-        else:
-            model = mapped
-    elif requirement.kind == CONCRETE_MODEL:
-        if action.allows(requirement.value):
-            model = requirement.value
-        else:
-            failed = (REJECTED, MODEL_NOT_ALLOWED)
-    elif requirement.kind == CAPABILITY:
-        failed = (HELD, CAPABILITY_UNMAPPED)
-    return model, failed, call.lane(requirement, mapped)
-
-
 #: What a context's question (all but its accounts and legacy route) decides on one call's
-#: snapshot: ``(keys, listed, unlisted, beyond, last, level, priority, policy_id, conflicting,
-#: winner, model, failed, gate, clean)``, the first five the explanation's trace (``keys``
-#: empty for a compact one, which never reads them: its decisions keep no copy), the rest
-#: the winner's (none: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate``
-#: its accounts' ``(lock, pool, lane)``, ``clean`` its strings known clean for the redactor,
-#: ``winner`` its rank position; then ``piece``, the UTF-8 of the question's part of the id
-#: preimage (:func:`~.ids.id_question`). Flat, and only strings, numbers and tuples of them: the
-#: collector stops tracking an answer in the young generations, so a batch's kept answers
-#: never reach the old one (whose full collections walk every context and decision).
+#: snapshot, its repo given by the repo's group (see :meth:`~.index.Compiled.group_of`):
+#: ``(listed, unlisted, beyond, last, level, priority, policy_id, conflicting, winner, model,
+#: failed, gate, won_clean, clean, before, after)``, the first four the explanation's trace (a
+#: full one reads the context's keys from the context), the next nine the winner's (none:
+#: ``level`` is ``None``; tied and differing: ``conflicting``), ``gate`` its
+#: accounts' ``(lock, pool, lane)``, ``won_clean`` its strings known clean for the redactor,
+#: ``winner`` its rank position; then the members' (see :data:`_Part`): ``clean``, their
+#: strings known clean, and ``before`` and ``after``, the UTF-8 of the question's part of the
+#: id preimage (:func:`~.ids.id_question`) around the repo's text. Flat, and only strings,
+#: numbers and tuples of them: the collector stops tracking an answer in the young
+#: generations, so a batch's kept answers never reach the old one (whose full collections
+#: walk every context and decision).
 _Answer = tuple[Any, ...]
 #: A corrupt snapshot's: nothing asked.
-_UNANSWERED = ((), (), 0, 0, -1, None, None, None, (), None, None, None, None, False, b"")
+_UNANSWERED = ((), 0, 0, -1, None, None, None, (), None, None, None, None, False, False, b"", b"")
+
+#: What a repo decides (see :func:`_repo`): ``(text, clean, answers, key, group)``.
+_Repo = tuple[Any, ...]
+#: The repo key of a context without one.
+_NO_REPO: Final = (None, None)
+#: A corrupt snapshot's repo: nothing asked.
+_UNASKED: Final[_Repo] = (b"null", False, {}, None, None)
 
 
 #: What a question's members other than its repo decide, kept by them (see :func:`_part`):
-#: ``(rest, before, after, clean)``, ``rest`` the context's keys on dimensions 2..6 (see
-#: :func:`~.index.context_keys`), ``before`` and ``after`` the UTF-8 of the id's question
-#: piece around the repo's text (:func:`~.members.question_texts`), ``clean`` whether those
-#: members' strings are known clean for the redactor. Flat, like :data:`_Answer`.
+#: ``(rest, tail, opened)``, ``rest`` the context's keys on dimensions 2..6 (see
+#: :func:`~.index.context_keys`), ``tail`` the end of its :data:`_Answer` (``(clean, before,
+#: after)``: whether those members' strings are known clean for the redactor, and the UTF-8 of
+#: the id's question piece around the repo's text, :func:`~.members.question_texts`),
+#: ``opened`` the open group's best for ``rest`` (:meth:`~.index._Group.best`). Flat, like
+#: :data:`_Answer`.
 _Part = tuple[Any, ...]
 
 
-def _part(ctx: RouteContext, call: _Call, members: tuple[str | None, ...]) -> _Part:
+def _part(
+    ctx: RouteContext, compiled: Compiled, call: _Call, members: tuple[str | None, ...]
+) -> _Part:
     """The :data:`_Part` of ``ctx``, whose question's members but its repo are ``members``."""
     before, after = question_texts(
         ctx.model_requirement, ctx.principal_id, ctx.repo_class, ctx.request_face, ctx.role
     )
+    rest = context_keys(ctx)[1:]
+    clean = not call.memo.may_redact((*members, call.state))
     part: _Part = (
-        context_keys(ctx)[1:],
-        before.encode("utf-8"),
-        after.encode("utf-8"),
-        not call.memo.may_redact((*members, call.state)),
+        rest,
+        (clean, before.encode("utf-8"), after.encode("utf-8")),
+        compiled.open.best(rest),
     )
     parts = call.parts
     if len(parts) >= MEMO_LIMIT:
@@ -266,10 +232,26 @@ def _part(ctx: RouteContext, call: _Call, members: tuple[str | None, ...]) -> _P
     return part
 
 
-def _repo(ctx: RouteContext, call: _Call, repo: tuple[str | None, str | None]) -> tuple[Any, ...]:
-    """``(text, clean)`` of ``ctx``'s repo (given as ``repo``, its value and version): the UTF-8
-    of its JSON text in the id's question piece, and whether its strings are known clean."""
-    kept = (repo_json(ctx.repo).encode("utf-8"), not call.memo.may_redact(repo))
+def _repo(
+    ctx: RouteContext, compiled: Compiled, call: _Call, repo: tuple[str | None, str | None]
+) -> _Repo:
+    """``(text, clean, answers, key, group)`` of ``ctx``'s repo (given as ``repo``, its value
+    and version): the UTF-8 of its JSON text in the id's question piece, whether its strings
+    are known clean, the answers kept for its group (see :attr:`_Call.answers`), its key on
+    the repo dimension (its value when canonical) and its group."""
+    value, version = repo
+    key = value if version == CANONICAL else None
+    group = compiled.group_of(key)
+    answers = call.answers.get(group)
+    if answers is None:
+        answers = call.answers[group] = {}
+    kept = (
+        repo_json(ctx.repo).encode("utf-8"),
+        not call.memo.may_redact(repo),
+        answers,
+        key,
+        group,
+    )
     repos = call.repos
     if len(repos) >= MEMO_LIMIT:
         repos.clear()
@@ -282,14 +264,14 @@ def _won(
 ) -> tuple[Any, ...]:
     """``(policy_id, model, failed, gate, clean)`` of the winning policy at rank position
     ``key[0]`` for ``ctx``, whose requirement's kind and value are ``key[1:]``: the model half
-    of step 5 (see :func:`_model_step`), the gate its accounts are judged by (see
+    of step 5 (see :func:`~.model_step.model_step`), the gate its accounts are judged by (see
     :data:`_Answer`), and whether its id and model are known clean for the redactor."""
     first = compiled.policies[key[0]]
     policy_id, action = first.id, first.action
     model = failed = lane = None
     requirement = ctx.model_requirement
     if requirement is not None:
-        model, failed, lane = _model_step(action, requirement, call)
+        model, failed, lane = model_step(action, requirement, call.vocabulary, call.lane)
     gate = (action.provider_lock, action.account_pool, lane)
     gate = call.gates.setdefault(gate, gate)
     won = (policy_id, model, failed, gate, not call.memo.may_redact((policy_id, model)))
@@ -301,42 +283,53 @@ def _won(
 
 
 def _ask(
-    ctx: RouteContext, compiled: Compiled, call: _Call, question: tuple[str | None, ...]
+    ctx: RouteContext,
+    compiled: Compiled,
+    call: _Call,
+    repo: _Repo,
+    members: tuple[str | None, ...],
 ) -> _Answer:
     """Steps 1 to 4 of SEMANTICS ``explain`` for ``ctx``, and the model half of step 5 for the
-    winning policy: the :data:`_Answer`, remembered by ``question`` (``ctx``'s members it
-    depends on, as given)."""
+    winning policy: the :data:`_Answer`, remembered in its repo's group's answers (``repo``,
+    see :func:`_repo`) by ``members`` (``ctx``'s other members it depends on, as given)."""
     # What the question's members but its repo decide repeats across a batch even where
     # whole questions do not (a large snapshot names thousands of repositories).
-    principal, repo_class, role, face, repo_value, repo_version, kind, value = question
-    members = (principal, repo_class, role, face, kind, value)
-    part = call.parts.get(members) or _part(ctx, call, members)
-    rest, before, after, part_clean = part
-    repo = (repo_value, repo_version)
-    texts = call.repos.get(repo) or _repo(ctx, call, repo)
-    repo_key = repo_value if repo_version == CANONICAL else None
-    levels = compiled.levels
-    full_trace = call.full
+    rest, tail, opened = call.parts.get(members) or _part(ctx, compiled, call, members)
     matched: Sequence[int]
-    if full_trace:
+    if call.full:
         # Every candidate, the winners the leading run at the best level (Compiled.read's
         # full case, written out: the small snapshots a full trace serves ask it most).
-        matched = compiled.lookup(repo_key, rest, ALL, call.open_matches)[0]
+        matched = compiled.lookup(repo[3], rest, ALL, call.open_matches)[0]
         winners = unlisted = beyond = 0
         if matched:
+            levels = compiled.levels
             best = levels[matched[0]]
             for pos in matched:
                 if levels[pos] != best:
                     break
                 winners += 1
     elif WINNERS_ONLY:
-        # A compact trace's usual case (Compiled.read's, written out): as far as the ties go.
-        matched, total = compiled.best(repo_key, rest, call.open_best)
+        # A compact trace's usual case (Compiled.best_in's, written out: the open group's
+        # best is kept with the members): as far as the ties go.
+        matched, total, level = opened
+        group = repo[4]
+        if group is not None:
+            extra, more, extra_level = group.best(rest)
+            if more:
+                if not total:
+                    matched = extra
+                elif extra_level == level:
+                    # Tied across the two groups (equal rungs and priorities): in rank order.
+                    matched = tuple(sorted((*matched, *extra)))
+                elif extra[0] < matched[0]:
+                    # Positions are rank order: the lower first holds the better level.
+                    matched = extra
+                total += more
         winners = len(matched)
         unlisted, beyond = len(compiled.policies) - total, total - winners
     else:
         matched, winners, unlisted, beyond = compiled.read(
-            repo_key, rest, False, call.open_matches, call.open_best
+            repo[3], rest, False, call.open_matches, call.open_best
         )
     listed = tuple(matched)
     last = matched[winners - 1] if winners else -1
@@ -345,29 +338,23 @@ def _ask(
     won_clean = True
     if winners:
         policies = compiled.policies
-        level, priority = levels[matched[0]]
+        level, priority = compiled.levels[matched[0]]
         if winners > 1 and len({policies[pos].action.canonical() for pos in matched[:winners]}) > 1:
             conflicting = tuple(sorted({policies[pos].id for pos in matched[:winners]}))
         else:
             winner = matched[0]
             # What the winner decides depends only on it and the requirement, which repeat.
-            key = (winner, kind, value)
+            key = (winner, members[4], members[5])
             won = call.won.get(key) or _won(ctx, compiled, call, key)
             policy_id, model, failed, gate, won_clean = won
-    clean = part_clean and texts[1] and won_clean
-    piece = before + texts[0] + after
-    # One object per distinct list of candidates, so a batch's answers share them (and the
-    # collector sees no new container for a list it saw before).
-    kept = call.listed
-    if len(kept) >= MEMO_LIMIT:
-        kept.clear()
-    listed = kept.setdefault(listed, listed)
-    answer: _Answer = ((repo_key, *rest) if full_trace else (), listed, unlisted, beyond, last)
-    answer += (level, priority, policy_id, conflicting, winner, model, failed, gate, clean, piece)
-    questions = call.questions
-    if len(questions) >= MEMO_LIMIT:
-        questions.clear()
-    questions[question] = answer
+    answer: _Answer = (listed, unlisted, beyond, last, level, priority, policy_id, conflicting)
+    answer += (winner, model, failed, gate, won_clean, *tail)
+    if call.answered >= MEMO_LIMIT:
+        for kept_answers in call.answers.values():
+            kept_answers.clear()
+        call.answered = 0
+    call.answered += 1
+    repo[2][members] = answer
     return answer
 
 
@@ -391,22 +378,24 @@ def _resolve(
     trace_source: TraceSource | None = call.trace_source
     if state == STATE_CORRUPT:
         answer = _UNANSWERED
+        kept = _UNASKED
     else:
-        # The question: the members the answer depends on, as given.
+        # The question: the members the answer depends on, as given: the repo (by its group),
+        # then the others.
         repo, requirement = ctx.repo, ctx.model_requirement
-        question = (
+        repo_id = _NO_REPO if repo is None else (repo.value, repo.version)
+        kept = call.repos.get(repo_id) or _repo(ctx, compiled, call, repo_id)
+        members = (
             ctx.principal_id,
             ctx.repo_class,
             ctx.role,
             ctx.request_face,
-            None if repo is None else repo.value,
-            None if repo is None else repo.version,
             None if requirement is None else requirement.kind,
             None if requirement is None else requirement.value,
         )
-        answer = call.questions.get(question) or _ask(ctx, compiled, call, question)
-    (keys, listed, unlisted, beyond, last, level, priority,
-     policy_id, conflicting, winner, model, failed, gate, clean, piece) = answer  # fmt: skip
+        answer = kept[2].get(members) or _ask(ctx, compiled, call, kept, members)
+    (listed, unlisted, beyond, last, level, priority, policy_id, conflicting,
+     winner, model, failed, gate, won_clean, clean, before, after) = answer  # fmt: skip
     if state == STATE_CORRUPT:
         outcome, reason, source = HELD, SNAPSHOT_UNAVAILABLE, SOURCE_NONE
         trace_source = None
@@ -426,21 +415,21 @@ def _resolve(
         # canonical text is their whole value), which repeat. They are judged even when the
         # model step failed, so the explanation says whether any account could have served.
         source = SOURCE_MANAGED
-        action = compiled.policies[winner].action
         judged_key = (gate, accounts)
         judged = call.judged.get(judged_key)
         if judged is None:
             if len(call.judged) >= MEMO_LIMIT:
                 call.judged.clear()
             judged = call.judged[judged_key] = judge_accounts(
-                ctx.accounts, action, gate[2], call.rejected
+                ctx.accounts, compiled.policies[winner].action, gate[2], call.rejected
             )
         eligible, rejected, chosen, chosen_binding, lane_excluded = judged
         if failed is not None:
             outcome, reason = failed
             model = None
         elif chosen is None:
-            outcome = REJECTED if action.on_unavailable == "reject" else HELD
+            on_unavailable = compiled.policies[winner].action.on_unavailable
+            outcome = REJECTED if on_unavailable == "reject" else HELD
             reason = LITERAL_FAMILY_UNSATISFIABLE if lane_excluded else NO_ELIGIBLE_ACCOUNT
             model = None
         else:
@@ -450,7 +439,7 @@ def _resolve(
     did = pieces.decision_id(
         ctx,
         accounts,
-        piece if clean else None,
+        before + kept[0] + after if clean and won_clean and kept[1] else None,
         account_id,
         model,
         outcome,
@@ -481,7 +470,7 @@ def _resolve(
         unlisted,
         beyond,
         trace_source,
-        keys,
+        (),
         listed,
         last,
         not call.full,
