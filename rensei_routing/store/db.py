@@ -1,16 +1,14 @@
 """Opening the home SQLite database with apsw: per-connection settings, identity check, migrations.
 Owns the schema; must not hold business logic, and never touches process-wide apsw state.
 
-Every connection is made by :func:`_connection`, which sets its busy handler before any
-statement runs, so no first read (WAL recovery, the schema check) fails on a lock without
-waiting; the handler waits as SQLite's own does, but with the interpreter lock released
-(:mod:`.busy` says why).
-Each then gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no
-double-quoted strings, ...) applied to it alone and ``PRAGMA synchronous=FULL`` (a commit that
-returned survives power loss, so a lost commit can never look like tampering); writers also get
-the WAL checkpoint policy (:data:`WAL_SIZE_LIMIT`). Writer connections begin every ``with conn:``
-block with ``BEGIN IMMEDIATE``, so a transaction that reads the chain head already holds the
-write lock.
+Every connection is made by :func:`_connection`, which sets its busy handler before any statement
+runs, so no first read (WAL recovery, the schema check) fails on a lock without waiting; the
+handler waits as SQLite's own does, but with the interpreter lock released (:mod:`.busy` says why).
+Each then gets apsw's best-practice ``connection_*`` settings (WAL, foreign keys, no double-quoted
+strings, ...) applied to it alone and ``PRAGMA synchronous=FULL`` (a commit that returned survives
+power loss, so a lost commit can never look like tampering); writers also get the WAL checkpoint
+policy (:data:`WAL_SIZE_LIMIT`). Writer connections begin every ``with conn:`` block with ``BEGIN
+IMMEDIATE``, so a transaction that reads the chain head already holds the write lock.
 
 Schema versions are ``PRAGMA user_version`` = number of :data:`MIGRATIONS` applied. The version is
 read in one snapshot; migrations identify the file again and run stepwise inside one
@@ -518,9 +516,8 @@ def store_error(what: str, error: Exception, db_path: Path | str, *, hint: str =
 
     A full disk is a :class:`DiskFullError` naming the home; a lock held past the busy timeout
     is a :class:`BusyTimeoutError` naming the holder (where the OS can tell) and what to do;
-    anything else a :class:`StoreError` with SQLite's message. A wait for a lock that Ctrl-C
-    ended (apsw reports it as a busy error under ``with conn:``) raises the
-    ``KeyboardInterrupt`` again.
+    anything else a :class:`StoreError` with SQLite's message. A wait Ctrl-C ended is raised
+    again as its ``KeyboardInterrupt`` (apsw reports it as busy under ``with conn:``).
     """
     path = Path(db_path)
     home = path.parent
