@@ -4,11 +4,12 @@ matches, ties, conflicts and every rejection reason happen often."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
 
-from rensei_routing import RouteContext, RouteDecision
+from rensei_routing import PolicySnapshot, RouteContext, RouteDecision, explain, explain_batch
 from rensei_routing.core.redact import (
     DEFAULT_PATTERNS,
     DEFAULT_REDACTOR,
@@ -153,3 +154,24 @@ def plain_decision_id(
         effective_model=d.effective_model,
         redactor=redactor,
     )
+
+
+def assert_batch_decides_as_alone(
+    batch_docs: list[dict[str, Any]],
+    snapshot: Callable[[], PolicySnapshot],
+    redactor: Redactor,
+    trace: str,
+) -> None:
+    """``explain_batch`` of the contexts ``batch_docs`` gives, for each, exactly what
+    ``explain`` of that context alone gives on a fresh ``snapshot()`` (decision, canonical
+    bytes, explanation) and the id the general writer gives it."""
+    batched = explain_batch(
+        [RouteContext.from_dict(d) for d in batch_docs], snapshot(), redactor=redactor, trace=trace
+    )
+    for doc, d in zip(batch_docs, batched, strict=True):
+        alone = explain(RouteContext.from_dict(doc), snapshot(), redactor=redactor, trace=trace)
+        assert d == alone
+        assert d.canonical() == alone.canonical()
+        # A full trace reads the context's keys when it is built (answers keep none).
+        assert d.explanation.to_dict() == alone.explanation.to_dict()
+        assert d.decision_id == plain_decision_id(doc, d, redactor)  # the general writer

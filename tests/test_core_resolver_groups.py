@@ -13,14 +13,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, explain_batch
+from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain_batch
 from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.routing import resolver
 from rensei_routing.core.routing.index import _Group, compile_index
 from rensei_routing.core.routing.policy import MATCH_DIMENSIONS, dimension_index
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 
-from .strategies import context_dicts, plain_decision_id, policy_dicts, redactor_also
+from .strategies import (
+    assert_batch_decides_as_alone,
+    context_dicts,
+    plain_decision_id,
+    policy_dicts,
+    redactor_also,
+)
 
 #: Repos a policy may name: a few, so that several repos name the same policies.
 NAMED = ["acme/a", "acme/b", "acme/c", "acme/d"]
@@ -62,21 +68,7 @@ def test_repos_sharing_a_group_decide_as_each_context_alone(
     docs, ctx_docs, repos, redactor, trace
 ) -> None:
     batch_docs = _over_repos(ctx_docs, repos)
-    batched = explain_batch(
-        [RouteContext.from_dict(d) for d in batch_docs],
-        _snapshot(docs),
-        redactor=redactor,
-        trace=trace,
-    )
-    for doc, d in zip(batch_docs, batched, strict=True):
-        alone = explain(
-            RouteContext.from_dict(doc), _snapshot(docs), redactor=redactor, trace=trace
-        )
-        assert d == alone
-        assert d.canonical() == alone.canonical()
-        # A full trace reads the context's keys when it is built (answers keep none).
-        assert d.explanation.to_dict() == alone.explanation.to_dict()
-        assert d.decision_id == plain_decision_id(doc, d, redactor)
+    assert_batch_decides_as_alone(batch_docs, lambda: _snapshot(docs), redactor, trace)
 
 
 @settings(max_examples=60, deadline=None)

@@ -13,12 +13,17 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain, explain_batch
+from rensei_routing import PolicySnapshot, RouteContext, RoutingPolicy, explain
 from rensei_routing.core.redact import DEFAULT_REDACTOR
 from rensei_routing.core.routing import resolver
 from rensei_routing.core.routing.vocabulary import DEFAULT_VOCABULARY
 
-from .strategies import context_dicts, plain_decision_id, policy_dicts, redactor_also
+from .strategies import (
+    assert_batch_decides_as_alone,
+    context_dicts,
+    policy_dicts,
+    redactor_also,
+)
 
 #: A trigger only a repo holds, one only a principal holds, one only a requirement holds.
 REDACTORS = [
@@ -48,20 +53,7 @@ def _crossed(ctx_docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 )
 def test_kept_members_and_repos_decide_as_each_context_alone(docs, ctx_docs, redactor, trace):
     batch_docs = _crossed(ctx_docs)
-    batched = explain_batch(
-        [RouteContext.from_dict(d) for d in batch_docs],
-        _snapshot(docs),
-        redactor=redactor,
-        trace=trace,
-    )
-    for doc, d in zip(batch_docs, batched, strict=True):
-        alone = explain(
-            RouteContext.from_dict(doc), _snapshot(docs), redactor=redactor, trace=trace
-        )
-        assert d == alone
-        assert d.canonical() == alone.canonical()
-        assert d.explanation.to_dict() == alone.explanation.to_dict()
-        assert d.decision_id == plain_decision_id(doc, d, redactor)  # the general writer
+    assert_batch_decides_as_alone(batch_docs, lambda: _snapshot(docs), redactor, trace)
 
 
 def test_members_and_repos_are_kept_once_each_and_answers_share_their_lists() -> None:
