@@ -15,7 +15,7 @@ import logging
 import mmap
 from collections.abc import Callable, Iterable
 from contextlib import closing
-from typing import Final
+from typing import Any, Final
 
 import apsw
 
@@ -87,8 +87,8 @@ FORGET_EVERY: Final = 64
 ASKED_LIMIT: Final = 256
 
 #: A kept decision: the decision, its answer, account and model, and its record's template
-#: (``None``: the record takes the plain path).
-_Made = tuple[RouteDecision, str, str | None, str | None, RecordTemplate | None]
+#: (``None``: the record takes the plain path) and the fields the record is written from.
+_Made = tuple[RouteDecision, str, str | None, str | None, RecordTemplate | None, dict[str, Any]]
 
 
 class _Asked:
@@ -244,24 +244,12 @@ class Enforcer(SeamService):
                 if len(asked.made) >= ASKED_LIMIT:
                     asked.made.clear()
                 asked.made[pin] = made
-        decision, answer, account, model, template = made
+        decision, answer, account, model, template, fields = made
         recorded_at = self._clock()
         encoded = None if template is None else template.encode(self._redactor, recorded_at)
         if encoded is None:
             encoded = encode_decision_record(
-                self._redactor,
-                self._scan,
-                recorded_at=recorded_at,
-                seam=spawn.seam,
-                principal_id=spawn.principal_id,
-                repo=canary.repo,
-                answer=answer,
-                provider=actual.provider,
-                account_id=account,
-                model=model,
-                revision=canary.revision,
-                policy_hash=canary.policy_hash,
-                decision=decision,
+                self._redactor, self._scan, recorded_at=recorded_at, **fields
             )
         outcome = _Outcome()
         refused = answer in (HELD, REJECTED)
@@ -324,21 +312,20 @@ class Enforcer(SeamService):
         answer, account, model = _answer(decision, actual)
         # Written here, not in the append's builder: the builder runs in the write transaction,
         # which the appends of every thread share (a commit's leader runs them one after another).
-        template = decision_template(
-            self._redactor,
-            self._scan,
-            seam=spawn.seam,
-            principal_id=spawn.principal_id,
-            repo=canary.repo,
-            answer=answer,
-            provider=actual.provider,
-            account_id=account,
-            model=model,
-            revision=canary.revision,
-            policy_hash=canary.policy_hash,
-            decision=decision,
-        )
-        return decision, answer, account, model, template
+        fields: dict[str, Any] = {
+            "seam": spawn.seam,
+            "principal_id": spawn.principal_id,
+            "repo": canary.repo,
+            "answer": answer,
+            "provider": actual.provider,
+            "account_id": account,
+            "model": model,
+            "revision": canary.revision,
+            "policy_hash": canary.policy_hash,
+            "decision": decision,
+        }
+        template = decision_template(self._redactor, self._scan, **fields)
+        return decision, answer, account, model, template, fields
 
     def _writer(
         self,
