@@ -32,6 +32,12 @@ sets ``[audit] checkpoint_every = 1000`` on its home, so the threads pass automa
 while they record: each is signed after the append that reaches it and stored in the write
 transaction the threads share, and the row checks they all were.
 
+Each thread row's note gives the process's CPU per record (every thread's, user and system) at
+eight threads and at one. A last figure, without a baseline or a target, is what the thread
+rows pay per request besides their work: the time for one thread to wake another waiting on a
+lock and hand it the interpreter (two threads passing two locks back and forth), measured in the
+same run, since it depends on the machine (on a virtual machine, on waking an idle CPU).
+
 A ``--quick`` run measures at smoke sizes: its target is printed as not applicable.
 Reproduce: ``python -m benchmarks --only live-record``.
 """
@@ -39,6 +45,7 @@ Reproduce: ``python -m benchmarks --only live-record``.
 from __future__ import annotations
 
 import datetime as dt
+import resource
 import tempfile
 import threading
 import time
@@ -169,11 +176,19 @@ def _fresh_spawns(tag: str, count: int) -> list[Spawn]:
     return [replace(spawn, principal_id=f"implementer-{tag}-{i}") for i in range(count)]
 
 
+def _cpu_s() -> float:
+    """The process's CPU seconds so far, every thread's, user and system (the WAL writes and
+    the sync's system calls are CPU too)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def _rate(
     home: Home, threads: int, per_thread: int, *, fresh: str | None = None
-) -> tuple[float, list[int]]:
+) -> tuple[float, list[int], float]:
     """Records/s of ``threads`` threads answering ``per_thread`` requests each (an Enforcer
-    each, opened and warmed before the clock starts), and the seqs they were answered with.
+    each, opened and warmed before the clock starts), the seqs they were answered with, and
+    the process's CPU seconds per record while they ran.
     ``fresh`` (a tag no other round uses): every request a new question
     (:func:`_fresh_spawns`, built before the clock starts); else the same spawn every time."""
     spawn = _spawn()
@@ -201,11 +216,12 @@ def _rate(
         for w in workers:
             w.start()
         start_line.wait()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu_s()
         for w in workers:
             w.join()
-        elapsed = time.perf_counter() - start
-    return threads * per_thread / elapsed, [s for mine in seqs for s in mine]
+        elapsed, cpu = time.perf_counter() - start, _cpu_s() - cpu
+    count = threads * per_thread
+    return count / elapsed, [s for mine in seqs for s in mine], cpu / count
 
 
 def _threads(
@@ -226,11 +242,13 @@ def _threads(
     each = 20 if cfg.quick else 200
     answered: list[int] = []
     rates: dict[str, list[float]] = {"one": [], "eight": []}
+    cpus: dict[str, list[float]] = {"one": [], "eight": []}
     rounds = (("one", 1, single), ("eight", THREADS, each), ("one", 1, single))
     for n, (which, threads, per) in enumerate(rounds):
         progress(f"{NAME}: {threads} thread(s) x {per:,} requests, {policies:,} policies")
-        rate, seqs = _rate(home, threads, per, fresh=f"{n}" if fresh else None)
+        rate, seqs, cpu = _rate(home, threads, per, fresh=f"{n}" if fresh else None)
         rates[which].append(rate)
+        cpus[which].append(cpu)
         answered += seqs
     with AuditLog.open(home) as log:
         stored = {r.seq: r.payload.get("record_type") for r in log.records()}
@@ -270,8 +288,47 @@ def _threads(
             passed=None if cfg.quick or not held else ratio >= THREAD_TARGET,
             note=f"{THREADS} x {each:,} requests vs 1 x {single:,} (before and after, mean); "
             "each thread an Enforcer of its own, every request a durable record"
-            + ("; each request's spawn a principal of its own: nothing kept" if fresh else ""),
+            + ("; each request's spawn a principal of its own: nothing kept" if fresh else "")
+            + f"; process CPU per record {sum(cpus['eight']) * 1e6:,.0f} us at {THREADS} "
+            f"threads, {sum(cpus['one']) / len(cpus['one']) * 1e6:,.0f} us at 1",
         )
+    )
+
+
+def _hand_off_us(rounds: int) -> float:
+    """Microseconds for one thread to wake another waiting on a lock and hand it the
+    interpreter: two threads passing two locks back and forth, ``rounds`` round trips of two
+    hand-offs each. A request answered through a shared commit pays at least one: its caller
+    sleeps until the record is durable, and another thread has to take the interpreter."""
+    ping, pong = threading.Lock(), threading.Lock()
+    ping.acquire()
+    pong.acquire()
+
+    def other() -> None:
+        for _ in range(rounds):
+            ping.acquire()
+            pong.release()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        ping.release()
+        pong.acquire()
+    elapsed = time.perf_counter() - start
+    thread.join()
+    return elapsed / (2 * rounds) * 1e6
+
+
+def _hand_off_figure(cfg: Config) -> Figure:
+    rounds = 2_000 if cfg.quick else 20_000
+    samples = sorted(_hand_off_us(rounds) for _ in range(3))
+    return Figure(
+        case="one thread waking another (two threads passing a lock), per hand-off",
+        value=samples[1],
+        unit="us",
+        note=f"median of 3 x {rounds:,} round trips ({samples[0]:.1f}-{samples[2]:.1f} us); "
+        "each request of the thread rows pays at least one",
     )
 
 
@@ -306,6 +363,7 @@ def run(cfg: Config) -> BenchResult:
             held=False,
             checkpoint_every=CHECKPOINT_ROW_EVERY // (10 if cfg.quick else 1),
         )
+        res.figures.append(_hand_off_figure(cfg))
     res.notes.append(
         "each request: Enforcer.enforce of one gateway spawn of acme/widgets, the canary pinned "
         "to a revision of that many policies (one claims the repository), answered after its "

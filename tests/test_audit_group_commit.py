@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import apsw
 import pytest
@@ -73,13 +74,33 @@ def _indexed(who: str, *, fail: str | None = None, records: int = 1) -> Build:
     return build
 
 
+def _late(who: str, records: int) -> Build:
+    """A builder that writes its index row, yields ``records`` records of ``who`` and then
+    raises: with chunks smaller than ``records`` its first chunks were inserted, and the tree
+    grown by them (and written, past the flush size), before it fails."""
+
+    def build(conn: apsw.Connection, first: int, head: str) -> Iterable[tuple[str, bytes]]:
+        conn.execute("INSERT INTO side(seq, who) VALUES (?, ?)", (first, who))
+
+        def pairs() -> Iterator[tuple[str, bytes]]:
+            for i in range(records):
+                yield T, encode_payload({"who": who, "i": i})
+            raise Refused(who)
+
+        return pairs()
+
+    return build
+
+
 def _whos(log: AuditLog) -> list[str]:
     return [r.payload["who"] for r in log.records()]
 
 
 def _whole(log: AuditLog) -> None:
-    result = log.verify()
+    verdict = log.verify_segments()
+    result = verdict.result
     assert result, result
+    assert verdict.tree is not None and verdict.tree.state == "ok", verdict.tree
     assert log.tree_size() == log.count() == result.records_checked
 
 
@@ -158,6 +179,49 @@ def test_any_mix_of_failing_jobs_leaves_the_good_ones_contiguous_in_order(
                     expected += [f"j{k}"] * n
             assert _whos(log) == expected
             assert _side(path) == side
+            _whole(log)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, None, "late", "raise"]), st.integers(1, 9)),
+        min_size=2,
+        max_size=8,
+    ),
+    st.sampled_from([32, 96, 1 << 20]),
+)
+def test_a_job_failing_after_its_records_grew_the_tree_takes_its_hashes_back(
+    plan: list[tuple[str | None, int]], flush_bytes: int
+) -> None:
+    # The tree's rows are written once per transaction, or past the flush size: a job failing
+    # after some of its chunks were inserted (and the tree grown by them, its rows perhaps
+    # written) rolls back to its savepoint, and the tree must forget exactly its hashes.
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mock.patch.object(group, "APPEND_CHUNK", 2),
+        mock.patch.object(group, "TREE_FLUSH_BYTES", flush_bytes),
+    ):
+        path = _home_db(Path(tmp, "l.db"))
+        with _log(path) as log:
+            log.append({"who": "before"}, recorded_at=T)
+            batch = [
+                group.Job(
+                    stamped=_late(f"j{k}", n) if fail == "late" else _indexed(f"j{k}", fail=fail)
+                )
+                for k, (fail, n) in enumerate(plan)
+            ]
+            group.commit(log, batch)
+            expected = ["before"]
+            for k, ((fail, _), job) in enumerate(zip(plan, batch, strict=True)):
+                assert (job.error is None) == (fail is None) and job.committed == (fail is None)
+                if fail is None:
+                    assert job.first == len(expected)
+                    expected.append(f"j{k}")
+            assert _whos(log) == expected
+            _whole(log)
+            # The next transaction links after the kept head and grows the tree it left.
+            log.append({"who": "after"}, recorded_at=T)
             _whole(log)
 
 
