@@ -189,18 +189,15 @@ def test_any_mix_of_failing_jobs_leaves_the_good_ones_contiguous_in_order(
         min_size=2,
         max_size=8,
     ),
-    st.sampled_from([32, 96, 1 << 20]),
 )
 def test_a_job_failing_after_its_records_grew_the_tree_takes_its_hashes_back(
-    plan: list[tuple[str | None, int]], flush_bytes: int
+    plan: list[tuple[str | None, int]],
 ) -> None:
-    # The tree's rows are written once per transaction, or past the flush size: a job failing
-    # after some of its chunks were inserted (and the tree grown by them, its rows perhaps
-    # written) rolls back to its savepoint, and the tree must forget exactly its hashes.
+    # A job failing after some of its chunks were inserted (and the tree grown by them, its
+    # rows written) rolls back to its savepoint, and the tree must forget exactly its hashes.
     with (
         tempfile.TemporaryDirectory() as tmp,
         mock.patch.object(group, "APPEND_CHUNK", 2),
-        mock.patch.object(group, "TREE_FLUSH_BYTES", flush_bytes),
     ):
         path = _home_db(Path(tmp, "l.db"))
         with _log(path) as log:

@@ -27,12 +27,9 @@ What holds as before: seqs are given in queue order, each job's records are cont
 linked to the one before; the head is known inside the write transaction, so other processes
 still append through SQLite's lock and the chain stays one; a job's builder writes its index
 rows through the connection it is given and they commit with its records or not at all; the
-Merkle tree grows in the same transaction: its new hashes wait in memory while the jobs run,
-and their rows are written once, after the last job and before the ``COMMIT`` (a job rolled
-back to its savepoint takes its hashes back with it). When the transaction as a whole fails
-(the commit, an I/O error, a full disk: SQLite rolls back everything), every job of it gets the
-typed error and nothing of any of them is written, and the leader's writer connection is
-dropped as before.
+Merkle tree grows in the same transaction. When the transaction as a whole fails (the commit,
+an I/O error, a full disk: SQLite rolls back everything), every job of it gets the typed error
+and nothing of any of them is written, and the leader's writer connection is dropped as before.
 
 The leader's head and tree edge are kept between transactions: each committer remembers the
 head (next seq, head hash) and the tree's right edge its last commit left, with the writer
@@ -40,9 +37,8 @@ connection that made it and that connection's ``PRAGMA data_version``. A leader 
 connection whose ``data_version`` (read inside its ``BEGIN IMMEDIATE``, so under the write lock)
 is unchanged knows no other connection (of this process or another) has committed since, and
 links after the remembered head without reading it or the tree's edge again; any other leader,
-any change by another connection or a failed transaction (a job alone in its transaction that
-fails is one), reads both from the database as before. So a second process appending between
-two of ours is always chained after.
+any change by another connection, a failed job or a failed transaction, reads both from the
+database as before. So a second process appending between two of ours is always chained after.
 
 A builder runs on the leader's thread: it must use only the connection it is given and never
 wait for anything its own caller holds. An append from inside a builder (this process's commit
@@ -74,7 +70,6 @@ __all__ = [
     "APPEND_CHUNK",
     "MAX_JOBS",
     "MAX_PAUSE_S",
-    "TREE_FLUSH_BYTES",
     "Committer",
     "Job",
     "committer_of",
@@ -85,9 +80,6 @@ __all__ = [
 APPEND_CHUNK: Final = 1_000
 #: The most jobs one transaction takes (callers queued past it wait for the next).
 MAX_JOBS: Final = 1_024
-#: The tree's new hashes a transaction holds in memory before it writes their rows (a
-#: streaming append's chunk of 1,000 records adds about 64 KiB; a live append, 32-64 bytes).
-TREE_FLUSH_BYTES: Final = 32 * 1024
 #: The longest a leader waits for the callers of the last transaction (and at most half as
 #: long as that transaction took, its own waits aside).
 MAX_PAUSE_S: Final = 0.005
@@ -336,7 +328,6 @@ def commit(
                 job = batch[at]
                 at += 1
                 alone = at == len(batch) == 1  # nothing else written: no savepoint needed
-                mark = None if alone or grow is None else grow.mark()
                 try:
                     if alone:
                         _run(conn, job, first, prev, grow, compress)
@@ -356,13 +347,10 @@ def commit(
                     if alone:  # the whole transaction rolls back (the queue waits for the next)
                         raise _Alone
                     job.rows = []
-                    if mark is not None and grow is not None:
-                        grow.restore(mark)  # the tree as the savepoint left it
+                    grow = tree.Appender.at(conn, first)  # the tree as the savepoint left it
                     continue
                 if job.count:
                     first, prev = first + job.count, job.head
-            if grow is not None:
-                grow.flush()  # the tree's rows, once for every job of the transaction
         for job in batch:
             job.committed = job.error is None
         queue._tip = _Tip(conn=conn, version=version, first=first, prev=prev, grow=grow)
@@ -456,10 +444,8 @@ def _insert(
     grow: tree.Appender | None,
     compress: Callable[[bytes], bytes],
 ) -> None:
-    """Insert linked ``rows`` (their payloads compressed) and grow the tree by them (its rows
-    written once :data:`TREE_FLUSH_BYTES` wait, and by the transaction before its commit)."""
+    """Insert linked ``rows`` (their payloads compressed) and grow the tree by them."""
     conn.executemany(_INSERT, [(*r[:5], compress(r[5])) for r in rows])
     if grow is not None:
         grow.add([r[4] for r in rows])
-        if grow.unwritten >= TREE_FLUSH_BYTES:
-            grow.flush()
+        grow.flush()

@@ -101,15 +101,10 @@ def leaf_data(record_hash: str) -> bytes:
     return bytes.fromhex(record_hash[_PREFIX:])
 
 
-#: What :meth:`Appender.mark` returns: the edge, the size, the unwritten hashes and the row.
-Mark = tuple[list[bytes], int, bytes, int]
-
-
 class Appender(Extender):
     """Extends the stored tree of ``size`` leaves inside the caller's write transaction:
     :meth:`add` the record hashes in seq order, :meth:`flush` (at least once, before the
-    commit) to write the rows. Between flushes the new hashes wait in memory: a transaction
-    of many small appends writes the last row once, not once per append."""
+    commit) to write the rows."""
 
     __slots__ = ("_chunk", "_conn")
 
@@ -150,22 +145,6 @@ class Appender(Extender):
             return cls(conn, size)
         except TreeError:
             return None
-
-    @property
-    def unwritten(self) -> int:
-        """Bytes of stored hashes added since the last flush (written by the next)."""
-        return len(self._pending)
-
-    def mark(self) -> Mark:
-        """The tree as the leaves added so far left it, for :meth:`restore`."""
-        return list(self._edge), self.size, bytes(self._pending), self._chunk
-
-    def restore(self, mark: Mark) -> None:
-        """Forget the leaves added since ``mark`` was taken: their transaction rolled back to
-        a savepoint taken with it (which also undid any row a flush since wrote)."""
-        edge, self.size, pending, self._chunk = mark
-        self._edge = list(edge)
-        self._pending = bytearray(pending)
 
     def flush(self) -> None:
         """Write the rows the hashes added since the last flush fill (and the partial last).
