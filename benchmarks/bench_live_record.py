@@ -266,7 +266,7 @@ def _threads(
             all(stored.get(s) == stored[answered[0]] for s in answered) and bool(log.verify()),
             "every answered request's record is stored; the chain verifies",
         )
-    one = sum(rates["one"]) / len(rates["one"])
+    one = _mean(rates["one"])
     eight = rates["eight"][0]
     ratio = eight / one
     target = f">= {THREAD_TARGET:.0f}x"
@@ -289,10 +289,14 @@ def _threads(
             note=f"{THREADS} x {each:,} requests vs 1 x {single:,} (before and after, mean); "
             "each thread an Enforcer of its own, every request a durable record"
             + ("; each request's spawn a principal of its own: nothing kept" if fresh else "")
-            + f"; process CPU per record {sum(cpus['eight']) * 1e6:,.0f} us at {THREADS} "
-            f"threads, {sum(cpus['one']) / len(cpus['one']) * 1e6:,.0f} us at 1",
+            + f"; process CPU per record {_mean(cpus['eight']) * 1e6:,.0f} us at {THREADS} "
+            f"threads, {_mean(cpus['one']) * 1e6:,.0f} us at 1",
         )
     )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _hand_off_us(rounds: int) -> float:
