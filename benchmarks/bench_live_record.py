@@ -32,6 +32,12 @@ sets ``[audit] checkpoint_every = 1000`` on its home, so the threads pass automa
 while they record: each is signed after the append that reaches it and stored in the write
 transaction the threads share, and the row checks they all were.
 
+Beside the held row, and without a target, its bound on this machine: the same eight threads
+on a scratch home whose log writers never sync, against the held row's one durable thread.
+Sharing commits can at best make the durable threads as fast as these (every sync free), so
+this ratio is the most the held row can show with this work per record and this machine's sync;
+its note gives what share of it the durable threads reached, and one thread with no sync.
+
 Each thread row's note gives the process's CPU per record (every thread's, user and system) at
 eight threads and at one. A last figure, without a baseline or a target, is what the thread
 rows pay per request besides their work: the time for one thread to wake another waiting on a
@@ -184,13 +190,15 @@ def _cpu_s() -> float:
 
 
 def _rate(
-    home: Home, threads: int, per_thread: int, *, fresh: str | None = None
+    home: Home, threads: int, per_thread: int, *, fresh: str | None = None, sync: bool = True
 ) -> tuple[float, list[int], float]:
     """Records/s of ``threads`` threads answering ``per_thread`` requests each (an Enforcer
     each, opened and warmed before the clock starts), the seqs they were answered with, and
     the process's CPU seconds per record while they ran.
     ``fresh`` (a tag no other round uses): every request a new question
-    (:func:`_fresh_spawns`, built before the clock starts); else the same spawn every time."""
+    (:func:`_fresh_spawns`, built before the clock starts); else the same spawn every time.
+    Without ``sync``, every Enforcer's log writer runs with ``synchronous=OFF`` (a scratch
+    home's: :func:`_no_sync`), so whichever thread leads a shared commit never syncs."""
     spawn = _spawn()
     asks = [
         [spawn] * per_thread if fresh is None else _fresh_spawns(f"{fresh}-{k}", per_thread)
@@ -203,6 +211,8 @@ def _rate(
         ]
         for enforcer in enforcers:
             enforcer.enforce(spawn)  # open, load the pin
+            if not sync:
+                _no_sync(enforcer._audit())
         start_line = threading.Barrier(threads + 1)
 
         def work(k: int) -> None:
@@ -292,6 +302,46 @@ def _threads(
             + f"; process CPU per record {_mean(cpus['eight']) * 1e6:,.0f} us at {THREADS} "
             f"threads, {_mean(cpus['one']) * 1e6:,.0f} us at 1",
         )
+    )
+    if held:
+        res.figures.append(_no_sync_ceiling(res, tmp, cfg, policies, one, eight))
+
+
+def _no_sync_ceiling(
+    res: BenchResult, tmp: Path, cfg: Config, policies: int, one: float, eight: float
+) -> Figure:
+    """The held row's bound: the same eight threads on a scratch home that never syncs,
+    against one durable thread (``one``). Sharing commits can at best make the eight durable
+    threads (``eight``) as fast as these, so their ratio is the most the held row could reach
+    on this machine with this work per record; one thread without syncs is in the note."""
+    home = _armed_home(tmp, f"threads-{policies}-nosync", policies)
+    each = 20 if cfg.quick else 200
+    single = 40 if cfg.quick else 300
+    progress(f"{NAME}: {THREADS} threads and 1, no sync, {policies:,} policies")
+    rate, seqs, cpu = _rate(home, THREADS, each, sync=False)
+    alone, alone_seqs, _ = _rate(home, 1, single, sync=False)
+    answered = seqs + alone_seqs
+    with AuditLog.open(home) as log:
+        stored = {r.seq for r in log.records()}
+        res.check(
+            -1 not in answered
+            and len(set(answered)) == len(answered)
+            and stored.issuperset(answered)
+            and bool(log.verify()),
+            "no sync: every answered request has a record of its own; the chain verifies",
+        )
+    return Figure(
+        case=f"{THREADS} threads recording with no sync (scratch home, synchronous=OFF), "
+        f"{policies:,} policies",
+        value=rate,
+        unit="records/s",
+        baseline=one,
+        baseline_label="1 thread, durable",
+        ratio=rate / one,
+        note=f"the most shared commits could give the held row here (every sync free): the "
+        f"durable eight reached {eight / rate:.0%} of it; {THREAD_TARGET:.0f}x the durable "
+        f"thread is {THREAD_TARGET * one:,.0f}/s, one thread with no sync at all "
+        f"{alone:,.0f}/s; process CPU per record {cpu * 1e6:,.0f} us at {THREADS} threads",
     )
 
 
