@@ -248,8 +248,7 @@ def _threads(
     home = _armed_home(tmp, f"threads-{policies}{tag}", policies)
     if checkpoint_every is not None:
         home.config_path.write_text(f"[audit]\ncheckpoint_every = {checkpoint_every}\n")
-    single = 40 if cfg.quick else 300
-    each = 20 if cfg.quick else 200
+    single, each = _requests(cfg)
     answered: list[int] = []
     rates: dict[str, list[float]] = {"one": [], "eight": []}
     cpus: dict[str, list[float]] = {"one": [], "eight": []}
@@ -315,8 +314,7 @@ def _no_sync_ceiling(
     threads (``eight``) as fast as these, so their ratio is the most the held row could reach
     on this machine with this work per record; one thread without syncs is in the note."""
     home = _armed_home(tmp, f"threads-{policies}-nosync", policies)
-    each = 20 if cfg.quick else 200
-    single = 40 if cfg.quick else 300
+    single, each = _requests(cfg)
     progress(f"{NAME}: {THREADS} threads and 1, no sync, {policies:,} policies")
     rate, seqs, cpu = _rate(home, THREADS, each, sync=False)
     alone, alone_seqs, _ = _rate(home, 1, single, sync=False)
@@ -343,6 +341,11 @@ def _no_sync_ceiling(
         f"thread is {THREAD_TARGET * one:,.0f}/s, one thread with no sync at all "
         f"{alone:,.0f}/s; process CPU per record {cpu * 1e6:,.0f} us at {THREADS} threads",
     )
+
+
+def _requests(cfg: Config) -> tuple[int, int]:
+    """Requests per round of the thread rows: ``(one thread's, each of eight's)``."""
+    return (40, 20) if cfg.quick else (300, 200)
 
 
 def _mean(values: Sequence[float]) -> float:
