@@ -35,7 +35,8 @@ transaction the threads share, and the row checks they all were.
 Beside the held row, and without a target, its bound on this machine: the same eight threads
 on a scratch home whose log writers never sync, against the held row's one durable thread.
 Sharing commits can at best make the durable threads as fast as these (every sync free), so
-this ratio is the most the held row can show with this work per record and this machine's sync;
+this ratio (the faster of two rounds, one before and one after a round of one thread with no
+sync) is the most the held row can show with this work per record and this machine's sync;
 its note gives what share of it the durable threads reached, and one thread with no sync.
 
 Each thread row's note gives the process's CPU per record (every thread's, user and system) at
@@ -309,16 +310,20 @@ def _threads(
 def _no_sync_ceiling(
     res: BenchResult, tmp: Path, cfg: Config, policies: int, one: float, eight: float
 ) -> Figure:
-    """The held row's bound: the same eight threads on a scratch home that never syncs,
-    against one durable thread (``one``). Sharing commits can at best make the eight durable
-    threads (``eight``) as fast as these, so their ratio is the most the held row could reach
-    on this machine with this work per record; one thread without syncs is in the note."""
+    """The held row's bound: the same eight threads on a scratch home that never syncs (the
+    faster of two rounds), against one durable thread (``one``). Sharing commits can at best
+    make the eight durable threads (``eight``) as fast as these, so their ratio is the most the
+    held row could reach on this machine with this work per record; one thread without syncs
+    is in the note."""
     home = _armed_home(tmp, f"threads-{policies}-nosync", policies)
     single, each = _requests(cfg)
     progress(f"{NAME}: {THREADS} threads and 1, no sync, {policies:,} policies")
-    rate, seqs, cpu = _rate(home, THREADS, each, sync=False)
+    # Eight threads before and after the one, the faster kept: a bound is a best case.
+    first, seqs, cpu = _rate(home, THREADS, each, sync=False)
     alone, alone_seqs, _ = _rate(home, 1, single, sync=False)
-    answered = seqs + alone_seqs
+    again, more_seqs, cpu_again = _rate(home, THREADS, each, sync=False)
+    rate, cpu = (first, cpu) if first >= again else (again, cpu_again)
+    answered = seqs + alone_seqs + more_seqs
     with AuditLog.open(home) as log:
         stored = {r.seq for r in log.records()}
         res.check(
@@ -336,7 +341,8 @@ def _no_sync_ceiling(
         baseline=one,
         baseline_label="1 thread, durable",
         ratio=rate / one,
-        note=f"the most shared commits could give the held row here (every sync free): the "
+        note=f"the faster of 2 rounds; the most shared commits could give the held row here "
+        f"(every sync free): the "
         f"durable eight reached {eight / rate:.0%} of it; {THREAD_TARGET:.0f}x the durable "
         f"thread is {THREAD_TARGET * one:,.0f}/s, one thread with no sync at all "
         f"{alone:,.0f}/s; process CPU per record {cpu * 1e6:,.0f} us at {THREADS} threads",
